@@ -1,0 +1,33 @@
+# Two commands do all the set-up: `make quickstart` and `make test`.
+# TORCH is the torch requirement installed before the project. On this project's CPU machines
+# `torch==2.13.0` resolves to a local CPU wheel; a GPU cluster user runs e.g.
+#   make install TORCH='torch==2.6.0' EXTRAS='dev,gpu'
+PYTHON ?= python3
+VENV ?= .venv
+TORCH ?= torch==2.13.0
+EXTRAS ?= dev
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install quickstart test bench clean
+
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet '$(TORCH)'
+	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+quickstart: $(STAMP)
+	$(VENV)/bin/lit-retrieval fit --config configs/quickstart.yaml
+	$(VENV)/bin/lit-retrieval test --config configs/quickstart.yaml --ckpt_path runs/quickstart/checkpoints/last.ckpt
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	for b in benchmarks/*.py; do $(PY) $$b; done
+
+clean:
+	rm -rf $(VENV) runs data/synthetic

@@ -1,0 +1,3 @@
+from lit_retrieval.callbacks.metrics_report import MetricsReport
+
+__all__ = ["MetricsReport"]

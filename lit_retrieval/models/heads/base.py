@@ -1,0 +1,50 @@
+"""The similarity-head contract (DESIGN.md "Similarity heads").
+
+A head turns encoder token features into per-side representations and scores any set of texts
+against any set of videos. `score` returns the similarity s(v, q) of the papers (cosine for the
+CLIP4Clip family), which margin losses such as MEA use directly; `logits` applies the head's
+learnable inverse temperature for InfoNCE (MELON Eq. 2: s / tau). A head is *indexable* when each
+side is one vector and the score is their dot product, so a faiss index can serve it.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from typing import Any
+
+import torch
+from torch import nn
+
+from lit_retrieval.models.features import TextFeatures, VideoFeatures
+
+
+class SimilarityHead(nn.Module, ABC):
+    indexable: bool = False
+    needs_patches: bool = False
+
+    def __init__(self, logit_scale_init: float = math.log(100.0), learn_logit_scale: bool = True, max_logit_scale: float = math.log(100.0)) -> None:
+        super().__init__()
+        self.logit_scale = nn.Parameter(torch.tensor(float(logit_scale_init)), requires_grad=learn_logit_scale)
+        self.max_logit_scale = max_logit_scale
+
+    @abstractmethod
+    def encode_text(self, text: TextFeatures) -> Any:
+        """Text representation (a tensor, or a dict of tensors with the batch first)."""
+
+    @abstractmethod
+    def encode_video(self, video: VideoFeatures) -> Any:
+        """Video representation; text-independent, so evaluation computes it once per video."""
+
+    @abstractmethod
+    def score(self, text_rep: Any, video_rep: Any) -> torch.Tensor:
+        """Similarity matrix `[N_text, N_video]`."""
+
+    def logits(self, similarity: torch.Tensor) -> torch.Tensor:
+        """InfoNCE logits `s * exp(logit_scale)`."""
+        return similarity * self.logit_scale.exp()
+
+    @torch.no_grad()
+    def clamp_logit_scale(self) -> None:
+        """Keep 1/tau <= exp(max_logit_scale) (CLIP's clamp at 100, baselines spec 0.1)."""
+        self.logit_scale.clamp_(max=self.max_logit_scale)
