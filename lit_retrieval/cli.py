@@ -13,10 +13,13 @@ from __future__ import annotations
 import sys
 
 import lightning as L
+from jsonargparse import ActionConfigFile
 from lightning.pytorch.cli import LightningCLI
 
+from lit_retrieval import __version__
 from lit_retrieval.callbacks.metrics_report import MetricsReport
 from lit_retrieval.commands import COMMANDS
+from lit_retrieval.config_errors import ExplainingArgumentParser
 
 TRAINER_COMMANDS = ("fit", "validate", "test", "predict")
 
@@ -36,6 +39,12 @@ class RetrievalCLI(LightningCLI):
             args=args,
             run=run,
         )
+
+    def init_parser(self, **kwargs) -> ExplainingArgumentParser:
+        kwargs.setdefault("dump_header", [f"lit-retrieval {__version__}"])
+        parser = ExplainingArgumentParser(**kwargs)
+        parser.add_argument("-c", "--config", action=ActionConfigFile, help="YAML config file(s); later ones override earlier ones.")
+        return parser
 
 
 def _usage() -> str:

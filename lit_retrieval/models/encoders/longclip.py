@@ -60,7 +60,10 @@ def openai_to_hf(sd: dict[str, torch.Tensor], keep: int = 20) -> tuple[CLIPConfi
     grid = round((sd["visual.positional_embedding"].shape[0] - 1) ** 0.5)
     config = CLIPConfig(
         text_config=dict(
-            vocab_size=sd["token_embedding.weight"].shape[0],
+            vocab_size=(vocab := sd["token_embedding.weight"].shape[0]),
+            bos_token_id=vocab - 2,  # OpenAI CLIP: <|startoftext|>, <|endoftext|> are the last ids
+            eos_token_id=vocab - 1,
+            pad_token_id=vocab - 1,
             hidden_size=text_width,
             intermediate_size=sd["transformer.resblocks.0.mlp.c_fc.weight"].shape[0],
             num_hidden_layers=_count_layers(sd, "transformer.resblocks"),

@@ -29,12 +29,12 @@ def tiny_clip_config(image_size: int = 32, patch_size: int = 8, width: int = 64,
     return CLIPConfig(
         text_config=dict(
             vocab_size=vocab_size, hidden_size=width, intermediate_size=2 * width, num_hidden_layers=layers,
-            num_attention_heads=max(1, width // 32), max_position_embeddings=max_positions,
+            num_attention_heads=max(1, width // 64), max_position_embeddings=max_positions,
             bos_token_id=vocab_size - 2, eos_token_id=vocab_size - 1, pad_token_id=vocab_size - 1,
         ),
         vision_config=dict(
             hidden_size=width, intermediate_size=2 * width, num_hidden_layers=layers,
-            num_attention_heads=max(1, width // 32), image_size=image_size, patch_size=patch_size,
+            num_attention_heads=max(1, width // 64), image_size=image_size, patch_size=patch_size,
         ),
         projection_dim=embed_dim,
     )

@@ -1,0 +1,49 @@
+from collections import Counter
+
+import numpy as np
+
+from lit_retrieval.data.annotations import load_annotations
+from lit_retrieval.data.synthetic import SynthConfig, generate_corpus
+from lit_retrieval.data.video import sample_frames
+
+
+def test_corpus_structure(corpus):
+    videos = load_annotations(corpus / "annotations.json")
+    assert len(videos) == 24
+    assert Counter(v.split for v in videos) == {"train": 17, "test": 7}
+    assert all(3 <= len(v.events) <= 5 for v in videos)
+    durations = [v.duration for v in videos]
+    assert max(durations) / min(durations) >= 2  # some videos several times longer
+    for video in videos:
+        assert (corpus / video.path).is_file()
+        bounds = sorted(b for e in video.events for iv in e.intervals for b in iv)
+        inner = sorted(set(bounds) - {0.0, video.duration})
+        assert list(video.cuts) == inner  # hard cuts exactly at the event boundaries
+
+
+def test_events_shared_across_videos_full_queries_unique():
+    cfg = SynthConfig(num_videos=300, seed=0)
+    from lit_retrieval.data.synthetic import assign_events, make_event_pool
+
+    rng = np.random.default_rng(cfg.seed)
+    counts = rng.integers(3, 6, cfg.num_videos)
+    pool = make_event_pool(int(np.ceil(counts.sum() / 4.5)), rng)
+    videos = assign_events(counts, len(pool), cfg.occurrences, rng)
+    occurrences = Counter(e for v in videos for e in v)
+    assert np.mean([3 <= c <= 6 for c in occurrences.values()]) > 0.8
+    assert all(len(set(v)) == len(v) for v in videos)
+    assert len({frozenset(v) for v in videos}) == len(videos)  # full queries identify the video
+    assert np.mean([c > 1 for c in occurrences.values()]) > 0.95  # single events are ambiguous
+    descriptions = {p.description for p in pool}
+    assert len({d.split()[0] for d in descriptions}) >= 4  # several templates in use
+
+
+def test_deterministic_for_a_seed(tmp_path, corpus):
+    from tests.conftest import SMALL
+
+    again = generate_corpus(tmp_path, SMALL, workers=2, progress=False)
+    assert load_annotations(again) == load_annotations(corpus / "annotations.json")
+    first = load_annotations(again)[0]
+    a = sample_frames(tmp_path / first.path, 6).frames
+    b = sample_frames(corpus / first.path, 6).frames
+    assert np.array_equal(a, b)
