@@ -21,7 +21,8 @@ install: $(STAMP)
 
 quickstart: $(STAMP)
 	$(VENV)/bin/lit-retrieval fit --config configs/quickstart.yaml
-	$(VENV)/bin/lit-retrieval test --config configs/quickstart.yaml --ckpt_path runs/quickstart/checkpoints/last.ckpt
+	$(VENV)/bin/lit-retrieval test --config configs/quickstart.yaml --trainer.logger.init_args.version test \
+		--ckpt_path runs/quickstart/checkpoints/last.ckpt
 
 test: $(STAMP)
 	$(PY) -m pytest -q
