@@ -1,0 +1,81 @@
+"""Multi-Event Aware loss (MELON Sec. 4.3, Eqs. 3-8).
+
+`sim` is the batch's [B, B] similarity matrix with `sim[i, j] = s(v_j, q_i)` (text i vs video j,
+positives on the diagonal); `partial_sim` is [B, L] with `partial_sim[i, l] = s(v_i, q~_{i,l})`,
+video i against its l-th partial query. Similarities are the head's raw scores s (cosine for
+CLIP4Clip), not the temperature-scaled logits.
+
+The adaptive threshold of step t uses the previous training step's similarities (Eqs. 4-6). The
+statistics delta and xi of each training step are kept in buffers, so they are saved in checkpoints
+and a resumed run continues with the same threshold. Choice (the paper is silent): the very first
+step, which has no previous step, uses its own detached statistics. delta and xi are computed over
+the similarities this module sees (the local batch unless the caller gathers across processes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass
+class MEAOutput:
+    loss: torch.Tensor  # L_push + L_pull (Eq. 8), or L_push alone without the pull term
+    push: torch.Tensor  # Eq. 3
+    pull: torch.Tensor  # Eq. 7 (zero when disabled)
+    theta: torch.Tensor  # Eq. 6, the threshold used at this step
+    delta: torch.Tensor  # Eq. 4, from the previous step
+    xi: torch.Tensor  # Eq. 5, from the previous step
+
+
+def hardest_negative_text(sim: torch.Tensor) -> torch.Tensor:
+    """max_{j != i} s(v_i, q_j) for each video i: column maxima off the diagonal, [B]."""
+    off_diagonal = sim.masked_fill(torch.eye(len(sim), dtype=torch.bool, device=sim.device), float("-inf"))
+    return off_diagonal.amax(dim=0)
+
+
+def threshold_statistics(sim: torch.Tensor, partial_sim: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(delta, xi) of Eqs. 4 and 5 from one step's similarities."""
+    positive = sim.diagonal()
+    delta = (positive.unsqueeze(1) - partial_sim).mean()
+    xi = (positive - hardest_negative_text(sim)).clamp_min(0).sum() / (2 * len(positive))
+    return delta, xi
+
+
+class MEALoss(nn.Module):
+    """L_mea with the MELON Tab. 3 ablation switches.
+
+    `use_xi=False` drops the upper bound (theta = delta); `use_pull=False` drops L_pull.
+    Push only: `MEALoss(use_xi=False, use_pull=False)`; full: `MEALoss()`.
+    """
+
+    def __init__(self, use_xi: bool = True, use_pull: bool = True) -> None:
+        super().__init__()
+        self.use_xi = use_xi
+        self.use_pull = use_pull
+        self.register_buffer("prev_delta", torch.zeros(()))
+        self.register_buffer("prev_xi", torch.zeros(()))
+        self.register_buffer("has_prev", torch.zeros((), dtype=torch.bool))
+
+    def forward(self, sim: torch.Tensor, partial_sim: torch.Tensor) -> MEAOutput:
+        if sim.ndim != 2 or sim.shape[0] != sim.shape[1] or partial_sim.ndim != 2 or partial_sim.shape[0] != sim.shape[0]:
+            raise ValueError(f"expected sim [B, B] and partial_sim [B, L], got {tuple(sim.shape)} and {tuple(partial_sim.shape)}")
+        current_delta, current_xi = threshold_statistics(sim.detach(), partial_sim.detach())
+        if bool(self.has_prev):
+            delta, xi = self.prev_delta.clone(), self.prev_xi.clone()
+        else:
+            delta, xi = current_delta, current_xi
+        theta = torch.minimum(delta, xi) if self.use_xi else delta
+        positive = sim.diagonal().unsqueeze(1)
+        push = (partial_sim - positive + theta).clamp_min(0).mean()
+        if self.use_pull:
+            pull = (hardest_negative_text(sim).unsqueeze(1) - partial_sim).clamp_min(0).mean()
+        else:
+            pull = torch.zeros((), device=sim.device, dtype=sim.dtype)
+        if self.training:
+            self.prev_delta.copy_(current_delta)
+            self.prev_xi.copy_(current_xi)
+            self.has_prev.fill_(True)
+        return MEAOutput(loss=push + pull, push=push, pull=pull, theta=theta, delta=delta, xi=xi)
