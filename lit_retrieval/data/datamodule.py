@@ -188,6 +188,3 @@ class MultiEventDataModule(L.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return self._loader("test", train=False)
-
-    def video_records(self, role: str) -> list[VideoRecord]:
-        return self.datasets[role].records

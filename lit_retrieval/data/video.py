@@ -39,10 +39,6 @@ class FrameSample:
     times: np.ndarray
     mask: np.ndarray
 
-    @property
-    def num_valid(self) -> int:
-        return int(self.mask.sum())
-
 
 def uniform_times(start: float, end: float, num: int) -> np.ndarray:
     """Bin-centre target times of `num` frames uniformly over `[start, end)`."""
