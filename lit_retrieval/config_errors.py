@@ -11,6 +11,7 @@ import importlib
 import inspect
 import re
 
+from jsonargparse._parameter_resolvers import get_signature_parameters
 from lightning.pytorch.cli import LightningArgumentParser
 
 _CLASS_PROBLEM = re.compile(r"Problem with given class_path '([\w.]+)':\s*\n\s*Option '(\w+)' is not accepted")
@@ -18,9 +19,11 @@ _NO_ATTRIBUTE = re.compile(r"module '([\w.]+)' has no attribute '(\w+)'")
 
 
 def _init_parameters(class_path: str) -> list[str]:
+    """The arguments jsonargparse accepts for a class, `**kwargs` passed to a parent included
+    (its resolver is not exported publicly; it is the parser's own view of the signature)."""
     module, _, name = class_path.rpartition(".")
     cls = getattr(importlib.import_module(module), name)
-    return [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "args", "kwargs")]
+    return [p.name for p in get_signature_parameters(cls, None)]
 
 
 def _closest_first(wrong: str, choices: list[str]) -> list[str]:

@@ -13,15 +13,22 @@ COLUMNS = ("R@1", "R@5", "R@10", "Rsum", "MdR", "MnR")
 
 
 def metrics_table(results: dict[str, float], title: str = "retrieval") -> Table:
-    """A rich table with one row per direction prefix (`t2v`, `v2t`, ...) and the usual columns."""
+    """A rich table with one row per key prefix (`t2v`, `v2t`, `order/reversed/t2v`, ...) and the
+    usual columns; a cell the results do not hold stays blank (e.g. Avg-Event R@5)."""
     table = Table(title=title)
     table.add_column("direction")
     for column in COLUMNS:
         table.add_column(column, justify="right")
-    directions = sorted({k.split("/")[0] for k in results if k.split("/")[-1] in COLUMNS})
-    for direction in directions:
-        table.add_row(direction, *(f"{results.get(f'{direction}/{c}', float('nan')):.2f}" for c in COLUMNS))
+    prefixes = sorted({k.rsplit("/", 1)[0] for k in results if "/" in k and k.rsplit("/", 1)[1] in COLUMNS}, key=_row_order)
+    for prefix in prefixes:
+        cells = (results.get(f"{prefix}/{c}") for c in COLUMNS)
+        table.add_row(prefix, *("" if v is None else f"{v:.2f}" for v in cells))
     return table
+
+
+def _row_order(prefix: str) -> tuple[int, str]:
+    """The standard directions first, then the analyses in alphabetical order."""
+    return (0 if "/" not in prefix else 1, prefix)
 
 
 class MetricsReport(L.Callback):

@@ -24,7 +24,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from lit_retrieval.data.records import AnnotationError, Event, VideoRecord
+from lit_retrieval.data.bad_records import RecordCollector
+from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, checked_interval
 
 FORMAT_NAME = "lit-retrieval/multi-event"
 FORMAT_VERSION = 1
@@ -51,11 +52,7 @@ def _parse_intervals(raw: dict, duration: float, source: str, record: str) -> tu
             raise AnnotationError(source, record, f"interval {pair!r} is not [start, end]")
         start = _number(pair[0], source, record, "interval start")
         end = _number(pair[1], source, record, "interval end")
-        if start < 0 or end <= start:
-            raise AnnotationError(source, record, f"interval [{start}, {end}] needs 0 <= start < end")
-        if end > duration + 1e-3:
-            raise AnnotationError(source, record, f"interval end {end} is past the duration {duration}")
-        intervals.append((start, end))
+        intervals.append(checked_interval(start, end, duration, source, record))
     if "intervals" in raw and "start" in raw and "end" in raw:
         span = (min(s for s, _ in intervals), max(e for _, e in intervals))
         given = (_number(raw["start"], source, record, "start"), _number(raw["end"], source, record, "end"))
@@ -105,8 +102,11 @@ def parse_video(raw: Any, source: str, position: int) -> VideoRecord:
     )
 
 
-def load_annotations(path: str | Path) -> list[VideoRecord]:
-    """Read a canonical annotation file; raises `AnnotationError` on any malformed record."""
+def load_annotations(path: str | Path, collector: RecordCollector | None = None) -> list[VideoRecord]:
+    """Read a canonical annotation file. A malformed video record raises `AnnotationError`, or is
+    dropped and kept in `collector.dropped` under its `skip` policy; a file that cannot be read at
+    all always raises."""
+    collector = collector or RecordCollector()
     path = Path(path)
     source = str(path)
     try:
@@ -119,13 +119,8 @@ def load_annotations(path: str | Path) -> list[VideoRecord]:
         raise AnnotationError(source, "-", f"not a {FORMAT_NAME!r} file (missing or wrong 'format')")
     if data.get("version") != FORMAT_VERSION:
         raise AnnotationError(source, "-", f"unsupported version {data.get('version')!r}")
-    videos = [parse_video(raw, source, i) for i, raw in enumerate(data.get("videos", []))]
-    seen: set[str] = set()
-    for video in videos:
-        if video.video_id in seen:
-            raise AnnotationError(source, video.video_id, "duplicate video_id")
-        seen.add(video.video_id)
-    return videos
+    videos = [collector.parse(parse_video, raw, source, i) for i, raw in enumerate(data.get("videos", []))]
+    return collector.unique([v for v in videos if v is not None], source)
 
 
 def video_to_json(video: VideoRecord) -> dict:

@@ -1,4 +1,4 @@
-"""DataModule for multi-event text-video data in the canonical annotation format.
+"""DataModules for multi-event text-video data: the shared base and the canonical format.
 
 Every item is one video with its event descriptions; the LightningModule builds the query
 (concatenated or per-event, MELON Sec. 4.2 / Tab. 5). Videos are decoded per item with PyAV
@@ -10,6 +10,7 @@ worker processes; `"raise"` stops with the `VideoDecodeError`.
 from __future__ import annotations
 
 import logging
+from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -19,7 +20,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from lit_retrieval.data.annotations import load_annotations
-from lit_retrieval.data.records import VideoRecord
+from lit_retrieval.data.bad_records import BadRecordPolicy, RecordCollector
+from lit_retrieval.data.records import AnnotationError, VideoRecord
 from lit_retrieval.data.synthetic import SynthConfig, generate_corpus
 from lit_retrieval.data.transforms import CLIP_MEAN, CLIP_STD, NormalizeFrames
 from lit_retrieval.data.video import VideoDecodeError, sample_frames
@@ -29,7 +31,7 @@ log = logging.getLogger(__name__)
 
 class MultiEventDataset(Dataset):
     """Items: `index`, `video_id`, `frames` [T, 3, S, S], `frame_mask` [T], `frame_times` [T],
-    `events` (list of descriptions). A bad video under the skip policy yields `{"index", "error"}`."""
+    `events` (list of descriptions), `duration` (seconds). A bad video under the skip policy yields `{"index", "error"}`."""
 
     def __init__(
         self,
@@ -69,6 +71,7 @@ class MultiEventDataset(Dataset):
             "frame_mask": torch.from_numpy(sample.mask),
             "frame_times": torch.from_numpy(sample.times),
             "events": record.descriptions,
+            "duration": record.duration,
         }
 
 
@@ -80,6 +83,7 @@ def collate_items(items: list[dict[str, Any]]) -> dict[str, Any]:
         "video_id": [item["video_id"] for item in good],
         "events": [item["events"] for item in good],
         "skipped": [item["error"] for item in items if "error" in item],
+        "duration": torch.tensor([item["duration"] for item in good], dtype=torch.float64),
     }
     for key in ("frames", "frame_mask", "frame_times"):
         batch[key] = torch.stack([item[key] for item in good]) if good else torch.empty(0)
@@ -96,24 +100,25 @@ class SyntheticSpec:
     fps: int = 8
 
 
-class MultiEventDataModule(L.LightningDataModule):
-    """Train/val/test splits of a canonical multi-event annotation file.
+class VideoTextDataModule(L.LightningDataModule, ABC):
+    """Train/val/test splits of text-video records; subclasses read one annotation format each.
 
     Args:
-        annotation: the canonical JSON file (see `lit_retrieval.data.annotations`).
-        video_root: folder the records' relative paths start from (default: the file's folder).
+        video_root: folder the records' relative video paths start from (default: the
+            subclass's annotation folder).
         num_frames: T frames sampled uniformly over each video (MELON: 64).
         image_size: frames are resized (short side) and centre-cropped to this size; it must
             match the encoder's vision tower.
         val_split: split used by `validate` and per-epoch validation (`None`: no validation;
             MELON defines no validation split, see the docs on model selection).
         on_bad_video: `raise` or `skip` (count, log and drop the sample from its batch).
-        synthetic: generate the synthetic corpus if `annotation` does not exist.
+        on_bad_record: `raise` on the first malformed annotation record, or `skip` it (counted
+            in `dropped_records` and logged with the reasons).
+        min_events: a video with fewer events is a bad record (2 where MEA needs partial queries).
     """
 
     def __init__(
         self,
-        annotation: str,
         video_root: str | None = None,
         num_frames: int = 12,
         image_size: int = 224,
@@ -124,16 +129,19 @@ class MultiEventDataModule(L.LightningDataModule):
         val_split: str | None = None,
         test_split: str = "test",
         on_bad_video: Literal["raise", "skip"] = "raise",
+        on_bad_record: BadRecordPolicy = "raise",
+        min_events: int = 1,
         mean: tuple[float, float, float] = CLIP_MEAN,
         std: tuple[float, float, float] = CLIP_STD,
         seek_threshold: float = 1.0,
-        synthetic: SyntheticSpec | None = None,
     ) -> None:
         super().__init__()
         if on_bad_video not in ("raise", "skip"):
             raise ValueError(f"on_bad_video must be 'raise' or 'skip', got {on_bad_video!r}")
-        self.annotation = Path(annotation)
-        self.video_root = Path(video_root) if video_root else self.annotation.parent
+        RecordCollector(on_bad_record)  # validates the policy now, not at setup
+        if min_events < 1:
+            raise ValueError(f"min_events must be >= 1, got {min_events}")
+        self.video_root = Path(video_root) if video_root else None
         self.num_frames = num_frames
         self.image_size = image_size
         self.batch_size = batch_size
@@ -141,30 +149,46 @@ class MultiEventDataModule(L.LightningDataModule):
         self.num_workers = num_workers
         self.splits = {"train": train_split, "val": val_split, "test": test_split}
         self.on_bad_video = on_bad_video
+        self.on_bad_record = on_bad_record
+        self.min_events = min_events
         self.normalize = NormalizeFrames(mean, std)
         self.seek_threshold = seek_threshold
-        self.synthetic = synthetic
         self.datasets: dict[str, MultiEventDataset] = {}
+        self.dropped_records: list[AnnotationError] = []
 
-    def prepare_data(self) -> None:
-        if self.synthetic is not None and not self.annotation.exists():
-            cfg = SynthConfig(**asdict(self.synthetic))
-            log.info("creating the synthetic corpus in %s", self.annotation.parent)
-            written = generate_corpus(self.annotation.parent, cfg)
-            if written != self.annotation:
-                written.replace(self.annotation)
+    @property
+    @abstractmethod
+    def source(self) -> str:
+        """The annotation file or folder, for messages."""
+
+    @abstractmethod
+    def default_video_root(self) -> Path:
+        """Where videos are looked for when `video_root` is not given."""
+
+    @abstractmethod
+    def load_records(self, collector: RecordCollector) -> list[VideoRecord]:
+        """Every record of the annotation, bad ones handled by `collector`."""
 
     def setup(self, stage: str | None = None) -> None:
-        records = load_annotations(self.annotation)
+        collector = RecordCollector(self.on_bad_record)
+        records = []
+        for record in self.load_records(collector):
+            if len(record.events) < self.min_events:
+                collector.reject(AnnotationError(self.source, record.video_id, f"{len(record.events)} events; at least {self.min_events} needed (data.min_events)"))
+            else:
+                records.append(record)
+        collector.report(self.source)
+        self.dropped_records = collector.dropped
+        video_root = self.video_root or self.default_video_root()
         for role, split in self.splits.items():
             if split is None:
                 continue
             chosen = [r for r in records if r.split == split]
             if not chosen and role != "val":
                 found = sorted({r.split for r in records})
-                raise ValueError(f"{self.annotation}: no videos in split {split!r} (splits present: {found})")
+                raise ValueError(f"{self.source}: no videos in split {split!r} (splits present: {found})")
             self.datasets[role] = MultiEventDataset(
-                chosen, self.video_root, self.num_frames, self.image_size, self.on_bad_video, self.normalize, self.seek_threshold
+                chosen, video_root, self.num_frames, self.image_size, self.on_bad_video, self.normalize, self.seek_threshold
             )
 
     def _loader(self, role: str, train: bool) -> DataLoader:
@@ -188,3 +212,36 @@ class MultiEventDataModule(L.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return self._loader("test", train=False)
+
+
+class MultiEventDataModule(VideoTextDataModule):
+    """The canonical multi-event format (`lit_retrieval.data.annotations`), one file for all splits.
+
+    Args:
+        annotation: the canonical JSON file.
+        synthetic: generate the synthetic corpus if `annotation` does not exist.
+        **kwargs: the common options of `VideoTextDataModule`.
+    """
+
+    def __init__(self, annotation: str, synthetic: SyntheticSpec | None = None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.annotation = Path(annotation)
+        self.synthetic = synthetic
+
+    @property
+    def source(self) -> str:
+        return str(self.annotation)
+
+    def default_video_root(self) -> Path:
+        return self.annotation.parent
+
+    def prepare_data(self) -> None:
+        if self.synthetic is not None and not self.annotation.exists():
+            cfg = SynthConfig(**asdict(self.synthetic))
+            log.info("creating the synthetic corpus in %s", self.annotation.parent)
+            written = generate_corpus(self.annotation.parent, cfg)
+            if written != self.annotation:
+                written.replace(self.annotation)
+
+    def load_records(self, collector: RecordCollector) -> list[VideoRecord]:
+        return load_annotations(self.annotation, collector)

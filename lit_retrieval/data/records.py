@@ -15,6 +15,15 @@ class AnnotationError(ValueError):
         self.reason = reason
 
 
+def checked_interval(start: float, end: float, duration: float | None, source: str, record: str) -> tuple[float, float]:
+    """`(start, end)` if `0 <= start < end <= duration` (1 ms tolerance), else `AnnotationError`."""
+    if start < 0 or end <= start:
+        raise AnnotationError(source, record, f"interval [{start:g}, {end:g}] needs 0 <= start < end")
+    if duration is not None and end > duration + 1e-3:
+        raise AnnotationError(source, record, f"interval end {end:g} is past the duration {duration:g}")
+    return (start, end)
+
+
 @dataclass(frozen=True)
 class Event:
     """One event of a multi-event video: a description and one or more time intervals (seconds).

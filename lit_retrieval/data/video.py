@@ -54,6 +54,23 @@ def probe_duration(container: av.container.InputContainer, stream: av.video.stre
     return None
 
 
+def video_duration(path: str | Path) -> float:
+    """Duration in seconds from the file's header (no decoding); `VideoDecodeError` if unknown."""
+    path = Path(path)
+    if not path.is_file():
+        raise VideoDecodeError(path, "file not found")
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                raise VideoDecodeError(path, "no video stream")
+            duration = probe_duration(container, container.streams.video[0])
+    except av.error.FFmpegError as err:
+        raise VideoDecodeError(path, f"unreadable ({err})") from None
+    if not duration:
+        raise VideoDecodeError(path, "duration unknown (no container or stream duration)")
+    return duration
+
+
 def _resize_rgb(frame: av.VideoFrame, size: int | None) -> np.ndarray:
     """RGB array of a frame, short side scaled to `size` and centre-cropped to `size x size`."""
     if size is None:

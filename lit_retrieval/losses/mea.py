@@ -2,8 +2,10 @@
 
 `sim` is the batch's [B, B] similarity matrix with `sim[i, j] = s(v_j, q_i)` (text i vs video j,
 positives on the diagonal); `partial_sim` is [B, L] with `partial_sim[i, l] = s(v_i, q~_{i,l})`,
-video i against its l-th partial query. Similarities are the head's raw scores s (cosine for
-CLIP4Clip), not the temperature-scaled logits.
+video i against its l-th partial query; the optional boolean `partial_mask` [B, L] marks the slots
+that hold a partial query (a sample with fewer candidates than L fills fewer slots), and every
+mean over (i, l) runs over the marked slots only. Similarities are the head's raw scores s (cosine
+for CLIP4Clip), not the temperature-scaled logits.
 
 The adaptive threshold of step t uses the previous training step's similarities (Eqs. 4-6). The
 statistics delta and xi of each training step are kept in buffers, so they are saved in checkpoints
@@ -36,10 +38,16 @@ def hardest_negative_text(sim: torch.Tensor) -> torch.Tensor:
     return off_diagonal.amax(dim=0)
 
 
-def threshold_statistics(sim: torch.Tensor, partial_sim: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of `values` over the set entries of `mask` (zero, still in the graph, when none is)."""
+    weights = mask.to(values.dtype)
+    return (values * weights).sum() / weights.sum().clamp_min(1.0)
+
+
+def threshold_statistics(sim: torch.Tensor, partial_sim: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(delta, xi) of Eqs. 4 and 5 from one step's similarities."""
     positive = sim.diagonal()
-    delta = (positive.unsqueeze(1) - partial_sim).mean()
+    delta = masked_mean(positive.unsqueeze(1) - partial_sim, mask)
     xi = (positive - hardest_negative_text(sim)).clamp_min(0).sum() / (2 * len(positive))
     return delta, xi
 
@@ -59,22 +67,25 @@ class MEALoss(nn.Module):
         self.register_buffer("prev_xi", torch.zeros(()))
         self.register_buffer("has_prev", torch.zeros((), dtype=torch.bool))
 
-    def forward(self, sim: torch.Tensor, partial_sim: torch.Tensor) -> MEAOutput:
+    def forward(self, sim: torch.Tensor, partial_sim: torch.Tensor, partial_mask: torch.Tensor | None = None) -> MEAOutput:
         if sim.ndim != 2 or sim.shape[0] != sim.shape[1] or partial_sim.ndim != 2 or partial_sim.shape[0] != sim.shape[0]:
             raise ValueError(f"expected sim [B, B] and partial_sim [B, L], got {tuple(sim.shape)} and {tuple(partial_sim.shape)}")
-        current_delta, current_xi = threshold_statistics(sim.detach(), partial_sim.detach())
+        mask = torch.ones_like(partial_sim, dtype=torch.bool) if partial_mask is None else partial_mask.bool()
+        if mask.shape != partial_sim.shape:
+            raise ValueError(f"partial_mask {tuple(mask.shape)} must match partial_sim {tuple(partial_sim.shape)}")
+        current_delta, current_xi = threshold_statistics(sim.detach(), partial_sim.detach(), mask)
         if bool(self.has_prev):
             delta, xi = self.prev_delta.clone(), self.prev_xi.clone()
         else:
             delta, xi = current_delta, current_xi
         theta = torch.minimum(delta, xi) if self.use_xi else delta
         positive = sim.diagonal().unsqueeze(1)
-        push = (partial_sim - positive + theta).clamp_min(0).mean()
+        push = masked_mean((partial_sim - positive + theta).clamp_min(0), mask)
         if self.use_pull:
-            pull = (hardest_negative_text(sim).unsqueeze(1) - partial_sim).clamp_min(0).mean()
+            pull = masked_mean((hardest_negative_text(sim).unsqueeze(1) - partial_sim).clamp_min(0), mask)
         else:
             pull = torch.zeros((), device=sim.device, dtype=sim.dtype)
-        if self.training:
+        if self.training and bool(mask.any()):  # a step without partial queries leaves the state alone
             self.prev_delta.copy_(current_delta)
             self.prev_xi.copy_(current_xi)
             self.has_prev.fill_(True)

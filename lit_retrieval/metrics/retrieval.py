@@ -9,6 +9,14 @@ from torchmetrics.utilities import dim_zero_cat
 from lit_retrieval.metrics.ranking import Ties, retrieval_metrics
 
 
+def first_occurrence(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sorted unique `ids` and, for each, the position of its first occurrence in `ids`."""
+    unique, inverse = torch.unique(ids, return_inverse=True)
+    first = torch.full((len(unique),), len(ids), device=ids.device, dtype=torch.long)
+    first = first.scatter_reduce(0, inverse, torch.arange(len(ids), device=ids.device), reduce="amin")
+    return unique, first
+
+
 class RetrievalMetrics(Metric):
     """Accumulates rows of the text x gallery score matrix and computes R@1/5/10, Rsum, MdR, MnR
     in both directions (see `lit_retrieval.metrics.ranking`).
@@ -41,7 +49,5 @@ class RetrievalMetrics(Metric):
         scores = dim_zero_cat(self.scores)
         targets = dim_zero_cat(self.targets)
         ids = dim_zero_cat(self.query_ids)
-        unique, inverse = torch.unique(ids, return_inverse=True)
-        first = torch.full((len(unique),), len(ids), device=ids.device, dtype=torch.long)
-        first = first.scatter_reduce(0, inverse, torch.arange(len(ids), device=ids.device), reduce="amin")
+        _, first = first_occurrence(ids)
         return retrieval_metrics(scores[first], targets[first], self.ties)

@@ -1,4 +1,6 @@
+from lit_retrieval.metrics.analyses import EvalAnalyses
 from lit_retrieval.modules.dual_encoder import DualEncoderRetrieval
+from lit_retrieval.modules.multi_event import MEAConfig
 from lit_retrieval.modules.optim import OptimConfig
 
-__all__ = ["DualEncoderRetrieval", "OptimConfig"]
+__all__ = ["DualEncoderRetrieval", "EvalAnalyses", "MEAConfig", "OptimConfig"]

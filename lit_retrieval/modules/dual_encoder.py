@@ -1,13 +1,17 @@
-"""`DualEncoderRetrieval`: any encoder + any similarity head, trained with symmetric InfoNCE.
+"""`DualEncoderRetrieval`: any encoder + any similarity head, trained with symmetric InfoNCE and,
+optionally, the MEA loss.
 
-Training: L_std of MELON Eq. 2 on the batch's text x video logits. Multi-event queries are the
-concatenated event descriptions (MELON Sec. 4.2) or, with `query_mode="events"`, each event
-encoded alone and the features mean-pooled (MELON Tab. 5).
+Training: L_std of MELON Eq. 2 on the batch's text x video logits, plus lambda * L_mea (Eq. 9)
+when `mea` is set: the batch's partial queries go through the text encoder in the same call as
+the full queries, and the videos are encoded once. Multi-event queries are the concatenated event
+descriptions (MELON Sec. 4.2) or, with `query_mode="events"`, each event encoded alone and the
+features mean-pooled (MELON Tab. 5).
 
 Evaluation: every query and video of the split is encoded once; the video representations of all
 processes are gathered into one gallery (duplicates from distributed padding removed, ordered by
 dataset index), each process scores its own queries against it, and `RetrievalMetrics`
-synchronises the rows. Results are logged as `{stage}/t2v/R@1`, ... and kept in `eval_results`.
+synchronises the rows. Results are logged as `{stage}/t2v/R@1`, ... and kept in `eval_results`,
+followed by the analyses `analyses` asks for (Avg-Event R@1, slices, event orders, query modes).
 """
 
 from __future__ import annotations
@@ -18,14 +22,18 @@ import lightning as L
 import torch
 from torch import nn
 
-from lit_retrieval.data.queries import QueryMode, concat_query
+import numpy as np
+
+from lit_retrieval.data.queries import QueryMode, concat_query, reorder_events
 from lit_retrieval.losses.infonce import SymmetricInfoNCE
-from lit_retrieval.metrics.ranking import Ties
-from lit_retrieval.metrics.retrieval import RetrievalMetrics
+from lit_retrieval.metrics.analyses import EvalAnalyses, avg_event_hits, avg_event_metrics, sliced_metrics
+from lit_retrieval.metrics.ranking import Ties, text_to_video_ranks
+from lit_retrieval.metrics.retrieval import RetrievalMetrics, first_occurrence
 from lit_retrieval.models.encoders.base import VideoTextEncoder
 from lit_retrieval.models.features import TextFeatures
-from lit_retrieval.models.heads.base import SimilarityHead
+from lit_retrieval.models.heads.base import SimilarityHead, cat_reps, map_rep
 from lit_retrieval.modules.gather import gather_variable
+from lit_retrieval.modules.multi_event import MEAConfig, MultiEventObjective
 from lit_retrieval.modules.optim import OptimConfig, build_optimizer, build_scheduler, parameter_groups
 
 
@@ -47,16 +55,6 @@ def pool_event_features(features: TextFeatures, counts: list[int]) -> TextFeatur
     return TextFeatures(pooled=pooled, tokens=tokens, mask=mask)
 
 
-def _map_rep(rep: Any, fn) -> Any:
-    return {k: fn(v) for k, v in rep.items()} if isinstance(rep, dict) else fn(rep)
-
-
-def _cat_reps(reps: list[Any]) -> Any:
-    if isinstance(reps[0], dict):
-        return {k: torch.cat([r[k] for r in reps]) for k in reps[0]}
-    return torch.cat(reps)
-
-
 class DualEncoderRetrieval(L.LightningModule):
     """Text-video retrieval with a dual encoder and a swappable similarity head.
 
@@ -65,9 +63,11 @@ class DualEncoderRetrieval(L.LightningModule):
         head: a `SimilarityHead` (e.g. `MeanPHead`).
         query_mode: `concat` (MELON Sec. 4.2) or `events` (per-event encoding + mean, Tab. 5).
         optim: learning rates (backbone vs. new layers), optimiser and warm-up + cosine schedule.
+        mea: add lambda * L_mea to the loss (MELON Eq. 9); `None` trains with L_std alone.
+        analyses: MELON analyses run after evaluation (Avg-Event R@1, slices, event orders, ...).
         average_directions: halve Eq. 2's sum of directions (CLIP4Clip's convention).
         ties: tie rule of the ranking metrics.
-        score_chunk: query rows scored at once during evaluation.
+        score_chunk: query rows encoded and scored at once during evaluation.
         frozen: parameter-name prefixes to freeze (e.g. `encoder.text.model` keeps a pretrained
             text tower fixed while its new projection trains; CLIP4Clip's `freeze_layer_num`).
             A prefix naming a whole submodule also puts it in eval mode (no dropout).
@@ -79,6 +79,8 @@ class DualEncoderRetrieval(L.LightningModule):
         head: SimilarityHead,
         query_mode: QueryMode = "concat",
         optim: OptimConfig | None = None,
+        mea: MEAConfig | None = None,
+        analyses: EvalAnalyses | None = None,
         average_directions: bool = False,
         ties: Ties = "optimistic",
         score_chunk: int = 1024,
@@ -93,6 +95,9 @@ class DualEncoderRetrieval(L.LightningModule):
         self.query_mode = query_mode
         self.optim = optim or OptimConfig()
         self.loss_fn = SymmetricInfoNCE(average_directions)
+        self.mea = MultiEventObjective(mea) if mea is not None else None
+        self.analyses = analyses
+        self.ties = ties
         self.metrics = nn.ModuleDict({stage: RetrievalMetrics(ties) for stage in ("val", "test")})
         self.score_chunk = score_chunk
         self.skipped_videos = 0
@@ -114,16 +119,19 @@ class DualEncoderRetrieval(L.LightningModule):
             if prefix in modules:
                 modules[prefix].eval()
 
-    def encode_queries(self, events: list[list[str]]) -> TextFeatures:
-        if self.query_mode == "concat":
+    def encode_queries(self, events: list[list[str]], mode: QueryMode | None = None) -> TextFeatures:
+        """Text features of multi-event queries, one row per event list."""
+        if (mode or self.query_mode) == "concat":
             return self.encoder.encode_text([concat_query(e) for e in events])
         features = self.encoder.encode_text([d for e in events for d in e])
         return pool_event_features(features, [len(e) for e in events])
 
-    def forward(self, batch: dict[str, Any]) -> tuple[Any, Any]:
-        text = self.head.encode_text(self.encode_queries(batch["events"]))
+    def encode_videos(self, batch: dict[str, Any]) -> Any:
         video = self.encoder.encode_video(batch["frames"], batch["frame_mask"], with_patches=self.head.needs_patches)
-        return text, self.head.encode_video(video)
+        return self.head.encode_video(video)
+
+    def forward(self, batch: dict[str, Any]) -> tuple[Any, Any]:
+        return self.head.encode_text(self.encode_queries(batch["events"])), self.encode_videos(batch)
 
     def _count_skipped(self, batch: dict[str, Any]) -> None:
         if batch["skipped"]:
@@ -131,17 +139,30 @@ class DualEncoderRetrieval(L.LightningModule):
             for message in batch["skipped"]:
                 self.print(f"skipped video: {message}")
 
-    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor | None:
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Any] | None:
         self._count_skipped(batch)
         self.log("data/skipped_videos", float(self.skipped_videos), on_step=True, reduce_fx="max")
-        if len(batch["index"]) < 2:  # nothing to contrast against: skip the step
+        events = batch["events"]
+        size = len(events)
+        if size < 2:  # nothing to contrast against: skip the step
             return None
-        text, video = self(batch)
+        partial = self.mea.partial_queries(events, self.current_epoch, batch_idx, self.global_rank) if self.mea else None
+        text_all = self.head.encode_text(self.encode_queries(events + (partial.events if partial else [])))
+        text = map_rep(text_all, lambda t: t[:size])
+        video = self.encode_videos(batch)
         similarity = self.head.score(text, video)
-        loss = self.loss_fn(self.head.logits(similarity))
-        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["index"]))
-        self.log("train/logit_scale", self.head.logit_scale.detach(), batch_size=len(batch["index"]))
-        return loss
+        loss_std = self.loss_fn(self.head.logits(similarity))
+        loss = loss_std
+        out: dict[str, Any] = {"loss_std": loss_std.detach()}
+        if self.mea is not None and partial is not None:
+            mea = self.mea(self.head, similarity, map_rep(text_all, lambda t: t[size:]), video, partial)
+            loss = loss_std + self.mea.config.weight * mea.loss
+            out.update({f"mea_{k}": getattr(mea, k).detach() for k in ("loss", "push", "pull", "theta", "delta", "xi")})
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite loss at epoch {self.current_epoch} batch {batch_idx}: {out}")
+        self.log("train/loss", loss, prog_bar=True, batch_size=size)
+        self.log("train/logit_scale", self.head.logit_scale.detach(), batch_size=size)
+        return {"loss": loss, **out}
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         self.head.clamp_logit_scale()
@@ -152,29 +173,71 @@ class DualEncoderRetrieval(L.LightningModule):
             return
         text, video = self(batch)
         cache = self._eval_cache.setdefault(stage, [])
-        cache.append((text, video, batch["index"].to(self.device)))
+        cache.append((text, video, batch["index"].to(self.device), batch["events"], batch["duration"].to(self.device)))
 
     def _eval_end(self, stage: str) -> None:
         cache = self._eval_cache.pop(stage, [])
         if not cache:
             return
-        text = _cat_reps([c[0] for c in cache])
-        video = _cat_reps([c[1] for c in cache])
+        text = cat_reps([c[0] for c in cache])
+        video = cat_reps([c[1] for c in cache])
         index = torch.cat([c[2] for c in cache])
-        all_index = gather_variable(self, index)
-        gallery_ids, inverse = torch.unique(all_index, return_inverse=True)
-        first = torch.full((len(gallery_ids),), len(all_index), device=index.device, dtype=torch.long)
-        first = first.scatter_reduce(0, inverse, torch.arange(len(all_index), device=index.device), reduce="amin")
-        gallery = _map_rep(video, lambda t: gather_variable(self, t)[first])
+        events = [e for c in cache for e in c[3]]
+        durations = torch.cat([c[4] for c in cache])
+        gallery_ids, first = first_occurrence(gather_variable(self, index))
+        gallery = map_rep(video, lambda t: gather_variable(self, t)[first])
         targets = torch.searchsorted(gallery_ids, index)
         metric = self.metrics[stage]
+        ranks = []
         for start in range(0, len(index), self.score_chunk):
-            rows = _map_rep(text, lambda t: t[start : start + self.score_chunk])
-            metric.update(self.head.score(rows, gallery), targets[start : start + self.score_chunk], index[start : start + self.score_chunk])
+            rows = slice(start, start + self.score_chunk)
+            scores = self.head.score(map_rep(text, lambda t: t[rows]), gallery)
+            metric.update(scores, targets[rows], index[rows])
+            ranks.append(text_to_video_ranks(scores.float(), targets[rows], self.ties))
         results = metric.compute()
         metric.reset()
+        if self.analyses is not None and stage in self.analyses.stages:
+            results.update(self._analyses(events, index, targets, durations, torch.cat(ranks), gallery))
         self.eval_results[stage] = results
         self.log_dict({f"{stage}/{k}": v for k, v in results.items()}, sync_dist=False)
+
+    def _score_queries(self, events: list[list[str]], gallery: Any, mode: QueryMode | None = None):
+        """Yield (row slice, scores) for `events` encoded as queries, `score_chunk` rows at a time."""
+        for start in range(0, len(events), self.score_chunk):
+            text = self.head.encode_text(self.encode_queries(events[start : start + self.score_chunk], mode))
+            yield slice(start, start + self.score_chunk), self.head.score(text, gallery)
+
+    def _analyses(self, events, index, targets, durations, ranks, gallery) -> dict[str, float]:
+        config = self.analyses
+        assert config is not None
+        num_events = torch.tensor([len(e) for e in events], device=index.device)
+        per_query = {"rank": ranks.to(index.device), "num_events": num_events, "duration": durations.double()}
+        out: dict[str, float] = {}
+        if config.avg_event:
+            singles = [[d] for e in events for d in e]
+            owner = torch.repeat_interleave(torch.arange(len(events), device=index.device), num_events)
+            single_ranks = torch.cat([
+                text_to_video_ranks(scores.float(), targets[owner[rows]], self.ties) for rows, scores in self._score_queries(singles, gallery)
+            ])
+            per_query["avg_event"] = avg_event_hits(single_ranks.to(index.device), owner, len(events))
+        _, first = first_occurrence(gather_variable(self, index))
+        merged = {k: gather_variable(self, v)[first] for k, v in per_query.items()}
+        if config.slices:
+            out.update(sliced_metrics(merged["rank"], merged["num_events"], merged["duration"], config.length_edges))
+        if config.avg_event:
+            out.update(avg_event_metrics(merged["avg_event"], merged["num_events"]))
+        variants: dict[str, tuple[list[list[str]], QueryMode | None]] = {}
+        for order in config.event_orders:
+            reordered = [reorder_events(e, order, np.random.default_rng([config.seed, int(i)])) for e, i in zip(events, index)]
+            variants[f"order/{order}"] = (reordered, None)
+        for mode in config.query_modes:
+            variants[f"query_mode/{mode}"] = (events, mode)
+        for name, (variant_events, mode) in variants.items():
+            metric = RetrievalMetrics(self.ties).to(self.device)
+            for rows, scores in self._score_queries(variant_events, gallery, mode):
+                metric.update(scores, targets[rows], index[rows])
+            out.update({f"{name}/{k}": v for k, v in metric.compute().items()})
+        return out
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         self._eval_step(batch, "val")

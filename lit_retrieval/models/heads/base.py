@@ -11,12 +11,24 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
 
 from lit_retrieval.models.features import TextFeatures, VideoFeatures
+
+
+def map_rep(rep: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """Apply `fn` to a representation: a tensor, or each tensor of a dict (batch first)."""
+    return {k: fn(v) for k, v in rep.items()} if isinstance(rep, dict) else fn(rep)
+
+
+def cat_reps(reps: list[Any]) -> Any:
+    """Concatenate representations along the batch."""
+    if isinstance(reps[0], dict):
+        return {k: torch.cat([r[k] for r in reps]) for k in reps[0]}
+    return torch.cat(reps)
 
 
 class SimilarityHead(nn.Module, ABC):
@@ -39,6 +51,11 @@ class SimilarityHead(nn.Module, ABC):
     @abstractmethod
     def score(self, text_rep: Any, video_rep: Any) -> torch.Tensor:
         """Similarity matrix `[N_text, N_video]`."""
+
+    def score_pairs(self, text_rep: Any, video_rep: Any) -> torch.Tensor:
+        """Scores of aligned rows `[N]`: text n vs video n (e.g. MEA's video-partial query pairs).
+        This generic version takes the diagonal of `score`; heads with a cheaper form override it."""
+        return self.score(text_rep, video_rep).diagonal()
 
     def logits(self, similarity: torch.Tensor) -> torch.Tensor:
         """InfoNCE logits `s * exp(logit_scale)`."""

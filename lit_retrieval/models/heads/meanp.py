@@ -29,3 +29,6 @@ class MeanPHead(SimilarityHead):
 
     def score(self, text_rep: torch.Tensor, video_rep: torch.Tensor) -> torch.Tensor:
         return text_rep @ video_rep.t()
+
+    def score_pairs(self, text_rep: torch.Tensor, video_rep: torch.Tensor) -> torch.Tensor:
+        return (text_rep * video_rep).sum(-1)

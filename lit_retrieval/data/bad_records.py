@@ -1,0 +1,57 @@
+"""The bad-record policy shared by every annotation parser: `raise` stops at the first malformed
+record with an `AnnotationError` naming the file, the record and the reason; `skip` drops the
+record, keeps the error, and lets the caller report how many were dropped and why."""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, Literal, TypeVar
+
+from lit_retrieval.data.records import AnnotationError, VideoRecord
+
+BadRecordPolicy = Literal["raise", "skip"]
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+
+class RecordCollector:
+    """Applies a `BadRecordPolicy` while a parser turns raw records into `VideoRecord`s."""
+
+    def __init__(self, policy: BadRecordPolicy = "raise") -> None:
+        if policy not in ("raise", "skip"):
+            raise ValueError(f"on_bad_record must be 'raise' or 'skip', got {policy!r}")
+        self.policy = policy
+        self.dropped: list[AnnotationError] = []
+
+    def reject(self, error: AnnotationError) -> None:
+        """Raise `error`, or record it as dropped."""
+        if self.policy == "raise":
+            raise error
+        self.dropped.append(error)
+
+    def parse(self, fn: Callable[..., T], *args) -> T | None:
+        """`fn(*args)`, or `None` when it raises an `AnnotationError` under the skip policy."""
+        try:
+            return fn(*args)
+        except AnnotationError as err:
+            self.reject(err)
+            return None
+
+    def unique(self, videos: list[VideoRecord], source: str) -> list[VideoRecord]:
+        """Drop (or raise on) repeated video ids; the first occurrence stays."""
+        seen: set[str] = set()
+        kept = []
+        for video in videos:
+            if video.video_id in seen:
+                self.reject(AnnotationError(source, video.video_id, "duplicate video_id"))
+                continue
+            seen.add(video.video_id)
+            kept.append(video)
+        return kept
+
+    def report(self, what: str, limit: int = 5) -> None:
+        """Log how many records were dropped, with the first reasons."""
+        if self.dropped:
+            reasons = "; ".join(str(e) for e in self.dropped[:limit])
+            more = f" (and {len(self.dropped) - limit} more)" if len(self.dropped) > limit else ""
+            log.warning("dropped %d bad records from %s: %s%s", len(self.dropped), what, reasons, more)

@@ -1,0 +1,127 @@
+"""DataModules of the public multi-event datasets: MELON, ActivityNet Captions and DiDeMo.
+
+Each reads its own annotation layout (see the parser modules) into the shared records; batching,
+splits, frame sampling and the bad-record and bad-video policies come from `VideoTextDataModule`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lit_retrieval.data.activitynet import ActivityNetParser
+from lit_retrieval.data.bad_records import RecordCollector
+from lit_retrieval.data.datamodule import VideoTextDataModule
+from lit_retrieval.data.didemo import DiDeMoParser
+from lit_retrieval.data.melon import MelonFields, MelonParser
+from lit_retrieval.data.records import VideoRecord
+from lit_retrieval.data.video import video_duration
+
+
+class MELONDataModule(VideoTextDataModule):
+    """MELON (multi-event text-to-long-video; 8,400 train / 3,600 test videos).
+
+    Args:
+        annotation: one file whose records carry a split field, or `{split: file}`.
+        fields: key names of the release (matched case-insensitively).
+        video_ext: extension of `{video_id}{video_ext}` for records without a path.
+        probe_durations: read a missing duration from the video file's header.
+        **kwargs: the common options of `VideoTextDataModule` (MEA needs `min_events: 2`).
+    """
+
+    def __init__(
+        self,
+        annotation: str | dict[str, str],
+        fields: MelonFields | None = None,
+        video_ext: str = ".mp4",
+        probe_durations: bool = True,
+        **kwargs,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.files = {None: Path(annotation)} if isinstance(annotation, str) else {k: Path(v) for k, v in annotation.items()}
+        self.fields = fields
+        self.video_ext = video_ext
+        self.probe_durations = probe_durations
+
+    @property
+    def source(self) -> str:
+        return ", ".join(str(f) for f in self.files.values())
+
+    def default_video_root(self) -> Path:
+        return next(iter(self.files.values())).parent
+
+    def load_records(self, collector: RecordCollector) -> list[VideoRecord]:
+        root = self.video_root or self.default_video_root()
+        prober = (lambda path: video_duration(root / path)) if self.probe_durations else None
+        parser = MelonParser(self.fields, self.video_ext, prober)
+        records = [r for split, path in self.files.items() for r in parser.load(path, split, collector)]
+        return collector.unique(records, self.source)
+
+
+class ActivityNetDataModule(VideoTextDataModule):
+    """ActivityNet Captions, paragraph-to-video (test = `val_1`, as CLIP4Clip and SALI).
+
+    Args:
+        annotation_dir: folder of `train.json`, `val_1.json`, `val_2.json`.
+        split_files: file of each split name.
+        strip_prefix: look for `{id without "v_"}.ext` (CLIP4Clip) instead of `v_{id}.ext` (MeVTR).
+        video_exts: extensions tried in turn for each video file.
+        fix_timestamps: repair reversed, zero-length and past-the-end timestamps (CLIP4Clip's
+            rule) instead of counting those videos as bad records.
+        **kwargs: the common options of `VideoTextDataModule`.
+    """
+
+    def __init__(
+        self,
+        annotation_dir: str,
+        split_files: dict[str, str] | None = None,
+        strip_prefix: bool = True,
+        video_exts: list[str] | None = None,
+        fix_timestamps: bool = False,
+        **kwargs,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.annotation_dir = Path(annotation_dir)
+        self.split_files = split_files or {"train": "train.json", "test": "val_1.json"}
+        self.strip_prefix = strip_prefix
+        self.video_exts = tuple(video_exts or (".mp4", ".mkv", ".webm"))
+        self.fix_timestamps = fix_timestamps
+
+    @property
+    def source(self) -> str:
+        return str(self.annotation_dir)
+
+    def default_video_root(self) -> Path:
+        return self.annotation_dir
+
+    def load_records(self, collector: RecordCollector) -> list[VideoRecord]:
+        parser = ActivityNetParser(self.video_root or self.default_video_root(), self.strip_prefix, self.video_exts, self.fix_timestamps)
+        records = [r for split, name in self.split_files.items() for r in parser.load(self.annotation_dir / name, split, collector)]
+        return records
+
+
+class DiDeMoDataModule(VideoTextDataModule):
+    """DiDeMo, paragraph-to-video over the annotated window.
+
+    Args:
+        annotation_dir: folder of `train_data.json`, `val_data.json`, `test_data.json`.
+        split_files: file of each split name.
+        video_ext: replace the extension of the `video` field (e.g. `.mp4` after transcoding).
+        **kwargs: the common options of `VideoTextDataModule`.
+    """
+
+    def __init__(self, annotation_dir: str, split_files: dict[str, str] | None = None, video_ext: str | None = None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.annotation_dir = Path(annotation_dir)
+        self.split_files = split_files or {"train": "train_data.json", "val": "val_data.json", "test": "test_data.json"}
+        self.video_ext = video_ext
+
+    @property
+    def source(self) -> str:
+        return str(self.annotation_dir)
+
+    def default_video_root(self) -> Path:
+        return self.annotation_dir
+
+    def load_records(self, collector: RecordCollector) -> list[VideoRecord]:
+        parser = DiDeMoParser(self.video_ext)
+        return [r for split, name in self.split_files.items() for r in parser.load(self.annotation_dir / name, split, collector)]

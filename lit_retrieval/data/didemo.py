@@ -1,0 +1,97 @@
+"""DiDeMo for paragraph-to-video retrieval (formats spec A3).
+
+`{train,val,test}_data.json` are lists of moment annotations: `annotation_id`, `description`,
+`video` (file name), `times` (one `[start_chunk, end_chunk]` per annotator; 5-second chunks with
+an inclusive end) and `num_segments` (chunks annotated, 6 for 30 s). As in CLIP4Clip, a moment's
+interval is the annotators' mean start and end chunk in seconds (`5 * s` to `5 * (e + 1)`), and a
+video's query concatenates its descriptions, here ordered by start time, then file order. The
+duration is the annotated window (`5 * num_segments` s).
+
+Files are matched literally by `video` (extension included), unless `video_ext` replaces the
+extension (e.g. after transcoding to mp4). A bad moment (empty description, chunks out of range,
+end before start) raises `AnnotationError` naming its `annotation_id`, or under `skip` is dropped
+alone; the video stays with its other moments.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from lit_retrieval.data.bad_records import RecordCollector
+from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, checked_interval
+
+CHUNK_SECONDS = 5.0
+
+
+def _chunk_pairs(times: Any, num_segments: int, source: str, record: str) -> list[tuple[int, int]]:
+    if not isinstance(times, list) or not times:
+        raise AnnotationError(source, record, "'times' must be a non-empty list of [start_chunk, end_chunk]")
+    pairs = []
+    for pair in times:
+        if not isinstance(pair, list) or len(pair) != 2 or not all(isinstance(c, int) and not isinstance(c, bool) for c in pair):
+            raise AnnotationError(source, record, f"time {pair!r} is not [start_chunk, end_chunk] (integers)")
+        start, end = pair
+        if start < 0 or end < start:
+            raise AnnotationError(source, record, f"chunks {pair} need 0 <= start <= end")
+        if end >= num_segments:
+            raise AnnotationError(source, record, f"chunk {end} is past the video's {num_segments} segments")
+        pairs.append((start, end))
+    return pairs
+
+
+class DiDeMoParser:
+    """Turns DiDeMo files into `VideoRecord`s, one per video."""
+
+    def __init__(self, video_ext: str | None = None) -> None:
+        self.video_ext = video_ext
+
+    def load(self, path: str | Path, split: str, collector: RecordCollector | None = None) -> list[VideoRecord]:
+        collector = collector or RecordCollector()
+        source = str(path)
+        try:
+            data = json.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise AnnotationError(source, "-", "annotation file not found") from None
+        except json.JSONDecodeError as err:
+            raise AnnotationError(source, "-", f"not valid JSON ({err})") from None
+        if not isinstance(data, list):
+            raise AnnotationError(source, "-", "expected a list of moment annotations")
+        moments: dict[str, list[tuple[Event, int]]] = defaultdict(list)
+        windows: dict[str, float] = {}
+        for position, raw in enumerate(data):
+            parsed = collector.parse(self.parse_moment, raw, source, position)
+            if parsed is not None:
+                video, event, window = parsed
+                moments[video].append((event, position))
+                windows[video] = max(windows.get(video, 0.0), window)
+        return [self._video(video, items, windows[video], split) for video, items in moments.items()]
+
+    def parse_moment(self, raw: Any, source: str, position: int) -> tuple[str, Event, float]:
+        if not isinstance(raw, dict):
+            raise AnnotationError(source, f"#{position}", "an annotation must be an object")
+        record = f"annotation {raw.get('annotation_id', f'#{position}')}"
+        for key in ("description", "video", "times"):
+            if key not in raw:
+                raise AnnotationError(source, record, f"missing field {key!r}")
+        description, video = raw["description"], raw["video"]
+        if not isinstance(description, str) or not description.strip():
+            raise AnnotationError(source, record, "empty description")
+        if not isinstance(video, str) or not video:
+            raise AnnotationError(source, record, "'video' must be a file name")
+        num_segments = raw.get("num_segments", 6)
+        if not isinstance(num_segments, int) or num_segments < 1:
+            raise AnnotationError(source, record, f"num_segments must be a positive integer, got {num_segments!r}")
+        pairs = _chunk_pairs(raw["times"], num_segments, source, record)
+        window = CHUNK_SECONDS * num_segments
+        start = CHUNK_SECONDS * sum(s for s, _ in pairs) / len(pairs)
+        end = CHUNK_SECONDS * (sum(e for _, e in pairs) / len(pairs) + 1)
+        interval = checked_interval(start, end, window, source, record)
+        return video, Event(description.strip(), (interval,), event_id=str(raw.get("annotation_id", ""))), window
+
+    def _video(self, video: str, items: list[tuple[Event, int]], window: float, split: str) -> VideoRecord:
+        ordered = tuple(event for event, _ in sorted(items, key=lambda item: (item[0].start, item[0].end, item[1])))
+        path = str(PurePosixPath(video).with_suffix(self.video_ext)) if self.video_ext else video
+        return VideoRecord(video_id=video, path=path, duration=window, split=split, events=ordered)
