@@ -74,3 +74,21 @@ def test_eval_mode_does_not_move_the_threshold():
     mea.eval()
     mea(SIM * 0.1, PARTIAL * 0.1)
     assert torch.equal(mea.prev_delta, before)
+
+
+def test_masked_slots_are_left_out_of_every_mean():
+    sim = SIM.double()
+    wide = torch.cat([PARTIAL.double(), torch.full((3, 1), 5.0, dtype=torch.double)], 1)  # junk in slot 2
+    mask = torch.tensor([[True, True, False]] * 3)
+    masked = MEALoss()(sim, wide, mask)
+    plain = MEALoss()(sim, PARTIAL.double())
+    for key in ("loss", "push", "pull", "theta", "delta", "xi"):
+        assert getattr(masked, key).item() == pytest.approx(getattr(plain, key).item())
+
+
+def test_a_step_without_partial_queries_keeps_the_state():
+    mea = MEALoss()
+    mea(SIM, PARTIAL)
+    before = (mea.prev_delta.clone(), mea.prev_xi.clone())
+    out = mea(SIM, PARTIAL, torch.zeros_like(PARTIAL, dtype=torch.bool))
+    assert out.loss.item() == 0.0 and torch.equal(mea.prev_delta, before[0]) and torch.equal(mea.prev_xi, before[1])

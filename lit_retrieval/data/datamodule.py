@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from lit_retrieval.data.annotations import load_annotations
 from lit_retrieval.data.bad_records import BadRecordPolicy, RecordCollector
@@ -90,6 +90,27 @@ def collate_items(items: list[dict[str, Any]]) -> dict[str, Any]:
     return batch
 
 
+class EpochShuffle(Sampler[int]):
+    """A random order that depends only on (seed, epoch), so a resumed run sees the same batches
+    as an uninterrupted one. Lightning calls `set_epoch` at every epoch start; under DDP it shards
+    this order with its `DistributedSamplerWrapper`, which forwards `set_epoch` here."""
+
+    def __init__(self, size: int, seed: int = 0) -> None:
+        self.size = size
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
+        return iter(torch.randperm(self.size, generator=generator).tolist())
+
+    def __len__(self) -> int:
+        return self.size
+
+
 @dataclass
 class SyntheticSpec:
     """Make the synthetic corpus in the annotation's folder when the annotation is missing."""
@@ -115,6 +136,7 @@ class VideoTextDataModule(L.LightningDataModule, ABC):
         on_bad_record: `raise` on the first malformed annotation record, or `skip` it (counted
             in `dropped_records` and logged with the reasons).
         min_events: a video with fewer events is a bad record (2 where MEA needs partial queries).
+        shuffle_seed: seed of the training order (with the epoch; see `EpochShuffle`).
     """
 
     def __init__(
@@ -134,6 +156,7 @@ class VideoTextDataModule(L.LightningDataModule, ABC):
         mean: tuple[float, float, float] = CLIP_MEAN,
         std: tuple[float, float, float] = CLIP_STD,
         seek_threshold: float = 1.0,
+        shuffle_seed: int = 0,
     ) -> None:
         super().__init__()
         if on_bad_video not in ("raise", "skip"):
@@ -153,6 +176,7 @@ class VideoTextDataModule(L.LightningDataModule, ABC):
         self.min_events = min_events
         self.normalize = NormalizeFrames(mean, std)
         self.seek_threshold = seek_threshold
+        self.shuffle_seed = shuffle_seed
         self.datasets: dict[str, MultiEventDataset] = {}
         self.dropped_records: list[AnnotationError] = []
 
@@ -194,10 +218,11 @@ class VideoTextDataModule(L.LightningDataModule, ABC):
     def _loader(self, role: str, train: bool) -> DataLoader:
         if role not in self.datasets:
             raise ValueError(f"no {role} split configured (set data.{role}_split)")
+        dataset = self.datasets[role]
         return DataLoader(
-            self.datasets[role],
+            dataset,
             batch_size=self.batch_size if train else self.eval_batch_size,
-            shuffle=train,
+            sampler=EpochShuffle(len(dataset), self.shuffle_seed) if train else None,
             drop_last=train,
             num_workers=self.num_workers,
             collate_fn=collate_items,

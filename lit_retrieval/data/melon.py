@@ -126,8 +126,8 @@ class MelonParser:
         self.video_ext = video_ext
         self.duration_of = duration_of
 
-    def load(self, path: str | Path, default_split: str | None = None, collector: RecordCollector | None = None) -> list[VideoRecord]:
-        """Records of one file; `default_split` for records without a split field."""
+    def load(self, path: str | Path, split: str | None = None, collector: RecordCollector | None = None) -> list[VideoRecord]:
+        """Records of one file; `split` (a file per split) overrides the records' split field."""
         collector = collector or RecordCollector()
         source = str(path)
         try:
@@ -137,12 +137,12 @@ class MelonParser:
         except json.JSONDecodeError as err:
             raise AnnotationError(source, "-", f"not valid JSON ({err})") from None
         videos = [
-            collector.parse(self.parse_video, outer_id, raw, source, position, default_split)
+            collector.parse(self.parse_video, outer_id, raw, source, position, split)
             for position, (outer_id, raw) in enumerate(_records(data, source))
         ]
         return collector.unique([v for v in videos if v is not None], source)
 
-    def parse_video(self, outer_id: str | None, raw: Any, source: str, position: int, default_split: str | None) -> VideoRecord:
+    def parse_video(self, outer_id: str | None, raw: Any, source: str, position: int, file_split: str | None) -> VideoRecord:
         f = self.fields
         if isinstance(raw, list):
             raw = {f.events[0]: raw}
@@ -154,7 +154,7 @@ class MelonParser:
         if not video_id:
             raise AnnotationError(source, record, f"missing field {f.video_id!r}")
         path = str(keys.get(f.path.lower()) or f"{video_id}{self.video_ext}")
-        split = keys.get(f.split.lower(), default_split)
+        split = file_split or keys.get(f.split.lower())
         if not split:
             raise AnnotationError(source, record, f"missing field {f.split!r} (or give one file per split)")
         duration = self._duration(keys.get(f.duration.lower()), path, source, record)

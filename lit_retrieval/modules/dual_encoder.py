@@ -36,6 +36,10 @@ from lit_retrieval.modules.gather import gather_variable
 from lit_retrieval.modules.multi_event import MEAConfig, MultiEventObjective
 from lit_retrieval.modules.optim import OptimConfig, build_optimizer, build_scheduler, parameter_groups
 
+# The config dataclasses sit in the checkpoint's hyper-parameters; allow them under torch.load's
+# default weights_only=True, so resuming needs no unsafe unpickling.
+torch.serialization.add_safe_globals([OptimConfig, MEAConfig, EvalAnalyses])
+
 
 def pool_event_features(features: TextFeatures, counts: list[int]) -> TextFeatures:
     """Per-event features -> one query each: mean of the pooled vectors (MELON Tab. 5 "event
