@@ -9,7 +9,7 @@ EXTRAS ?= dev
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install quickstart test bench clean
+.PHONY: install quickstart quickstart-mea test bench mea-comparison clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -24,11 +24,20 @@ quickstart: $(STAMP)
 	$(VENV)/bin/lit-retrieval test --config configs/quickstart.yaml --trainer.logger.init_args.version test \
 		--ckpt_path runs/quickstart/checkpoints/last.ckpt
 
+quickstart-mea: $(STAMP)
+	$(VENV)/bin/lit-retrieval fit --config configs/quickstart_mea.yaml
+	$(VENV)/bin/lit-retrieval test --config configs/quickstart_mea.yaml --trainer.logger.init_args.version test \
+		--ckpt_path runs/quickstart_mea/logs/fit/checkpoints/last.ckpt
+
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+# speed benchmarks (minutes); the MEA comparison on the synthetic corpus is a training sweep (hours)
 bench: $(STAMP)
-	for b in benchmarks/*.py; do $(PY) $$b; done
+	for b in frame_sampling metrics_speed mea_step; do $(PY) benchmarks/$$b.py; done
+
+mea-comparison: $(STAMP)
+	$(PY) benchmarks/mea_synthetic.py --seeds 0 1 2 --variants baseline mea
 
 clean:
 	rm -rf $(VENV) runs data/synthetic

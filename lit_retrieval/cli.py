@@ -40,6 +40,14 @@ class RetrievalCLI(LightningCLI):
             run=run,
         )
 
+    def _prepare_subcommand_parser(self, klass: type, subcommand: str, **kwargs):
+        # MetricsReport prints the retrieval table; Lightning's own one-row-per-key table of the
+        # same numbers (dozens of rows with the analyses) is off unless `--verbose true`.
+        parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
+        if subcommand in ("validate", "test"):
+            parser.set_defaults(verbose=False)
+        return parser
+
     def init_parser(self, **kwargs) -> ExplainingArgumentParser:
         kwargs.setdefault("dump_header", [f"lit-retrieval {__version__}"])
         parser = ExplainingArgumentParser(**kwargs)

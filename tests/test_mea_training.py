@@ -110,6 +110,19 @@ def test_resumed_run_continues_with_the_same_threshold(tmp_path, corpus, tiny_cl
     assert code.value.code == 0 and out.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_curves_reach_tensorboard(tmp_path, corpus, tiny_clip):
+    from lightning.pytorch.loggers import TensorBoardLogger
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    logger = TensorBoardLogger(tmp_path, name="tb", version="v")
+    _, curves = run_fit(tmp_path, corpus, tiny_clip, max_epochs=1, logger=logger)
+    events = EventAccumulator(str(tmp_path / "tb" / "v"))
+    events.Reload()
+    thetas = [e.value for e in events.Scalars("train/mea/theta")]
+    assert thetas == pytest.approx([s["mea_theta"] for s in curves.steps], abs=1e-6)
+    assert {"train/mea/push", "train/mea/pull", "train/mea/xi", "train/loss_std"} <= set(events.Tags()["scalars"])
+
+
 def brute_force_ranks(module, data, queries_of):
     """t2v rank of each test video's query list (built by `queries_of(events, index)`), one query at a time."""
     records = data.datasets["test"].records
