@@ -14,19 +14,11 @@ the video as bad. Paragraph retrieval does not use the timestamps, so repairing 
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 from typing import Any
 
 from lit_retrieval.data.bad_records import RecordCollector
-from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, checked_interval
-
-
-def _seconds(value: Any, source: str, record: str, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise AnnotationError(source, record, f"{what} must be a finite number, got {value!r}")
-    return float(value)
+from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, checked_interval, finite_number, read_json
 
 
 def repair_interval(start: float, end: float, duration: float) -> tuple[float, float]:
@@ -58,12 +50,7 @@ class ActivityNetParser:
     def load(self, path: str | Path, split: str, collector: RecordCollector | None = None) -> list[VideoRecord]:
         collector = collector or RecordCollector()
         source = str(path)
-        try:
-            data = json.loads(Path(path).read_text())
-        except FileNotFoundError:
-            raise AnnotationError(source, "-", "annotation file not found") from None
-        except json.JSONDecodeError as err:
-            raise AnnotationError(source, "-", f"not valid JSON ({err})") from None
+        data = read_json(path)
         if not isinstance(data, dict):
             raise AnnotationError(source, "-", "expected an object keyed by video id")
         videos = [collector.parse(self.parse_video, str(vid), raw, source, split) for vid, raw in data.items()]
@@ -75,7 +62,7 @@ class ActivityNetParser:
         for key in ("duration", "timestamps", "sentences"):
             if key not in raw:
                 raise AnnotationError(source, video_id, f"missing field {key!r}")
-        duration = _seconds(raw["duration"], source, video_id, "duration")
+        duration = finite_number(raw["duration"], source, video_id, "duration")
         if duration <= 0:
             raise AnnotationError(source, video_id, f"duration must be positive, got {duration:g}")
         sentences, timestamps = raw["sentences"], raw["timestamps"]
@@ -90,7 +77,7 @@ class ActivityNetParser:
                 raise AnnotationError(source, where, "empty sentence")
             if not isinstance(stamp, list) or len(stamp) != 2:
                 raise AnnotationError(source, where, f"timestamp {stamp!r} is not [start, end]")
-            start, end = (_seconds(t, source, where, "timestamp") for t in stamp)
+            start, end = (finite_number(t, source, where, "timestamp") for t in stamp)
             if self.fix_timestamps:
                 fixed = repair_interval(start, end, duration)
                 self.repaired += fixed != (start, end)

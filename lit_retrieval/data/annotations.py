@@ -19,22 +19,15 @@ and the record.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from lit_retrieval.data.bad_records import RecordCollector
-from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, checked_interval
+from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, checked_interval, finite_number, read_json
 
 FORMAT_NAME = "lit-retrieval/multi-event"
 FORMAT_VERSION = 1
-
-
-def _number(value: Any, source: str, record: str, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise AnnotationError(source, record, f"{what} must be a finite number, got {value!r}")
-    return float(value)
 
 
 def _parse_intervals(raw: dict, duration: float, source: str, record: str) -> tuple:
@@ -50,12 +43,12 @@ def _parse_intervals(raw: dict, duration: float, source: str, record: str) -> tu
     for pair in pairs:
         if not isinstance(pair, (list, tuple)) or len(pair) != 2:
             raise AnnotationError(source, record, f"interval {pair!r} is not [start, end]")
-        start = _number(pair[0], source, record, "interval start")
-        end = _number(pair[1], source, record, "interval end")
+        start = finite_number(pair[0], source, record, "interval start")
+        end = finite_number(pair[1], source, record, "interval end")
         intervals.append(checked_interval(start, end, duration, source, record))
     if "intervals" in raw and "start" in raw and "end" in raw:
         span = (min(s for s, _ in intervals), max(e for _, e in intervals))
-        given = (_number(raw["start"], source, record, "start"), _number(raw["end"], source, record, "end"))
+        given = (finite_number(raw["start"], source, record, "start"), finite_number(raw["end"], source, record, "end"))
         if any(abs(a - b) > 1e-3 for a, b in zip(span, given)):
             raise AnnotationError(source, record, f"start/end {given} disagree with the intervals' span {span}")
     return tuple(sorted(intervals))
@@ -70,7 +63,7 @@ def parse_video(raw: Any, source: str, position: int) -> VideoRecord:
     for key in ("video_id", "path", "duration", "split", "events"):
         if key not in raw:
             raise AnnotationError(source, record, f"missing field {key!r}")
-    duration = _number(raw["duration"], source, record, "duration")
+    duration = finite_number(raw["duration"], source, record, "duration")
     if duration <= 0:
         raise AnnotationError(source, record, f"duration must be positive, got {duration}")
     if not isinstance(raw["events"], list) or not raw["events"]:
@@ -91,7 +84,7 @@ def parse_video(raw: Any, source: str, position: int) -> VideoRecord:
                 event_id=str(event.get("event_id", "")),
             )
         )
-    cuts = tuple(_number(c, source, record, "cut time") for c in raw.get("cuts", []))
+    cuts = tuple(finite_number(c, source, record, "cut time") for c in raw.get("cuts", []))
     return VideoRecord(
         video_id=str(video_id),
         path=str(raw["path"]),
@@ -109,12 +102,7 @@ def load_annotations(path: str | Path, collector: RecordCollector | None = None)
     collector = collector or RecordCollector()
     path = Path(path)
     source = str(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise AnnotationError(source, "-", "annotation file not found") from None
-    except json.JSONDecodeError as err:
-        raise AnnotationError(source, "-", f"not valid JSON ({err})") from None
+    data = read_json(path)
     if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
         raise AnnotationError(source, "-", f"not a {FORMAT_NAME!r} file (missing or wrong 'format')")
     if data.get("version") != FORMAT_VERSION:

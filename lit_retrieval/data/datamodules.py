@@ -6,6 +6,7 @@ splits, frame sampling and the bad-record and bad-video policies come from `Vide
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from pathlib import Path
 
 from lit_retrieval.data.activitynet import ActivityNetParser
@@ -57,7 +58,31 @@ class MELONDataModule(VideoTextDataModule):
         return collector.unique(records, self.source)
 
 
-class ActivityNetDataModule(VideoTextDataModule):
+class SplitFilesDataModule(VideoTextDataModule, ABC):
+    """A dataset released as one annotation file per split in one folder."""
+
+    def __init__(self, annotation_dir: str, split_files: dict[str, str], **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.annotation_dir = Path(annotation_dir)
+        self.split_files = split_files
+
+    @property
+    def source(self) -> str:
+        return str(self.annotation_dir)
+
+    def default_video_root(self) -> Path:
+        return self.annotation_dir
+
+    @abstractmethod
+    def parser(self) -> ActivityNetParser | DiDeMoParser:
+        """The parser of this dataset's files."""
+
+    def load_records(self, collector: RecordCollector) -> list[VideoRecord]:
+        parser = self.parser()
+        return [r for split, name in self.split_files.items() for r in parser.load(self.annotation_dir / name, split, collector)]
+
+
+class ActivityNetDataModule(SplitFilesDataModule):
     """ActivityNet Captions, paragraph-to-video (test = `val_1`, as CLIP4Clip and SALI).
 
     Args:
@@ -79,27 +104,16 @@ class ActivityNetDataModule(VideoTextDataModule):
         fix_timestamps: bool = False,
         **kwargs,
     ) -> None:
-        super().__init__(**kwargs)
-        self.annotation_dir = Path(annotation_dir)
-        self.split_files = split_files or {"train": "train.json", "test": "val_1.json"}
+        super().__init__(annotation_dir, split_files or {"train": "train.json", "test": "val_1.json"}, **kwargs)
         self.strip_prefix = strip_prefix
         self.video_exts = tuple(video_exts or (".mp4", ".mkv", ".webm"))
         self.fix_timestamps = fix_timestamps
 
-    @property
-    def source(self) -> str:
-        return str(self.annotation_dir)
-
-    def default_video_root(self) -> Path:
-        return self.annotation_dir
-
-    def load_records(self, collector: RecordCollector) -> list[VideoRecord]:
-        parser = ActivityNetParser(self.video_root or self.default_video_root(), self.strip_prefix, self.video_exts, self.fix_timestamps)
-        records = [r for split, name in self.split_files.items() for r in parser.load(self.annotation_dir / name, split, collector)]
-        return records
+    def parser(self) -> ActivityNetParser:
+        return ActivityNetParser(self.video_root or self.default_video_root(), self.strip_prefix, self.video_exts, self.fix_timestamps)
 
 
-class DiDeMoDataModule(VideoTextDataModule):
+class DiDeMoDataModule(SplitFilesDataModule):
     """DiDeMo, paragraph-to-video over the annotated window.
 
     Args:
@@ -110,18 +124,9 @@ class DiDeMoDataModule(VideoTextDataModule):
     """
 
     def __init__(self, annotation_dir: str, split_files: dict[str, str] | None = None, video_ext: str | None = None, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.annotation_dir = Path(annotation_dir)
-        self.split_files = split_files or {"train": "train_data.json", "val": "val_data.json", "test": "test_data.json"}
+        split_files = split_files or {"train": "train_data.json", "val": "val_data.json", "test": "test_data.json"}
+        super().__init__(annotation_dir, split_files, **kwargs)
         self.video_ext = video_ext
 
-    @property
-    def source(self) -> str:
-        return str(self.annotation_dir)
-
-    def default_video_root(self) -> Path:
-        return self.annotation_dir
-
-    def load_records(self, collector: RecordCollector) -> list[VideoRecord]:
-        parser = DiDeMoParser(self.video_ext)
-        return [r for split, name in self.split_files.items() for r in parser.load(self.annotation_dir / name, split, collector)]
+    def parser(self) -> DiDeMoParser:
+        return DiDeMoParser(self.video_ext)

@@ -15,13 +15,12 @@ alone; the video stays with its other moments.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from lit_retrieval.data.bad_records import RecordCollector
-from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, checked_interval
+from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, checked_interval, read_json
 
 CHUNK_SECONDS = 5.0
 
@@ -51,12 +50,7 @@ class DiDeMoParser:
     def load(self, path: str | Path, split: str, collector: RecordCollector | None = None) -> list[VideoRecord]:
         collector = collector or RecordCollector()
         source = str(path)
-        try:
-            data = json.loads(Path(path).read_text())
-        except FileNotFoundError:
-            raise AnnotationError(source, "-", "annotation file not found") from None
-        except json.JSONDecodeError as err:
-            raise AnnotationError(source, "-", f"not valid JSON ({err})") from None
+        data = read_json(path)
         if not isinstance(data, list):
             raise AnnotationError(source, "-", "expected a list of moment annotations")
         moments: dict[str, list[tuple[Event, int]]] = defaultdict(list)

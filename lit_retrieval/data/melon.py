@@ -19,7 +19,6 @@ the record, or is dropped under the `skip` policy.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from lit_retrieval.data.bad_records import RecordCollector
-from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, checked_interval
+from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, checked_interval, read_json
 
 RANGE = re.compile(r"^\s*([0-9:.]+)\s*(?:-|–|~|to)\s*([0-9:.]+)\s*$")
 
@@ -130,12 +129,7 @@ class MelonParser:
         """Records of one file; `split` (a file per split) overrides the records' split field."""
         collector = collector or RecordCollector()
         source = str(path)
-        try:
-            data = json.loads(Path(path).read_text())
-        except FileNotFoundError:
-            raise AnnotationError(source, "-", "annotation file not found") from None
-        except json.JSONDecodeError as err:
-            raise AnnotationError(source, "-", f"not valid JSON ({err})") from None
+        data = read_json(path)
         videos = [
             collector.parse(self.parse_video, outer_id, raw, source, position, split)
             for position, (outer_id, raw) in enumerate(_records(data, source))

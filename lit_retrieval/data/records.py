@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 
 class AnnotationError(ValueError):
@@ -13,6 +17,23 @@ class AnnotationError(ValueError):
         self.source = source
         self.record = record
         self.reason = reason
+
+
+def read_json(path: str | Path) -> Any:
+    """The parsed JSON of an annotation file; a missing or unparsable file is an `AnnotationError`."""
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise AnnotationError(str(path), "-", "annotation file not found") from None
+    except json.JSONDecodeError as err:
+        raise AnnotationError(str(path), "-", f"not valid JSON ({err})") from None
+
+
+def finite_number(value: Any, source: str, record: str, what: str) -> float:
+    """`value` as a float if it is a finite JSON number, else an `AnnotationError` saying `what`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise AnnotationError(source, record, f"{what} must be a finite number, got {value!r}")
+    return float(value)
 
 
 def checked_interval(start: float, end: float, duration: float | None, source: str, record: str) -> tuple[float, float]:
