@@ -2,6 +2,7 @@
 training curves, and the evaluation analyses against brute-force references."""
 
 import json
+from pathlib import Path
 
 import lightning as L
 import numpy as np
@@ -163,3 +164,20 @@ def test_analyses_match_brute_force(tmp_path, corpus, tiny_clip):
     module.query_mode = "concat"
     _, concat = brute_force_ranks(module, data, lambda events, i: [events])
     assert results["query_mode/concat/t2v/R@1"] == pytest.approx(100 * np.mean(np.array([r[0] for r in concat]) == 1))
+
+
+def test_shipped_mea_quickstart_config_runs_end_to_end(tmp_path, corpus):
+    """configs/quickstart_mea.yaml as shipped (MiniLM text tower, MEA, curves, analyses), on the
+    small test corpus for one epoch."""
+    common = ["--config", str(Path(__file__).resolve().parents[1] / "configs" / "quickstart_mea.yaml"), "--data.init_args.annotation", str(corpus / "annotations.json"),
+              "--data.init_args.synthetic", "null", "--data.init_args.num_workers", "0", "--data.init_args.batch_size", "8",
+              "--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false", "--trainer.logger.init_args.save_dir", str(tmp_path)]
+    main(["fit", *common])
+    main(["test", *common, "--trainer.logger.init_args.version", "test", "--ckpt_path", str(tmp_path / "logs" / "fit" / "checkpoints" / "last.ckpt")])
+    assert (tmp_path / "logs" / "fit" / "training_curves.png").exists()
+    curves = json.loads((tmp_path / "logs" / "fit" / "training_curves.json").read_text())
+    assert len(curves["steps"]) == 2 and "mea_theta" in curves["steps"][0] and "t2v/R@1" in curves["epochs"][0]
+    test = json.loads((tmp_path / "logs" / "test" / "metrics.json").read_text())["test"]
+    expected = {"t2v/R@1", "avg_event/t2v/R@1", "slices/events_3/t2v/R@1", "slices/length_0-18s/n", "order/reversed/v2t/R@1",
+                "order/shuffled/t2v/R@1", "query_mode/events/t2v/R@1"}
+    assert expected <= set(test)
