@@ -16,6 +16,7 @@ followed by the analyses `analyses` asks for (Avg-Event R@1, slices, event order
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import lightning as L
@@ -158,7 +159,7 @@ class DualEncoderRetrieval(L.LightningModule):
         loss_std = self.loss_fn(self.head.logits(similarity))
         loss = loss_std
         out: dict[str, Any] = {"loss_std": loss_std.detach()}
-        if self.mea is not None and partial is not None:
+        if partial is not None:
             mea = self.mea(self.head, similarity, map_rep(text_all, lambda t: t[size:]), video, partial)
             loss = loss_std + self.mea.config.weight * mea.loss
             out.update({f"mea_{k}": getattr(mea, k).detach() for k in ("loss", "push", "pull", "theta", "delta", "xi")})
@@ -205,13 +206,16 @@ class DualEncoderRetrieval(L.LightningModule):
         self.eval_results[stage] = results
         self.log_dict({f"{stage}/{k}": v for k, v in results.items()}, sync_dist=False)
 
-    def _score_queries(self, events: list[list[str]], gallery: Any, mode: QueryMode | None = None):
+    def _score_queries(self, events: list[list[str]], gallery: Any, mode: QueryMode | None = None) -> Iterator[tuple[slice, torch.Tensor]]:
         """Yield (row slice, scores) for `events` encoded as queries, `score_chunk` rows at a time."""
         for start in range(0, len(events), self.score_chunk):
             text = self.head.encode_text(self.encode_queries(events[start : start + self.score_chunk], mode))
             yield slice(start, start + self.score_chunk), self.head.score(text, gallery)
 
-    def _analyses(self, events, index, targets, durations, ranks, gallery) -> dict[str, float]:
+    def _analyses(
+        self, events: list[list[str]], index: torch.Tensor, targets: torch.Tensor, durations: torch.Tensor, ranks: torch.Tensor, gallery: Any
+    ) -> dict[str, float]:
+        """The `EvalAnalyses` of this process's queries against the whole gallery, merged over ranks."""
         config = self.analyses
         assert config is not None
         num_events = torch.tensor([len(e) for e in events], device=index.device)
