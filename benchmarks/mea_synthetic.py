@@ -42,9 +42,10 @@ def run_one(out: Path, variant: str, seed: int, config: Path) -> dict:
               "--trainer.logger.init_args.save_dir", str(out), "--trainer.logger.init_args.name", variant]
     common += VARIANTS[variant] + ([] if variant == "baseline" else [f"{MEA}.seed", str(seed)])
     cli = [sys.executable, "-m", "lit_retrieval"]
-    subprocess.run([*cli, "fit", *common, "--trainer.logger.init_args.version", f"seed{seed}"], cwd=ROOT, check=True)
+    # the runs' own output goes to stderr: stdout carries only the JSON line
+    subprocess.run([*cli, "fit", *common, "--trainer.logger.init_args.version", f"seed{seed}"], cwd=ROOT, check=True, stdout=sys.stderr)
     subprocess.run([*cli, "test", *common, "--trainer.logger.init_args.version", f"seed{seed}-test",
-                    "--ckpt_path", str(fit_dir / "checkpoints" / "last.ckpt")], cwd=ROOT, check=True)
+                    "--ckpt_path", str(fit_dir / "checkpoints" / "last.ckpt")], cwd=ROOT, check=True, stdout=sys.stderr)
     return json.loads(metrics.read_text())["test"]
 
 
