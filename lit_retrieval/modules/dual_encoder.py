@@ -73,6 +73,8 @@ class DualEncoderRetrieval(L.LightningModule):
         average_directions: halve Eq. 2's sum of directions (CLIP4Clip's convention).
         ties: tie rule of the ranking metrics.
         score_chunk: query rows encoded and scored at once during evaluation.
+        eval_memory_mb: pairwise working memory a scoring block may use (pairwise heads such as
+            tightTransf score in blocks of text x video pairs within it).
         frozen: parameter-name prefixes to freeze (e.g. `encoder.text.model` keeps a pretrained
             text tower fixed while its new projection trains; CLIP4Clip's `freeze_layer_num`).
             A prefix naming a whole submodule also puts it in eval mode (no dropout).
@@ -89,6 +91,7 @@ class DualEncoderRetrieval(L.LightningModule):
         average_directions: bool = False,
         ties: Ties = "optimistic",
         score_chunk: int = 1024,
+        eval_memory_mb: int = 2048,
         frozen: list[str] | None = None,
     ) -> None:
         super().__init__()
@@ -97,6 +100,7 @@ class DualEncoderRetrieval(L.LightningModule):
             raise ValueError(f"query_mode must be 'concat' or 'events', got {query_mode!r}")
         self.encoder = encoder
         self.head = head
+        self.head.bind(encoder)
         self.query_mode = query_mode
         self.optim = optim or OptimConfig()
         self.loss_fn = SymmetricInfoNCE(average_directions)
@@ -105,6 +109,7 @@ class DualEncoderRetrieval(L.LightningModule):
         self.ties = ties
         self.metrics = nn.ModuleDict({stage: RetrievalMetrics(ties) for stage in ("val", "test")})
         self.score_chunk = score_chunk
+        self.eval_budget = eval_memory_mb * 2**20
         self.skipped_videos = 0
         self.eval_results: dict[str, dict[str, float]] = {}
         self._eval_cache: dict[str, list] = {}
@@ -196,7 +201,7 @@ class DualEncoderRetrieval(L.LightningModule):
         ranks = []
         for start in range(0, len(index), self.score_chunk):
             rows = slice(start, start + self.score_chunk)
-            scores = self.head.score(map_rep(text, lambda t: t[rows]), gallery)
+            scores = self.head.score_blocks(map_rep(text, lambda t: t[rows]), gallery, self.eval_budget)
             metric.update(scores, targets[rows], index[rows])
             ranks.append(text_to_video_ranks(scores.float(), targets[rows], self.ties))
         results = metric.compute()
@@ -210,7 +215,7 @@ class DualEncoderRetrieval(L.LightningModule):
         """Yield (row slice, scores) for `events` encoded as queries, `score_chunk` rows at a time."""
         for start in range(0, len(events), self.score_chunk):
             text = self.head.encode_text(self.encode_queries(events[start : start + self.score_chunk], mode))
-            yield slice(start, start + self.score_chunk), self.head.score(text, gallery)
+            yield slice(start, start + self.score_chunk), self.head.score_blocks(text, gallery, self.eval_budget)
 
     def _analyses(
         self, events: list[list[str]], index: torch.Tensor, targets: torch.Tensor, durations: torch.Tensor, ranks: torch.Tensor, gallery: Any

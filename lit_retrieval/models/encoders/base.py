@@ -36,3 +36,8 @@ class VideoTextEncoder(nn.Module, ABC):
         The LightningModule gives them the backbone learning rate; everything else (newly
         initialised layers, towers built from a config) trains at the head learning rate.
         """
+
+    def text_blocks(self) -> tuple[list[nn.Module], torch.Tensor] | None:
+        """The text transformer's blocks and position table, for heads that copy them into their
+        temporal modules (CLIP4Clip, baselines spec 0.5); `None` when the encoder has none."""
+        return None

@@ -127,6 +127,12 @@ class CLIPEncoder(VideoTextEncoder):
             patches[mask] = tokens[:, 1:]
         return VideoFeatures(frames=cls, mask=mask, patches=patches)
 
+    def text_blocks(self) -> tuple[list[nn.Module], torch.Tensor] | None:
+        if not isinstance(self.text, CLIPTextTower):
+            return None
+        model = self.text.text_model
+        return list(model.encoder.layers), model.embeddings.position_embedding.weight
+
     def backbone_parameter_names(self) -> set[str]:
         names = set()
         if self.pretrained:

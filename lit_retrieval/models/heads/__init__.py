@@ -1,4 +1,6 @@
 from lit_retrieval.models.heads.base import SimilarityHead
 from lit_retrieval.models.heads.meanp import MeanPHead
+from lit_retrieval.models.heads.seq import SeqLSTMHead, SeqTransfHead
+from lit_retrieval.models.heads.tight import TightTransfHead
 
-__all__ = ["MeanPHead", "SimilarityHead"]
+__all__ = ["MeanPHead", "SeqLSTMHead", "SeqTransfHead", "SimilarityHead", "TightTransfHead"]

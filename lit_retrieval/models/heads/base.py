@@ -16,12 +16,18 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from lit_retrieval.models.encoders.base import VideoTextEncoder
 from lit_retrieval.models.features import TextFeatures, VideoFeatures
 
 
 def map_rep(rep: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
     """Apply `fn` to a representation: a tensor, or each tensor of a dict (batch first)."""
     return {k: fn(v) for k, v in rep.items()} if isinstance(rep, dict) else fn(rep)
+
+
+def rep_len(rep: Any) -> int:
+    """Rows (texts or videos) of a representation."""
+    return len(next(iter(rep.values()))) if isinstance(rep, dict) else len(rep)
 
 
 def cat_reps(reps: list[Any]) -> Any:
@@ -40,6 +46,11 @@ class SimilarityHead(nn.Module, ABC):
         self.logit_scale = nn.Parameter(torch.tensor(float(logit_scale_init)), requires_grad=learn_logit_scale)
         self.max_logit_scale = max_logit_scale
 
+    def bind(self, encoder: VideoTextEncoder) -> None:
+        """Called once by the LightningModule with its encoder, before training or loading a
+        checkpoint: heads with layers of their own build them here at `encoder.embed_dim` (and may
+        copy weights from the encoder). Parameter-free heads need nothing."""
+
     @abstractmethod
     def encode_text(self, text: TextFeatures) -> Any:
         """Text representation (a tensor, or a dict of tensors with the batch first)."""
@@ -56,6 +67,32 @@ class SimilarityHead(nn.Module, ABC):
         """Scores of aligned rows `[N]`: text n vs video n (e.g. MEA's video-partial query pairs).
         This generic version takes the diagonal of `score`; heads with a cheaper form override it."""
         return self.score(text_rep, video_rep).diagonal()
+
+    def pair_bytes(self, text_rep: Any, video_rep: Any) -> int:
+        """Working memory one (text, video) pair costs inside `score`, in bytes; sizes evaluation
+        blocks. A dot-product head needs one output value per pair."""
+        return 4
+
+    def score_blocks(self, text_rep: Any, video_rep: Any, budget_bytes: int) -> torch.Tensor:
+        """`score` computed block by block so that no block costs more than `budget_bytes` of
+        pairwise working memory: evaluating 3,600 x 3,600 with a cross-encoder head never holds
+        all pairwise token tensors at once. Blocks span whole gallery rows when they fit."""
+        num_text, num_video = rep_len(text_rep), rep_len(video_rep)
+        pairs = max(1, budget_bytes // max(1, self.pair_bytes(text_rep, video_rep)))
+        cols = min(num_video, pairs)
+        rows = max(1, min(num_text, pairs // cols))
+        if rows >= num_text and cols >= num_video:
+            return self.score(text_rep, video_rep)
+        out = None
+        for r in range(0, num_text, rows):
+            text_block = map_rep(text_rep, lambda t: t[r : r + rows])
+            for c in range(0, num_video, cols):
+                block = self.score(text_block, map_rep(video_rep, lambda t: t[c : c + cols]))
+                if out is None:
+                    out = block.new_empty(num_text, num_video)
+                out[r : r + rows, c : c + cols] = block
+        assert out is not None
+        return out
 
     def logits(self, similarity: torch.Tensor) -> torch.Tensor:
         """InfoNCE logits `s * exp(logit_scale)`."""

@@ -1,0 +1,157 @@
+"""CLIP4Clip's sequential and tight heads: shapes, masks, gradients, blockwise scoring, learning,
+and the property that defines each (baselines spec 1.2-1.4)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lit_retrieval.losses import SymmetricInfoNCE
+from lit_retrieval.models.encoders import CLIPEncoder
+from lit_retrieval.models.features import TextFeatures, VideoFeatures
+from lit_retrieval.models.heads import MeanPHead, SeqLSTMHead, SeqTransfHead, TightTransfHead
+from lit_retrieval.models.heads.meanp import masked_mean
+
+HEADS = {
+    "seqLSTM": lambda: SeqLSTMHead(),
+    "seqTransf": lambda: SeqTransfHead(layers=2),
+    "tightTransf": lambda: TightTransfHead(layers=2, dropout=0.0),
+}
+
+
+@pytest.fixture(scope="module")
+def encoder(tiny_clip):
+    return CLIPEncoder(pretrained=str(tiny_clip))
+
+
+def bound(name, encoder):
+    torch.manual_seed(0)
+    head = HEADS[name]()
+    head.bind(encoder)
+    return head
+
+
+def features(num_text=3, num_video=4, frames=6, words=5, dim=64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    frame_mask = torch.zeros(num_video, frames, dtype=torch.bool)
+    for v, n in enumerate([6, 3, 1, 4][:num_video]):
+        frame_mask[v, :n] = True
+    video = VideoFeatures(frames=torch.randn(num_video, frames, dim, generator=g) * frame_mask[..., None], mask=frame_mask)
+    text = TextFeatures(pooled=torch.randn(num_text, dim, generator=g), tokens=torch.randn(num_text, words, dim, generator=g),
+                        mask=torch.ones(num_text, words, dtype=torch.bool))
+    return text, video
+
+
+@pytest.mark.parametrize("name", sorted(HEADS))
+def test_shapes_masks_and_blockwise_scoring(name, encoder):
+    head = bound(name, encoder).eval()
+    text, video = features()
+    scores = head.score(head.encode_text(text), head.encode_video(video))
+    assert scores.shape == (3, 4) and torch.isfinite(scores).all()
+    noisy = VideoFeatures(frames=video.frames + 50 * (~video.mask)[..., None] * torch.randn_like(video.frames), mask=video.mask)
+    assert torch.allclose(head.score(head.encode_text(text), head.encode_video(noisy)), scores, atol=1e-5)  # padding never counts
+    rep_t, rep_v = head.encode_text(text), head.encode_video(video)
+    tiny_budget = head.pair_bytes(rep_t, rep_v) * 2  # two pairs per block
+    assert torch.allclose(head.score_blocks(rep_t, rep_v, tiny_budget), scores, atol=1e-6)
+    pairs = head.score_pairs(rep_t, {k: v[:3] for k, v in rep_v.items()} if isinstance(rep_v, dict) else rep_v[:3])
+    assert torch.allclose(pairs, scores[:, :3].diagonal(), atol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(HEADS))
+def test_gradients_reach_every_parameter_and_steps_lower_the_loss(name, encoder):
+    head = bound(name, encoder).train()
+    text, video = features(num_text=4, num_video=4, seed=1)
+    loss_fn = SymmetricInfoNCE()
+
+    def loss():
+        return loss_fn(head.logits(head.score(head.encode_text(text), head.encode_video(video))))
+
+    loss().backward()
+    for pname, param in head.named_parameters():
+        if param.requires_grad:
+            assert param.grad is not None and param.grad.abs().sum() > 0, pname
+    optimizer = torch.optim.Adam([p for p in head.parameters() if p.requires_grad], lr=1e-3)
+    before = loss().item()
+    for _ in range(15):
+        optimizer.zero_grad()
+        loss().backward()
+        optimizer.step()
+    assert loss().item() < 0.7 * before
+
+
+def test_seq_heads_are_meanp_over_the_residual_temporal_output(encoder):
+    text, video = features()
+    for name in ("seqLSTM", "seqTransf"):
+        head = bound(name, encoder).eval()
+        assert head.indexable
+        temporal = head.temporal_features(video.frames, video.mask) + video.frames
+        expected = F.normalize(masked_mean(F.normalize(temporal, dim=-1), video.mask), dim=-1)
+        assert torch.allclose(head.encode_video(video), expected, atol=1e-6)
+        meanp = MeanPHead().encode_video(VideoFeatures(frames=temporal, mask=video.mask))
+        assert torch.allclose(head.encode_video(video), meanp, atol=1e-6)
+
+
+def test_lstm_reads_each_video_in_frame_order_over_its_valid_frames_only(encoder):
+    head = bound("seqLSTM", encoder).eval()
+    _, video = features()
+    out = head.temporal_features(video.frames, video.mask)
+    for v in range(4):
+        n = int(video.mask[v].sum())
+        alone, _ = head.temporal(video.frames[v : v + 1, :n])
+        assert torch.allclose(out[v, :n], alone[0], atol=1e-6) and out[v, n:].abs().sum() == 0
+
+
+def test_seq_transf_copies_clip_text_blocks_and_positions(encoder):
+    head = bound("seqTransf", encoder)
+    blocks, positions = encoder.text_blocks()
+    for copied, original in zip(head.temporal.blocks, blocks):
+        for (n, a), b in zip(copied.state_dict().items(), original.state_dict().values()):
+            assert torch.equal(a, b), n
+    assert torch.equal(head.temporal.positions.weight[: len(positions)], positions)
+    fresh = SeqTransfHead(layers=2, init_from_text=False)
+    fresh.bind(encoder)
+    assert not torch.equal(fresh.temporal.blocks[0].mlp.fc1.weight, blocks[0].mlp.fc1.weight)
+
+
+def test_tight_transf_scores_each_pair_jointly(encoder):
+    head = bound("tightTransf", encoder).eval()
+    assert not head.indexable
+    text, video = features()
+    scores = head.score(head.encode_text(text), head.encode_video(video))
+    for i in range(3):
+        for j in range(4):
+            n = int(video.mask[j].sum())
+            alone = head.joint_scores(text.pooled[i : i + 1], video.frames[j : j + 1, :n], video.mask[j : j + 1, :n])
+            assert alone.item() == pytest.approx(scores[i, j].item(), abs=1e-5)
+    assert torch.equal(head.logits(scores), scores)  # a cross-encoder logit: no temperature
+
+
+def test_unbound_head_is_a_clear_error():
+    text, video = features()
+    with pytest.raises(RuntimeError, match="not bound"):
+        SeqTransfHead().encode_video(video)
+
+
+@pytest.mark.parametrize("name", sorted(HEADS))
+def test_head_trains_with_mea_evaluates_in_blocks_and_reloads(name, tmp_path, corpus, tiny_clip):
+    import lightning as L
+
+    from lit_retrieval.data import MultiEventDataModule
+    from lit_retrieval.modules import DualEncoderRetrieval, MEAConfig
+
+    def build():
+        torch.manual_seed(0)
+        return DualEncoderRetrieval(CLIPEncoder(pretrained=str(tiny_clip)), HEADS[name](), mea=MEAConfig(weight=0.5), eval_memory_mb=1)
+
+    module = build()
+    data = MultiEventDataModule(annotation=str(corpus / "annotations.json"), num_frames=4, image_size=32, batch_size=8)
+    trainer = L.Trainer(accelerator="cpu", max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(module, data)
+    trainer.test(module, data, verbose=False)
+    assert 0 <= module.eval_results["test"]["t2v/R@1"] <= 100
+    reloaded = build()
+    reloaded.load_state_dict(module.state_dict())
+    batch = next(iter(data.test_dataloader()))
+    module.eval(), reloaded.eval()
+    with torch.no_grad():
+        a, b = module(batch), reloaded(batch)
+        assert torch.allclose(module.head.score(*a), reloaded.head.score(*b))
