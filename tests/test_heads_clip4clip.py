@@ -1,5 +1,5 @@
-"""CLIP4Clip's sequential and tight heads: shapes, masks, gradients, blockwise scoring, learning,
-and the property that defines each (baselines spec 1.2-1.4)."""
+"""CLIP4Clip's sequential and tight heads and X-CLIP: shapes, masks, gradients, blockwise scoring,
+learning, and the property that defines each (baselines spec 1.2-1.4, 3)."""
 
 import pytest
 import torch
@@ -8,13 +8,14 @@ import torch.nn.functional as F
 from lit_retrieval.losses import SymmetricInfoNCE
 from lit_retrieval.models.encoders import CLIPEncoder
 from lit_retrieval.models.features import TextFeatures, VideoFeatures
-from lit_retrieval.models.heads import MeanPHead, SeqLSTMHead, SeqTransfHead, TightTransfHead
+from lit_retrieval.models.heads import MeanPHead, SeqLSTMHead, SeqTransfHead, TightTransfHead, XCLIPHead
 from lit_retrieval.models.heads.meanp import masked_mean
 
 HEADS = {
     "seqLSTM": lambda: SeqLSTMHead(),
     "seqTransf": lambda: SeqTransfHead(layers=2),
     "tightTransf": lambda: TightTransfHead(layers=2, dropout=0.0),
+    "xclip": lambda: XCLIPHead(max_words=77, max_frames=8, temporal_layers=1),
 }
 
 
@@ -36,8 +37,10 @@ def features(num_text=3, num_video=4, frames=6, words=5, dim=64, seed=0):
     for v, n in enumerate([6, 3, 1, 4][:num_video]):
         frame_mask[v, :n] = True
     video = VideoFeatures(frames=torch.randn(num_video, frames, dim, generator=g) * frame_mask[..., None], mask=frame_mask)
-    text = TextFeatures(pooled=torch.randn(num_text, dim, generator=g), tokens=torch.randn(num_text, words, dim, generator=g),
-                        mask=torch.ones(num_text, words, dtype=torch.bool))
+    word_mask = torch.zeros(num_text, words, dtype=torch.bool)
+    for t, n in enumerate([5, 3, 4, 2][:num_text]):
+        word_mask[t, :n] = True
+    text = TextFeatures(pooled=torch.randn(num_text, dim, generator=g), tokens=torch.randn(num_text, words, dim, generator=g), mask=word_mask)
     return text, video
 
 
@@ -49,6 +52,8 @@ def test_shapes_masks_and_blockwise_scoring(name, encoder):
     assert scores.shape == (3, 4) and torch.isfinite(scores).all()
     noisy = VideoFeatures(frames=video.frames + 50 * (~video.mask)[..., None] * torch.randn_like(video.frames), mask=video.mask)
     assert torch.allclose(head.score(head.encode_text(text), head.encode_video(noisy)), scores, atol=1e-5)  # padding never counts
+    noisy_words = TextFeatures(pooled=text.pooled, tokens=text.tokens + 50 * (~text.mask)[..., None] * torch.randn_like(text.tokens), mask=text.mask)
+    assert torch.allclose(head.score(head.encode_text(noisy_words), head.encode_video(video)), scores, atol=1e-5)
     rep_t, rep_v = head.encode_text(text), head.encode_video(video)
     tiny_budget = head.pair_bytes(rep_t, rep_v) * 2  # two pairs per block
     assert torch.allclose(head.score_blocks(rep_t, rep_v, tiny_budget), scores, atol=1e-6)
@@ -155,3 +160,41 @@ def test_head_trains_with_mea_evaluates_in_blocks_and_reloads(name, tmp_path, co
     with torch.no_grad():
         a, b = module(batch), reloaded(batch)
         assert torch.allclose(module.head.score(*a), reloaded.head.score(*b))
+
+
+def test_xclip_is_the_mean_of_four_aosm_terms():
+    """With identity matrices, brute force over one pair at a time (MELON's X-CLIP, spec 3.4)."""
+    from lit_retrieval.models.heads.xclip import aosm
+
+    x = torch.tensor([[0.3, 0.1, 0.5]])
+    expected = (x * torch.softmax(x / 0.01, -1)).sum()
+    assert aosm(x, torch.ones_like(x, dtype=torch.bool), torch.eye(3)).item() == pytest.approx(expected.item())
+
+    class NoEncoder:
+        embed_dim = 64
+
+        def text_blocks(self):
+            return None
+
+    head = XCLIPHead(max_words=8, max_frames=8, temporal_layers=0)
+    head.bind(NoEncoder())
+    text, video = features()
+    scores = head.score(head.encode_text(text), head.encode_video(video))
+
+    def pool(values):
+        values = torch.stack(values)
+        return (values * torch.softmax(values / 0.01, 0)).sum()
+
+    for i in range(3):
+        words = [F.normalize(text.tokens[i, m], dim=0) for m in range(int(text.mask[i].sum()))]
+        sentence = F.normalize(text.pooled[i], dim=0)
+        for j in range(4):
+            frames = [F.normalize(video.frames[j, k], dim=0) for k in range(int(video.mask[j].sum()))]
+            pooled = F.normalize(torch.stack(frames).mean(0), dim=0)
+            terms = [
+                sentence @ pooled,
+                pool([w @ pooled for w in words]),
+                pool([sentence @ f for f in frames]),
+                (pool([pool([w @ f for w in words]) for f in frames]) + pool([pool([w @ f for f in frames]) for w in words])) / 2,
+            ]
+            assert scores[i, j].item() == pytest.approx(sum(terms).item() / 4, abs=1e-5)

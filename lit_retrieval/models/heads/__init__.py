@@ -2,5 +2,6 @@ from lit_retrieval.models.heads.base import SimilarityHead
 from lit_retrieval.models.heads.meanp import MeanPHead
 from lit_retrieval.models.heads.seq import SeqLSTMHead, SeqTransfHead
 from lit_retrieval.models.heads.tight import TightTransfHead
+from lit_retrieval.models.heads.xclip import XCLIPHead
 
-__all__ = ["MeanPHead", "SeqLSTMHead", "SeqTransfHead", "SimilarityHead", "TightTransfHead"]
+__all__ = ["MeanPHead", "SeqLSTMHead", "SeqTransfHead", "SimilarityHead", "TightTransfHead", "XCLIPHead"]

@@ -30,11 +30,22 @@ def rep_len(rep: Any) -> int:
     return len(next(iter(rep.values()))) if isinstance(rep, dict) else len(rep)
 
 
+def cat_padded(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """Concatenate along the batch, zero-padding the other dimensions to the largest size (word
+    tokens of batches tokenised to different lengths; padded masks are False)."""
+    shape = [max(t.shape[d] for t in tensors) for d in range(1, tensors[0].ndim)]
+    padded = []
+    for t in tensors:
+        pad = [x for d in reversed(range(1, t.ndim)) for x in (0, shape[d - 1] - t.shape[d])]
+        padded.append(torch.nn.functional.pad(t, pad) if any(pad) else t)
+    return torch.cat(padded)
+
+
 def cat_reps(reps: list[Any]) -> Any:
-    """Concatenate representations along the batch."""
+    """Concatenate representations along the batch (see `cat_padded`)."""
     if isinstance(reps[0], dict):
-        return {k: torch.cat([r[k] for r in reps]) for k in reps[0]}
-    return torch.cat(reps)
+        return {k: cat_padded([r[k] for r in reps]) for k in reps[0]}
+    return cat_padded(reps)
 
 
 class SimilarityHead(nn.Module, ABC):
