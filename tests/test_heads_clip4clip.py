@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from lit_retrieval.losses import SymmetricInfoNCE
 from lit_retrieval.models.encoders import CLIPEncoder
 from lit_retrieval.models.features import TextFeatures, VideoFeatures
-from lit_retrieval.models.heads import MeanPHead, SeqLSTMHead, SeqTransfHead, TightTransfHead, XCLIPHead
+from lit_retrieval.models.heads import MeanPHead, SeqLSTMHead, SeqTransfHead, TightTransfHead, TS2NetHead, XCLIPHead
 from lit_retrieval.models.heads.meanp import masked_mean
 
 HEADS = {
@@ -136,7 +136,10 @@ def test_unbound_head_is_a_clear_error():
         SeqTransfHead().encode_video(video)
 
 
-@pytest.mark.parametrize("name", sorted(HEADS))
+TRAINABLE = {**HEADS, "ts2net": lambda: TS2NetHead(select=2, samples=32, temporal_layers=1, max_frames=8)}
+
+
+@pytest.mark.parametrize("name", sorted(TRAINABLE))
 def test_head_trains_with_mea_evaluates_in_blocks_and_reloads(name, tmp_path, corpus, tiny_clip):
     import lightning as L
 
@@ -145,7 +148,7 @@ def test_head_trains_with_mea_evaluates_in_blocks_and_reloads(name, tmp_path, co
 
     def build():
         torch.manual_seed(0)
-        return DualEncoderRetrieval(CLIPEncoder(pretrained=str(tiny_clip)), HEADS[name](), mea=MEAConfig(weight=0.5), eval_memory_mb=1)
+        return DualEncoderRetrieval(CLIPEncoder(pretrained=str(tiny_clip)), TRAINABLE[name](), mea=MEAConfig(weight=0.5), eval_memory_mb=1)
 
     module = build()
     data = MultiEventDataModule(annotation=str(corpus / "annotations.json"), num_frames=4, image_size=32, batch_size=8)

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Callable
 
 import torch
 from torch import nn
 
 from lit_retrieval.models.features import TextFeatures, VideoFeatures
+
+
+VisionHook = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 class VideoTextEncoder(nn.Module, ABC):
@@ -36,6 +40,13 @@ class VideoTextEncoder(nn.Module, ABC):
         The LightningModule gives them the backbone learning rate; everything else (newly
         initialised layers, towers built from a config) trains at the head learning rate.
         """
+
+    def add_vision_hook(self, block: int, hook: VisionHook) -> None:
+        """Run `hook(tokens, lengths)` on the normalised input of vision block `block`'s attention
+        (negative counts from the end); heads that change the frame encoder itself (TS2-Net's
+        token shift) use this instead of copying the encoder. `tokens` [F, N, C] are the valid
+        frames of the current chunk, video after video; `lengths` [V] their count per video."""
+        raise NotImplementedError(f"{type(self).__name__} has no vision blocks to hook")
 
     def text_blocks(self) -> tuple[list[nn.Module], torch.Tensor] | None:
         """The text transformer's blocks and position table, for heads that copy them into their

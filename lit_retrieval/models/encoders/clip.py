@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from transformers import AutoTokenizer, CLIPConfig, CLIPModel
 
-from lit_retrieval.models.encoders.base import VideoTextEncoder
+from lit_retrieval.models.encoders.base import VideoTextEncoder, VisionHook
 from lit_retrieval.models.encoders.longclip import load_longclip_checkpoint, stretch_position_embedding
 from lit_retrieval.models.encoders.text_towers import AutoTextTower, CLIPTextTower, resolve_model_path
 from lit_retrieval.models.encoders.tiny import char_clip_tokenizer
@@ -83,6 +83,8 @@ class CLIPEncoder(VideoTextEncoder):
         self.image_size = clip.config.vision_config.image_size
         self.logit_scale_init = float(clip.logit_scale.detach())
         self.frame_chunk = frame_chunk
+        self.vision_hooks: list[tuple[int, VisionHook]] = []
+        self._chunk_lengths: torch.Tensor | None = None
         self.vision = clip.vision_model
         self.visual_projection = clip.visual_projection
         if text_tower is not None:
@@ -114,7 +116,8 @@ class CLIPEncoder(VideoTextEncoder):
         batch, length = mask.shape
         mask = mask.bool()
         chunks = []
-        for chunk in frames[mask].split(self.frame_chunk):
+        for chunk, lengths in self._frame_chunks(frames[mask], mask.sum(1)):
+            self._chunk_lengths = lengths
             hidden = self.vision(pixel_values=chunk).last_hidden_state
             hidden = hidden if with_patches else hidden[:, :1]
             chunks.append(self.visual_projection(self.vision.post_layernorm(hidden)))
@@ -126,6 +129,33 @@ class CLIPEncoder(VideoTextEncoder):
             patches = tokens.new_zeros(batch, length, tokens.shape[1] - 1, self.embed_dim)
             patches[mask] = tokens[:, 1:]
         return VideoFeatures(frames=cls, mask=mask, patches=patches)
+
+    def _frame_chunks(self, valid: torch.Tensor, lengths: torch.Tensor):
+        """Chunks of about `frame_chunk` valid frames; with vision hooks, chunks hold whole videos
+        so a hook sees every frame of a video together."""
+        if not self.vision_hooks:
+            for chunk in valid.split(self.frame_chunk):
+                yield chunk, None
+            return
+        start, group = 0, []
+        for count in lengths.tolist():
+            if group and sum(group) + count > self.frame_chunk:
+                yield valid[start : start + sum(group)], torch.tensor(group)
+                start, group = start + sum(group), []
+            group.append(count)
+        if group:
+            yield valid[start : start + sum(group)], torch.tensor(group)
+
+    def add_vision_hook(self, block: int, hook: VisionHook) -> None:
+        attention = self.vision.encoder.layers[block].self_attn
+
+        def before_attention(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+            if args:
+                return (hook(args[0], self._chunk_lengths), *args[1:]), kwargs
+            return args, {**kwargs, "hidden_states": hook(kwargs["hidden_states"], self._chunk_lengths)}
+
+        attention.register_forward_pre_hook(before_attention, with_kwargs=True)
+        self.vision_hooks.append((block, hook))
 
     def text_blocks(self) -> tuple[list[nn.Module], torch.Tensor] | None:
         if not isinstance(self.text, CLIPTextTower):
