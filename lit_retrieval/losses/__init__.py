@@ -1,4 +1,5 @@
 from lit_retrieval.losses.infonce import SymmetricInfoNCE
 from lit_retrieval.losses.mea import MEALoss, MEAOutput
+from lit_retrieval.losses.mevtr import MeVTRLoss
 
-__all__ = ["MEALoss", "MEAOutput", "SymmetricInfoNCE"]
+__all__ = ["MEALoss", "MEAOutput", "MeVTRLoss", "SymmetricInfoNCE"]

@@ -27,6 +27,7 @@ import numpy as np
 
 from lit_retrieval.data.queries import QueryMode, concat_query, reorder_events
 from lit_retrieval.losses.infonce import SymmetricInfoNCE
+from lit_retrieval.losses.mevtr import MeVTRLoss
 from lit_retrieval.metrics.analyses import EvalAnalyses, avg_event_hits, avg_event_metrics, sliced_metrics
 from lit_retrieval.metrics.ranking import Ties, text_to_video_ranks
 from lit_retrieval.metrics.retrieval import RetrievalMetrics, first_occurrence
@@ -69,6 +70,10 @@ class DualEncoderRetrieval(L.LightningModule):
         query_mode: `concat` (MELON Sec. 4.2) or `events` (per-event encoding + mean, Tab. 5).
         optim: learning rates (backbone vs. new layers), optimiser and warm-up + cosine schedule.
         mea: add lambda * L_mea to the loss (MELON Eq. 9); `None` trains with L_std alone.
+        event_loss: train on event captions instead of whole queries: every event description
+            is its own text, scored against the batch's videos with this loss (MeVTR's
+            multi-positive loss); evaluation still uses whole queries (`query_mode: events`
+            mean-pools the events, as MELON evaluates MeVTR). Excludes `mea`.
         analyses: MELON analyses run after evaluation (Avg-Event R@1, slices, event orders, ...).
         average_directions: halve Eq. 2's sum of directions (CLIP4Clip's convention).
         ties: tie rule of the ranking metrics.
@@ -87,6 +92,7 @@ class DualEncoderRetrieval(L.LightningModule):
         query_mode: QueryMode = "concat",
         optim: OptimConfig | None = None,
         mea: MEAConfig | None = None,
+        event_loss: MeVTRLoss | None = None,
         analyses: EvalAnalyses | None = None,
         average_directions: bool = False,
         ties: Ties = "optimistic",
@@ -95,7 +101,7 @@ class DualEncoderRetrieval(L.LightningModule):
         frozen: list[str] | None = None,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters(ignore=["encoder", "head"])
+        self.save_hyperparameters(ignore=["encoder", "head", "event_loss"])
         if query_mode not in ("concat", "events"):
             raise ValueError(f"query_mode must be 'concat' or 'events', got {query_mode!r}")
         self.encoder = encoder
@@ -105,6 +111,9 @@ class DualEncoderRetrieval(L.LightningModule):
         self.optim = optim or OptimConfig()
         self.loss_fn = SymmetricInfoNCE(average_directions)
         self.mea = MultiEventObjective(mea) if mea is not None else None
+        if mea is not None and event_loss is not None:
+            raise ValueError("event_loss (MeVTR) and mea are exclusive: MeVTR trains with its own loss only")
+        self.event_loss = event_loss
         self.analyses = analyses
         self.ties = ties
         self.metrics = nn.ModuleDict({stage: RetrievalMetrics(ties) for stage in ("val", "test")})
@@ -156,6 +165,8 @@ class DualEncoderRetrieval(L.LightningModule):
         size = len(events)
         if size < 2:  # nothing to contrast against: skip the step
             return None
+        if self.event_loss is not None:
+            return self._event_caption_step(batch, size)
         partial = self.mea.partial_queries(events, self.current_epoch, batch_idx, self.global_rank) if self.mea else None
         text_all = self.head.encode_text(self.encode_queries(events + (partial.events if partial else [])))
         text = map_rep(text_all, lambda t: t[:size])
@@ -173,6 +184,18 @@ class DualEncoderRetrieval(L.LightningModule):
         self.log("train/loss", loss, prog_bar=True, batch_size=size)
         self.log("train/logit_scale", self.head.logit_scale.detach(), batch_size=size)
         return {"loss": loss, **out}
+
+    def _event_caption_step(self, batch: dict[str, Any], size: int) -> dict[str, Any]:
+        """Every event description is a caption of its video (MeVTR's training setting)."""
+        assert self.event_loss is not None
+        captions = [d for e in batch["events"] for d in e]
+        owner = torch.tensor([i for i, e in enumerate(batch["events"]) for _ in e], device=self.device)
+        text = self.head.encode_text(self.encoder.encode_text(captions))
+        loss = self.event_loss(self.head.logits(self.head.score(text, self.encode_videos(batch))), owner)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite event-caption loss at epoch {self.current_epoch}")
+        self.log("train/loss", loss, prog_bar=True, batch_size=size)
+        return {"loss": loss, "loss_std": loss.detach()}
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         self.head.clamp_logit_scale()
