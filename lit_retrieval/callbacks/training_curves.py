@@ -106,6 +106,7 @@ def plot_training_curves(runs: dict[str, dict[str, list[dict[str, float]]]], pat
         ("epochs", "t2v/R@1", "(c) T2V R@1", "epoch"),
         ("epochs", "v2t/R@1", "(d) V2T R@1", "epoch"),
     ]
+    colours = {label: f"C{i % 10}" for i, label in enumerate(runs)}  # one colour per run in every panel
     for ax, (series, key, title, xlabel) in zip(axes, panels):
         for label, history in runs.items():
             rows = [r for r in history.get(series, []) if key in r and math.isfinite(r[key])]
@@ -114,13 +115,14 @@ def plot_training_curves(runs: dict[str, dict[str, list[dict[str, float]]]], pat
             xs = [r["step"] if series == "steps" else r["epoch"] + 1 for r in rows]
             ys = [r[key] for r in rows]
             if series == "steps":
-                ax.plot(xs, _smooth(ys, smooth), label=label, linewidth=1.2)
+                ax.plot(xs, _smooth(ys, smooth), label=label, color=colours[label], linewidth=1.2)
             else:
-                ax.plot(xs, ys, marker="o", label=label, linewidth=1.2)
+                ax.plot(xs, ys, marker="o", label=label, color=colours[label], linewidth=1.2)
         ax.set_title(title)
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
-    handles, labels = axes[0].get_legend_handles_labels()
+    handles = [plt.Line2D([], [], color=colours[label], label=label) for label in runs]
+    labels = list(runs)
     if handles:
         fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), frameon=False)
     fig.tight_layout(rect=(0, 0.1 if handles else 0, 1, 1))
