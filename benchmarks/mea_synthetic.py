@@ -84,6 +84,7 @@ def main() -> None:
     parser.add_argument("--config", type=Path, default=ROOT / "configs" / "quickstart_mea.yaml")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "mea_synthetic")
     args = parser.parse_args()
+    args.out = args.out.resolve()
     summary = {}
     names = []
     for head in args.heads:
