@@ -14,11 +14,14 @@ the video as bad. Paragraph retrieval does not use the timestamps, so repairing 
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
 from lit_retrieval.data.bad_records import RecordCollector
 from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, checked_interval, finite_number, read_json
+
+log = logging.getLogger(__name__)
 
 
 def repair_interval(start: float, end: float, duration: float) -> tuple[float, float]:
@@ -53,7 +56,10 @@ class ActivityNetParser:
         data = read_json(path)
         if not isinstance(data, dict):
             raise AnnotationError(source, "-", "expected an object keyed by video id")
+        repaired_before = self.repaired
         videos = [collector.parse(self.parse_video, str(vid), raw, source, split) for vid, raw in data.items()]
+        if self.repaired > repaired_before:
+            log.info("%s: repaired %d timestamps (fix_timestamps)", source, self.repaired - repaired_before)
         return [v for v in videos if v is not None]
 
     def parse_video(self, video_id: str, raw: Any, source: str, split: str) -> VideoRecord:
