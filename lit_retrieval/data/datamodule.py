@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from lit_retrieval.data.annotations import load_annotations
 from lit_retrieval.data.bad_records import BadRecordPolicy, RecordCollector
 from lit_retrieval.data.records import AnnotationError, VideoRecord
+from lit_retrieval.data.shots import ShotOptions, Shots, detect_many, frame_shot_index
 from lit_retrieval.data.synthetic import SynthConfig, generate_corpus
 from lit_retrieval.data.transforms import CLIP_MEAN, CLIP_STD, NormalizeFrames
 from lit_retrieval.data.video import VideoDecodeError, sample_frames
@@ -31,7 +32,10 @@ log = logging.getLogger(__name__)
 
 class MultiEventDataset(Dataset):
     """Items: `index`, `video_id`, `frames` [T, 3, S, S], `frame_mask` [T], `frame_times` [T],
-    `events` (list of descriptions), `duration` (seconds). A bad video under the skip policy yields `{"index", "error"}`."""
+    `events` (list of descriptions), `duration` (seconds); with `shots` (one shot list per record)
+    also `frame_shots` [T] (each frame's shot, -1 where padded; `frame_shot_index`) and
+    `num_shots` (the video's detected shot count). A bad video under the skip policy yields
+    `{"index", "error"}`."""
 
     def __init__(
         self,
@@ -42,8 +46,12 @@ class MultiEventDataset(Dataset):
         on_bad_video: Literal["raise", "skip"] = "raise",
         normalize: NormalizeFrames | None = None,
         seek_threshold: float = 1.0,
+        shots: list[Shots] | None = None,
     ) -> None:
+        if shots is not None and len(shots) != len(records):
+            raise ValueError(f"{len(shots)} shot lists for {len(records)} records")
         self.records = records
+        self.shots = shots
         self.video_root = video_root
         self.num_frames = num_frames
         self.image_size = image_size
@@ -64,7 +72,7 @@ class MultiEventDataset(Dataset):
                 raise
             log.warning("skipping video %s (%s): %s", record.video_id, err.path, err.reason)
             return {"index": index, "error": str(err)}
-        return {
+        item = {
             "index": index,
             "video_id": record.video_id,
             "frames": self.normalize(sample.frames),
@@ -73,6 +81,10 @@ class MultiEventDataset(Dataset):
             "events": record.descriptions,
             "duration": record.duration,
         }
+        if self.shots is not None:
+            item["frame_shots"] = torch.from_numpy(frame_shot_index(sample.times, self.shots[index]))
+            item["num_shots"] = len(self.shots[index])
+        return item
 
 
 def collate_items(items: list[dict[str, Any]]) -> dict[str, Any]:
@@ -87,6 +99,9 @@ def collate_items(items: list[dict[str, Any]]) -> dict[str, Any]:
     }
     for key in ("frames", "frame_mask", "frame_times"):
         batch[key] = torch.stack([item[key] for item in good]) if good else torch.empty(0)
+    if good and "frame_shots" in good[0]:
+        batch["frame_shots"] = torch.stack([item["frame_shots"] for item in good])
+        batch["num_shots"] = torch.tensor([item["num_shots"] for item in good], dtype=torch.long)
     return batch
 
 
@@ -119,6 +134,8 @@ class SyntheticSpec:
     seed: int = 0
     size: int = 64
     fps: int = 8
+    events_per_video: tuple[int, int] = (3, 5)
+    relational_fraction: float = 0.0
 
 
 class VideoTextDataModule(L.LightningDataModule, ABC):
@@ -137,6 +154,8 @@ class VideoTextDataModule(L.LightningDataModule, ABC):
             in `dropped_records` and logged with the reasons).
         min_events: a video with fewer events is a bad record (2 where MEA needs partial queries).
         shuffle_seed: seed of the training order (with the epoch; see `EpochShuffle`).
+        shots: detect shots (PySceneDetect, cached) and give every item its frames' shot
+            indices (SALI). Videos whose detection fails follow `on_bad_video`.
     """
 
     def __init__(
@@ -157,6 +176,7 @@ class VideoTextDataModule(L.LightningDataModule, ABC):
         std: tuple[float, float, float] = CLIP_STD,
         seek_threshold: float = 1.0,
         shuffle_seed: int = 0,
+        shots: ShotOptions | None = None,
     ) -> None:
         super().__init__()
         if on_bad_video not in ("raise", "skip"):
@@ -177,6 +197,7 @@ class VideoTextDataModule(L.LightningDataModule, ABC):
         self.normalize = NormalizeFrames(mean, std)
         self.seek_threshold = seek_threshold
         self.shuffle_seed = shuffle_seed
+        self.shots = shots
         self.datasets: dict[str, MultiEventDataset] = {}
         self.dropped_records: list[AnnotationError] = []
 
@@ -211,9 +232,31 @@ class VideoTextDataModule(L.LightningDataModule, ABC):
             if not chosen and role != "val":
                 found = sorted({r.split for r in records})
                 raise ValueError(f"{self.source}: no videos in split {split!r} (splits present: {found})")
+            shots = None
+            if self.shots is not None:
+                chosen, shots = self._with_shots(chosen, video_root)
             self.datasets[role] = MultiEventDataset(
-                chosen, video_root, self.num_frames, self.image_size, self.on_bad_video, self.normalize, self.seek_threshold
+                chosen, video_root, self.num_frames, self.image_size, self.on_bad_video, self.normalize, self.seek_threshold, shots
             )
+
+    def _with_shots(self, records: list[VideoRecord], video_root: Path) -> tuple[list[VideoRecord], list[Shots]]:
+        """The records whose shots are known (detected now or cached) and their shot lists."""
+        assert self.shots is not None
+        paths = [str(video_root / r.path) for r in records]
+        found = detect_many(
+            paths, self.shots.detector, self.shots.cache_dir, self.shots.workers, on_error=self.on_bad_video, progress=self.shots.progress
+        )
+        kept = [(r, found.shots[p]) for r, p in zip(records, paths) if p in found.shots]
+        if len(kept) < len(records):
+            log.warning("dropped %d video(s) whose shot detection failed (on_bad_video: skip)", len(records) - len(kept))
+        return [r for r, _ in kept], [s for _, s in kept]
+
+    def prepare_data(self) -> None:
+        """Detect and cache the shots of every configured split once (process 0 under DDP), so
+        that `setup` on every process only reads the cache."""
+        if self.shots is not None:
+            self.setup()
+            self.datasets.clear()
 
     def _loader(self, role: str, train: bool) -> DataLoader:
         if role not in self.datasets:
@@ -267,6 +310,7 @@ class MultiEventDataModule(VideoTextDataModule):
             written = generate_corpus(self.annotation.parent, cfg)
             if written != self.annotation:
                 written.replace(self.annotation)
+        super().prepare_data()
 
     def load_records(self, collector: RecordCollector) -> list[VideoRecord]:
         return load_annotations(self.annotation, collector)

@@ -5,7 +5,10 @@ sentence drawn from several templates and synonyms. Events come from a shared po
 in several videos (`occurrences`, default 3-6), so a single-event query is ambiguous while the full
 3-5-event query is not: the partial-overlap situation MELON (Sec. 1, Fig. 1) is about. Consecutive
 events are separated by hard cuts; with probability `recur_prob` the first event returns at the end,
-giving it two intervals. Videos are real H.264 mp4 files written with PyAV; annotations use the
+giving it two intervals. With `relational_fraction > 0` that share of the pool becomes relational
+scenes for SALI: two characters (shapes) filmed in alternating shot / reverse shot within the
+event, described with an interpersonal verb ("the red circle confronts the blue square"); the
+inner cuts are ground-truth cuts too. Videos are real H.264 mp4 files written with PyAV; annotations use the
 canonical format of `lit_retrieval.data.annotations`, with the ground-truth cut times in `cuts`.
 Everything is a deterministic function of the seed.
 """
@@ -16,7 +19,7 @@ import json
 import math
 import os
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import av
@@ -84,6 +87,22 @@ class EventSpec:
     size: str
     theme: str
     description: str
+    partner_shape: str | None = None
+    partner_colour: str | None = None
+    partner_background: str | None = None
+    verb: str | None = None
+
+    @property
+    def relational(self) -> bool:
+        return self.verb is not None
+
+    def partner_view(self) -> "EventSpec":
+        """What the reverse shot of a relational event shows: the partner, large and still, in
+        front of the other side of the room (another background, as a reverse angle does)."""
+        assert self.partner_shape and self.partner_colour and self.partner_background
+        return replace(
+            self, shape=self.partner_shape, colour=self.partner_colour, background=self.partner_background, motion="still", size="large"
+        )
 
 
 @dataclass(frozen=True)
@@ -98,6 +117,8 @@ class SynthConfig:
     recur_prob: float = 0.15
     train_fraction: float = 0.7
     keyframe_seconds: float = 4.0
+    relational_fraction: float = 0.0
+    shot_seconds: tuple[float, float] = (0.75, 1.5)
 
 
 def _describe(rng: np.random.Generator, shape: str, colour: str, background: str, motion: str, size: str) -> str:
@@ -111,8 +132,41 @@ def _describe(rng: np.random.Generator, shape: str, colour: str, background: str
     return str(rng.choice(TEMPLATES)).format(**words)
 
 
-def make_event_pool(num_events: int, rng: np.random.Generator) -> list[EventSpec]:
-    """`num_events` distinct attribute combinations, each with a sentence (shape colour != bg)."""
+RELATIONAL_VERBS = ["confronts", "talks to", "looks at", "hugs", "argues with", "threatens", "slaps", "asks"]
+RELATIONAL_TEMPLATES = [
+    "The {colour} {shape} {verb} the {colour2} {shape2} against a {bg} background.",
+    "On a {bg} backdrop, the {colour} {shape} {verb} the {colour2} {shape2}.",
+    "A {colour} {shape} {verb} a {colour2} {shape2} in front of {bg} scenery.",
+]
+# The shape nouns play the characters of relational scenes: give them to the SALI span splitter
+# as person words (`SpanSplitter.extra_person_words`) so these sentences count as relational.
+CHARACTER_WORDS = sorted({name.split()[-1] for names in SHAPES.values() for name in names})
+
+
+def _make_relational(event: EventSpec, rng: np.random.Generator) -> EventSpec:
+    """`event` turned into an interaction with a second character (another shape and colour):
+    filmed as alternating shot / reverse shot, described with an interpersonal verb (SALI Fig. 1)."""
+    shape2 = str(rng.choice([s for s in SHAPES if s != event.shape]))
+    colour2 = str(rng.choice([c for c in COLOURS if c != event.colour]))
+    background2 = str(rng.choice([b for b in BACKGROUNDS if b != event.background]))
+    verb = str(rng.choice(RELATIONAL_VERBS))
+    words = {
+        "shape": rng.choice(SHAPES[event.shape]),
+        "colour": rng.choice(COLOURS[event.colour][1]),
+        "shape2": rng.choice(SHAPES[shape2]),
+        "colour2": rng.choice(COLOURS[colour2][1]),
+        "bg": rng.choice(BACKGROUNDS[event.background][1]),
+        "verb": verb,
+    }
+    description = str(rng.choice(RELATIONAL_TEMPLATES)).format(**words)
+    return replace(
+        event, size="large", description=description, partner_shape=shape2, partner_colour=colour2, partner_background=background2, verb=verb
+    )
+
+
+def make_event_pool(num_events: int, rng: np.random.Generator, relational_fraction: float = 0.0) -> list[EventSpec]:
+    """`num_events` distinct attribute combinations, each with a sentence (shape colour != bg);
+    a `relational_fraction` of them become two-character interactions (`_make_relational`)."""
     combos = [
         (s, c, b, m, z)
         for s in SHAPES
@@ -139,6 +193,10 @@ def make_event_pool(num_events: int, rng: np.random.Generator) -> list[EventSpec
                 description=_describe(rng, shape, colour, background, motion, size),
             )
         )
+    if relational_fraction > 0:
+        chosen = rng.permutation(len(pool))[: round(relational_fraction * len(pool))]
+        for k in sorted(chosen):
+            pool[k] = _make_relational(pool[k], rng)
     return pool
 
 
@@ -262,9 +320,32 @@ def _plan_segments(
     for event in order:
         seconds = rng.uniform(*cfg.event_seconds)
         length = max(2, round(seconds * cfg.fps)) / cfg.fps
-        segments.append((event, t, t + length))
+        if event.relational:
+            segments.extend(_alternating_shots(event, t, t + length, cfg, rng))
+        else:
+            segments.append((event, t, t + length))
         t += length
     return segments
+
+
+def _alternating_shots(
+    event: EventSpec, start: float, end: float, cfg: SynthConfig, rng: np.random.Generator
+) -> list[tuple[EventSpec, float, float]]:
+    """A relational event cut into shot / reverse shot (subject, partner, subject, ...), at least
+    two shots; every shot lasts at least `cfg.shot_seconds[0]` (the remainder joins the last shot)."""
+    frames = round((end - start) * cfg.fps)
+    shortest = max(1, round(cfg.shot_seconds[0] * cfg.fps))
+    cuts = [0]
+    while True:
+        step = max(1, round(rng.uniform(*cfg.shot_seconds) * cfg.fps))
+        if cuts[-1] + step + shortest > frames:
+            break
+        cuts.append(cuts[-1] + step)
+    if len(cuts) < 2:
+        cuts.append(max(1, frames // 2))
+    cuts.append(frames)
+    views = [event, event.partner_view()]
+    return [(views[k % 2], start + a / cfg.fps, start + b / cfg.fps) for k, (a, b) in enumerate(zip(cuts, cuts[1:]))]
 
 
 def generate_corpus(out: str | Path, cfg: SynthConfig = SynthConfig(), workers: int | None = None, progress: bool = True) -> Path:
@@ -278,7 +359,7 @@ def generate_corpus(out: str | Path, cfg: SynthConfig = SynthConfig(), workers: 
     rng = np.random.default_rng(cfg.seed)
     counts = rng.integers(cfg.events_per_video[0], cfg.events_per_video[1] + 1, cfg.num_videos)
     mean_occurrence = sum(cfg.occurrences) / 2
-    pool = make_event_pool(max(cfg.events_per_video[1], math.ceil(counts.sum() / mean_occurrence)), rng)
+    pool = make_event_pool(max(cfg.events_per_video[1], math.ceil(counts.sum() / mean_occurrence)), rng, cfg.relational_fraction)
     assignment = assign_events(counts, len(pool), cfg.occurrences, rng)
     is_train = np.zeros(cfg.num_videos, dtype=bool)
     is_train[rng.permutation(cfg.num_videos)[: round(cfg.train_fraction * cfg.num_videos)]] = True
@@ -290,7 +371,11 @@ def generate_corpus(out: str | Path, cfg: SynthConfig = SynthConfig(), workers: 
         segments = _plan_segments([pool[e] for e in members], cfg, rng)
         intervals: dict[str, list[tuple[float, float]]] = {}
         for event, start, end in segments:
-            intervals.setdefault(event.event_id, []).append((start, end))
+            spans = intervals.setdefault(event.event_id, [])
+            if spans and abs(spans[-1][1] - start) < 1e-9:  # the next shot of one relational event
+                spans[-1] = (spans[-1][0], end)
+            else:
+                spans.append((start, end))
         by_id = {e.event_id: e for e, _, _ in segments}
         records.append(
             VideoRecord(

@@ -19,8 +19,10 @@ class TextFeatures:
 @dataclass
 class VideoFeatures:
     """`frames` [B, T, D] projected frame CLS features (zeros where padded), `mask` [B, T] bool,
-    `patches` [B, T, N, D] projected patch tokens when a head asked for them."""
+    `patches` [B, T, N, D] projected patch tokens when a head asked for them, `shots` [B, T] the
+    shot index of each frame (-1 where padded) when the data has shots (SALI)."""
 
     frames: torch.Tensor
     mask: torch.Tensor
     patches: torch.Tensor | None = None
+    shots: torch.Tensor | None = None

@@ -1,6 +1,8 @@
 from lit_retrieval.metrics.analyses import EvalAnalyses
+from lit_retrieval.metrics.relational import RelationalEval
 from lit_retrieval.modules.dual_encoder import DualEncoderRetrieval
 from lit_retrieval.modules.multi_event import MEAConfig
 from lit_retrieval.modules.optim import OptimConfig
+from lit_retrieval.modules.sali import SALIRetrieval
 
-__all__ = ["DualEncoderRetrieval", "EvalAnalyses", "MEAConfig", "OptimConfig"]
+__all__ = ["DualEncoderRetrieval", "EvalAnalyses", "MEAConfig", "OptimConfig", "RelationalEval", "SALIRetrieval"]

@@ -26,10 +26,12 @@ from torch import nn
 import numpy as np
 
 from lit_retrieval.data.queries import QueryMode, concat_query, reorder_events
+from lit_retrieval.data.spans import SpanSplitter
 from lit_retrieval.losses.infonce import SymmetricInfoNCE
 from lit_retrieval.losses.mevtr import MeVTRLoss
 from lit_retrieval.metrics.analyses import EvalAnalyses, avg_event_hits, avg_event_metrics, sliced_metrics
 from lit_retrieval.metrics.ranking import Ties, text_to_video_ranks
+from lit_retrieval.metrics.relational import RelationalEval, relational_metrics
 from lit_retrieval.metrics.retrieval import RetrievalMetrics, first_occurrence
 from lit_retrieval.models.encoders.base import VideoTextEncoder
 from lit_retrieval.models.features import TextFeatures
@@ -40,7 +42,7 @@ from lit_retrieval.modules.optim import OptimConfig, build_optimizer, build_sche
 
 # The config dataclasses sit in the checkpoint's hyper-parameters; allow them under torch.load's
 # default weights_only=True, so resuming needs no unsafe unpickling.
-torch.serialization.add_safe_globals([OptimConfig, MEAConfig, EvalAnalyses])
+torch.serialization.add_safe_globals([OptimConfig, MEAConfig, EvalAnalyses, RelationalEval, SpanSplitter])
 
 
 def pool_event_features(features: TextFeatures, counts: list[int]) -> TextFeatures:
@@ -75,6 +77,9 @@ class DualEncoderRetrieval(L.LightningModule):
             multi-positive loss); evaluation still uses whole queries (`query_mode: events`
             mean-pools the events, as MELON evaluates MeVTR). Excludes `mea`.
         analyses: MELON analyses run after evaluation (Avg-Event R@1, slices, event orders, ...).
+        relational_eval: SALI's relational / Rel-Multi metrics and shot-quartile diagnosis (needs
+            `data.shots`); any head can report them, as SALI Tab. 2 does for its baselines.
+        spans: the interpersonal-verb rules that mark queries relational (and split them for SALI).
         average_directions: halve Eq. 2's sum of directions (CLIP4Clip's convention).
         ties: tie rule of the ranking metrics.
         score_chunk: query rows encoded and scored at once during evaluation.
@@ -94,6 +99,8 @@ class DualEncoderRetrieval(L.LightningModule):
         mea: MEAConfig | None = None,
         event_loss: MeVTRLoss | None = None,
         analyses: EvalAnalyses | None = None,
+        relational_eval: RelationalEval | None = None,
+        spans: SpanSplitter | None = None,
         average_directions: bool = False,
         ties: Ties = "optimistic",
         score_chunk: int = 1024,
@@ -115,6 +122,8 @@ class DualEncoderRetrieval(L.LightningModule):
             raise ValueError("event_loss (MeVTR) and mea are exclusive: MeVTR trains with its own loss only")
         self.event_loss = event_loss
         self.analyses = analyses
+        self.relational_eval = relational_eval
+        self.spans = spans or SpanSplitter()
         self.ties = ties
         self.metrics = nn.ModuleDict({stage: RetrievalMetrics(ties) for stage in ("val", "test")})
         self.score_chunk = score_chunk
@@ -206,7 +215,19 @@ class DualEncoderRetrieval(L.LightningModule):
             return
         text, video = self(batch)
         cache = self._eval_cache.setdefault(stage, [])
-        cache.append((text, video, batch["index"].to(self.device), batch["events"], batch["duration"].to(self.device)))
+        cache.append((text, video, batch["index"].to(self.device), batch["events"], self.query_attributes(batch)))
+
+    def query_attributes(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """Per-query values kept for the analyses after evaluation (`[B]` tensors): duration, and
+        with `relational_eval` the relational flag and the video's shot count."""
+        out = {"duration": batch["duration"].to(self.device)}
+        if self.relational_eval is not None:
+            if "num_shots" not in batch:
+                raise ValueError("relational_eval needs each video's shot count: set `data.shots`")
+            flags = [self.spans.split(concat_query(e)).relational for e in batch["events"]]
+            out["relational"] = torch.tensor(flags, dtype=torch.bool, device=self.device)
+            out["num_shots"] = batch["num_shots"].to(self.device)
+        return out
 
     def _eval_end(self, stage: str) -> None:
         cache = self._eval_cache.pop(stage, [])
@@ -216,7 +237,7 @@ class DualEncoderRetrieval(L.LightningModule):
         video = cat_reps([c[1] for c in cache])
         index = torch.cat([c[2] for c in cache])
         events = [e for c in cache for e in c[3]]
-        durations = torch.cat([c[4] for c in cache])
+        attributes = {k: torch.cat([c[4][k] for c in cache]) for k in cache[0][4]}
         gallery_ids, first = first_occurrence(gather_variable(self, index))
         gallery = map_rep(video, lambda t: gather_variable(self, t)[first])
         targets = torch.searchsorted(gallery_ids, index)
@@ -229,8 +250,13 @@ class DualEncoderRetrieval(L.LightningModule):
             ranks.append(text_to_video_ranks(scores.float(), targets[rows], self.ties))
         results = metric.compute()
         metric.reset()
+        ranks = torch.cat(ranks)
         if self.analyses is not None and stage in self.analyses.stages:
-            results.update(self._analyses(events, index, targets, durations, torch.cat(ranks), gallery))
+            results.update(self._analyses(events, index, targets, attributes["duration"], ranks, gallery))
+        if self.relational_eval is not None and stage in self.relational_eval.stages:
+            _, first = first_occurrence(gather_variable(self, index))
+            merged = {k: gather_variable(self, v)[first] for k, v in {"rank": ranks.to(index.device), **attributes}.items()}
+            results.update(relational_metrics(merged["rank"], merged["relational"], merged["num_shots"], self.relational_eval))
         self.eval_results[stage] = results
         self.log_dict({f"{stage}/{k}": v for k, v in results.items()}, sync_dist=False)
 

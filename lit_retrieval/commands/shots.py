@@ -1,0 +1,98 @@
+"""`lit-retrieval shots`: detect shot boundaries of many videos with PySceneDetect, in parallel, into
+the shot cache a SALI data module reads.
+
+    lit-retrieval shots VIDEO... | --dir DIR | --list FILE  [--config TRAIN.yaml] [--workers 8]
+
+`--config` takes the detector settings and cache folder from a training config's `data.shots`
+(so training finds every video cached); explicit options override them. Finished videos are cached
+one by one: an interrupted run loses nothing, and a rerun only detects what is missing or changed.
+`--out` writes `{video path: [[start, end], ...]}` (seconds) as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict, fields, replace
+from pathlib import Path
+
+import yaml
+
+from lit_retrieval.data.shots import ShotDetectorConfig, ShotOptions, detect_many
+from lit_retrieval.data.video import VideoDecodeError
+
+VIDEO_EXTS = (".mp4", ".mkv", ".webm", ".avi", ".mov", ".m4v")
+
+
+def options_from_config(path: str) -> ShotOptions:
+    """`data.init_args.shots` (or `data.shots`) of a training YAML as `ShotOptions`."""
+    config = yaml.safe_load(Path(path).read_text()) or {}
+    data = config.get("data", {})
+    shots = (data.get("init_args", data) or {}).get("shots")
+    if not shots:
+        raise ValueError(f"{path}: no data.shots section")
+    known = {f.name for f in fields(ShotOptions)}
+    unknown = set(shots) - known
+    if unknown:
+        raise ValueError(f"{path}: unknown data.shots keys {sorted(unknown)} (known: {sorted(known)})")
+    detector = ShotDetectorConfig(**shots.get("detector", {}))
+    return ShotOptions(**{**shots, "detector": detector})
+
+
+def _videos(args: argparse.Namespace) -> list[str]:
+    videos = list(args.videos)
+    if args.dir:
+        videos += sorted(str(p) for p in Path(args.dir).rglob("*") if p.suffix.lower() in VIDEO_EXTS)
+    if args.list:
+        videos += [line.strip() for line in Path(args.list).read_text().splitlines() if line.strip()]
+    return videos
+
+
+def run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="lit-retrieval shots", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("videos", nargs="*", help="video files")
+    parser.add_argument("--dir", help="every video under this folder")
+    parser.add_argument("--list", help="a text file with one video path per line")
+    parser.add_argument("--config", help="training YAML whose data.shots gives the settings")
+    parser.add_argument("--cache", help="cache folder (default: the config's, else cache/shots)")
+    parser.add_argument("--detector", choices=["adaptive", "content"])
+    parser.add_argument("--threshold", type=float, help="detector threshold (adaptive 3.0, content 27.0 by default)")
+    parser.add_argument("--min-scene-len", type=float, help="shortest shot in seconds (0.6)")
+    parser.add_argument("--downscale", type=int, help="frame-width divisor (default: automatic, about 256 px)")
+    parser.add_argument("--workers", type=int, help="detection processes (default 1)")
+    parser.add_argument("--on-error", choices=["raise", "skip"], default="skip", help="undecodable videos: stop or list and go on")
+    parser.add_argument("--out", help="write all shots as JSON here")
+    args = parser.parse_args(argv)
+    try:
+        options = options_from_config(args.config) if args.config else ShotOptions()
+    except (OSError, ValueError, TypeError, yaml.YAMLError) as err:
+        parser.error(str(err))
+    overrides = {"detector": args.detector, "threshold": args.threshold, "min_scene_len": args.min_scene_len, "downscale": args.downscale}
+    try:
+        detector = replace(options.detector, **{k: v for k, v in overrides.items() if v is not None})
+    except ValueError as err:
+        parser.error(str(err))
+    cache = args.cache or options.cache_dir
+    workers = args.workers or options.workers
+    videos = _videos(args)
+    if not videos:
+        parser.error("no videos given (positional paths, --dir or --list)")
+    start = time.perf_counter()
+    try:
+        found = detect_many(videos, detector, cache, workers, on_error=args.on_error)
+    except VideoDecodeError as err:
+        print(f"lit-retrieval shots: {err}")
+        return 1
+    seconds = time.perf_counter() - start
+    for path, reason in sorted(found.failed.items()):
+        print(f"failed: {path}: {reason}")
+    counts = [len(s) for s in found.shots.values()]
+    median = sorted(counts)[len(counts) // 2] if counts else 0
+    print(
+        f"{len(found.shots)} videos ({found.cached} cached, {len(found.shots) - found.cached} detected, "
+        f"{len(found.failed)} failed) in {seconds:.1f} s; median {median} shots; cache {cache}; settings {asdict(detector)}"
+    )
+    if args.out:
+        Path(args.out).write_text(json.dumps({p: [list(s) for s in shots] for p, shots in found.shots.items()}, indent=1))
+    return 1 if found.failed and args.on_error == "raise" else 0

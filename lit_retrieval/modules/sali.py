@@ -1,0 +1,106 @@
+"""`SALIRetrieval`: SALI training and evaluation on top of the dual-encoder module (SALI Sec. 3-4).
+
+What SALI changes in `DualEncoderRetrieval`:
+- queries: each query (the concatenated events; a single caption for CM and MSR-VTT) is split
+  into subject and object spans (`SpanSplitter`); the full queries and the spans of queries with a
+  verb go through the text tower in one call;
+- videos: the frames' shot indices from the data (`data.shots`) reach the head, which averages
+  frames per shot;
+- training: symmetric InfoNCE over the gated score s_hat, both towers fine-tuned (backbone 1e-7,
+  head 1e-4 in the paper: `optim.backbone_lr` / `optim.head_lr`); `warm_start` loads the encoder
+  and logit scale of a CLIP4Clip-meanP checkpoint of `DualEncoderRetrieval` first;
+- evaluation: the overall metrics plus relational / Rel-Multi metrics and optionally the
+  shot-quartile diagnosis (`RelationalEval`, on by default here; any `DualEncoderRetrieval`
+  can enable it, so baselines report Rel-Multi too).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from lit_retrieval.data.queries import QueryMode, concat_query
+from lit_retrieval.data.spans import QuerySpans
+from lit_retrieval.metrics.relational import RelationalEval
+from lit_retrieval.models.encoders.base import VideoTextEncoder
+from lit_retrieval.models.heads.sali import SALIHead, SpanTextFeatures
+from lit_retrieval.modules.dual_encoder import DualEncoderRetrieval
+
+
+class SALIRetrieval(DualEncoderRetrieval):
+    """SALI (shot-aware late interaction) with a `SALIHead`.
+
+    Args:
+        encoder: the CLIP dual encoder (both towers are fine-tuned unless `frozen` says otherwise).
+        head: a `SALIHead` (operators, penalty, gate).
+        warm_start: a `DualEncoderRetrieval` checkpoint with a CLIP4Clip-meanP head whose encoder
+            and logit scale initialise this model (SALI Sec. 4 "warm-started from CLIP4Clip-meanP").
+        **kwargs: the options of `DualEncoderRetrieval`; `spans` (the verb rules that split
+            queries) and `relational_eval` (Rel-Multi, diagnosis; on by default here) matter most.
+    """
+
+    def __init__(
+        self,
+        encoder: VideoTextEncoder,
+        head: SALIHead,
+        warm_start: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if not isinstance(head, SALIHead):
+            raise TypeError(f"SALIRetrieval needs a SALIHead, got {type(head).__name__}")
+        if kwargs.get("query_mode", "concat") != "concat":
+            raise ValueError("SALIRetrieval encodes whole queries (query_mode: concat)")
+        kwargs.setdefault("relational_eval", RelationalEval())
+        super().__init__(encoder, head, **kwargs)
+        if warm_start:
+            self.warm_start_from(warm_start)
+
+    def warm_start_from(self, path: str) -> None:
+        """Load the encoder and logit scale of a CLIP4Clip-meanP `DualEncoderRetrieval` checkpoint."""
+        try:
+            checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"warm_start checkpoint not found: {path}") from None
+        state = checkpoint.get("state_dict", checkpoint)
+        head_keys = sorted(k for k in state if k.startswith("head.") and k != "head.logit_scale")
+        if head_keys:
+            raise ValueError(f"{path}: warm_start expects a CLIP4Clip-meanP checkpoint (parameter-free head), found {head_keys[:3]}")
+        encoder_state = {k[len("encoder.") :]: v for k, v in state.items() if k.startswith("encoder.")}
+        try:
+            self.encoder.load_state_dict(encoder_state, strict=True)
+        except RuntimeError as err:
+            raise ValueError(f"{path}: its encoder does not match this model's encoder config: {err}") from None
+        if "head.logit_scale" in state:
+            with torch.no_grad():
+                self.head.logit_scale.copy_(state["head.logit_scale"])
+
+    def split_queries(self, events: list[list[str]]) -> list[QuerySpans]:
+        return [self.spans.split(concat_query(e)) for e in events]
+
+    def encode_queries(self, events: list[list[str]], mode: QueryMode | None = None) -> SpanTextFeatures:
+        """Full query, subject and object features; one text-tower call for all of them."""
+        spans = self.split_queries(events)
+        with_verb = [i for i, s in enumerate(spans) if s.verb is not None]
+        texts = [s.full for s in spans] + [spans[i].subject for i in with_verb] + [spans[i].object for i in with_verb]
+        pooled = self.encoder.encode_text(texts).pooled
+        n, k = len(spans), len(with_verb)
+        full = pooled[:n]
+        rows = torch.tensor(with_verb, dtype=torch.long, device=full.device)
+        flags = [[s.verb is not None for s in spans], [s.relational for s in spans]]
+        has_verb, relational = torch.tensor(flags, dtype=torch.bool, device=full.device)
+        return SpanTextFeatures(
+            full=full,
+            subject=full.index_copy(0, rows, pooled[n : n + k]),
+            object=full.index_copy(0, rows, pooled[n + k :]),
+            has_verb=has_verb,
+            relational=relational,
+        )
+
+    def encode_videos(self, batch: dict[str, Any]) -> Any:
+        if "frame_shots" not in batch:
+            raise ValueError("SALI needs shots: set `data.shots` so the data module detects them and indexes frames by shot")
+        video = self.encoder.encode_video(batch["frames"], batch["frame_mask"])
+        video.shots = batch["frame_shots"]
+        return self.head.encode_video(video)
+
