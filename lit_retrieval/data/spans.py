@@ -87,6 +87,15 @@ class SpanSplitter:
         self._verb = re.compile(r"\b(?:" + "|".join(f"(?:{p})" for p in self.verbs) + r")\b", re.IGNORECASE)
         self._people = {w.lower() for w in (*self.person_words, *self.extra_person_words)}
 
+    def __getstate__(self) -> dict[str, object]:
+        # Only the settings travel (checkpoints load with weights_only=True, which refuses
+        # compiled patterns); the matchers are rebuilt on load.
+        return {f: getattr(self, f) for f in ("verbs", "person_words", "extra_person_words", "initial_names")}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self.__post_init__()
+
     def names_person(self, text: str, sentence_start: bool) -> bool:
         """Does `text` contain a person word or a name (a capitalised, non-sentence-initial token)?"""
         for i, match in enumerate(_WORD.finditer(text)):
