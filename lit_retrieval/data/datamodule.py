@@ -47,6 +47,7 @@ class MultiEventDataset(Dataset):
         normalize: NormalizeFrames | None = None,
         seek_threshold: float = 1.0,
         shots: list[Shots] | None = None,
+        trim_to_annotation: bool = False,
     ) -> None:
         if shots is not None and len(shots) != len(records):
             raise ValueError(f"{len(shots)} shot lists for {len(records)} records")
@@ -58,6 +59,7 @@ class MultiEventDataset(Dataset):
         self.on_bad_video = on_bad_video
         self.normalize = normalize or NormalizeFrames()
         self.seek_threshold = seek_threshold
+        self.trim_to_annotation = trim_to_annotation
 
     def __len__(self) -> int:
         return len(self.records)
@@ -66,7 +68,8 @@ class MultiEventDataset(Dataset):
         record = self.records[index]
         path = self.video_root / record.path
         try:
-            sample = sample_frames(path, self.num_frames, size=self.image_size, seek_threshold=self.seek_threshold, duration=record.duration)
+            end = record.duration if self.trim_to_annotation else None
+            sample = sample_frames(path, self.num_frames, end=end, size=self.image_size, seek_threshold=self.seek_threshold, duration=record.duration)
         except VideoDecodeError as err:
             if self.on_bad_video == "raise":
                 raise
@@ -156,6 +159,8 @@ class VideoTextDataModule(L.LightningDataModule, ABC):
         shuffle_seed: seed of the training order (with the epoch; see `EpochShuffle`).
         shots: detect shots (PySceneDetect, cached) and give every item its frames' shot
             indices (SALI). Videos whose detection fails follow `on_bad_video`.
+        trim_to_annotation: sample frames in [0, the record's duration] instead of the whole file
+            (Condensed Movies: the annotated duration leaves out the YouTube outro).
     """
 
     def __init__(
@@ -177,6 +182,7 @@ class VideoTextDataModule(L.LightningDataModule, ABC):
         seek_threshold: float = 1.0,
         shuffle_seed: int = 0,
         shots: ShotOptions | None = None,
+        trim_to_annotation: bool = False,
     ) -> None:
         super().__init__()
         if on_bad_video not in ("raise", "skip"):
@@ -198,6 +204,7 @@ class VideoTextDataModule(L.LightningDataModule, ABC):
         self.seek_threshold = seek_threshold
         self.shuffle_seed = shuffle_seed
         self.shots = shots
+        self.trim_to_annotation = trim_to_annotation
         self.datasets: dict[str, MultiEventDataset] = {}
         self.dropped_records: list[AnnotationError] = []
 
@@ -236,7 +243,8 @@ class VideoTextDataModule(L.LightningDataModule, ABC):
             if self.shots is not None:
                 chosen, shots = self._with_shots(chosen, video_root)
             self.datasets[role] = MultiEventDataset(
-                chosen, video_root, self.num_frames, self.image_size, self.on_bad_video, self.normalize, self.seek_threshold, shots
+                chosen, video_root, self.num_frames, self.image_size, self.on_bad_video, self.normalize, self.seek_threshold, shots,
+                self.trim_to_annotation,
             )
 
     def _with_shots(self, records: list[VideoRecord], video_root: Path) -> tuple[list[VideoRecord], list[Shots]]:

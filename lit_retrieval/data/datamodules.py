@@ -1,4 +1,5 @@
-"""DataModules of the public multi-event datasets: MELON, ActivityNet Captions and DiDeMo.
+"""DataModules of the public datasets: MELON, ActivityNet Captions, DiDeMo (multi-event), and
+Condensed Movies and MSR-VTT 1k-A (single captions; SALI).
 
 Each reads its own annotation layout (see the parser modules) into the shared records; batching,
 splits, frame sampling and the bad-record and bad-video policies come from `VideoTextDataModule`.
@@ -10,10 +11,12 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 
 from lit_retrieval.data.activitynet import ActivityNetParser
+from lit_retrieval.data.condensed_movies import CondensedMoviesParser
 from lit_retrieval.data.bad_records import RecordCollector
 from lit_retrieval.data.datamodule import VideoTextDataModule
 from lit_retrieval.data.didemo import DiDeMoParser
 from lit_retrieval.data.melon import MelonFields, MelonParser
+from lit_retrieval.data.msrvtt import MSRVTTParser
 from lit_retrieval.data.records import VideoRecord
 from lit_retrieval.data.video import video_duration
 
@@ -130,3 +133,81 @@ class DiDeMoDataModule(SplitFilesDataModule):
 
     def parser(self) -> DiDeMoParser:
         return DiDeMoParser(self.video_ext)
+
+
+class CondensedMoviesDataModule(VideoTextDataModule):
+    """Condensed Movies: one caption per two-minute scene, split per movie (`split.csv`).
+
+    Args:
+        metadata_dir: folder of `clips.csv`, `descriptions.csv`, `durations.csv`, `split.csv`.
+        video_exts: extensions tried for `{upload_year}/{videoid}`.
+        require_video: leave out clips whose file is absent (most of the catalogue is offline).
+        trim_to_annotation: frames are sampled in [0, duration of durations.csv], which drops the
+            YouTube outro (see `VideoTextDataModule`; on by default here).
+        **kwargs: the common options of `VideoTextDataModule` (SALI: 128 frames, `shots`).
+    """
+
+    def __init__(
+        self,
+        metadata_dir: str,
+        video_exts: list[str] | None = None,
+        require_video: bool = True,
+        trim_to_annotation: bool = True,
+        val_split: str | None = "val",
+        **kwargs,
+    ) -> None:
+        super().__init__(trim_to_annotation=trim_to_annotation, val_split=val_split, **kwargs)
+        self.metadata_dir = Path(metadata_dir)
+        self.video_exts = tuple(video_exts or (".mkv", ".mp4", ".webm"))
+        self.require_video = require_video
+
+    @property
+    def source(self) -> str:
+        return str(self.metadata_dir)
+
+    def default_video_root(self) -> Path:
+        return self.metadata_dir.parent / "videos"
+
+    def load_records(self, collector: RecordCollector) -> list[VideoRecord]:
+        parser = CondensedMoviesParser(self.video_root or self.default_video_root(), self.video_exts, self.require_video)
+        return parser.load(self.metadata_dir, collector)
+
+
+class MSRVTTDataModule(VideoTextDataModule):
+    """MSR-VTT: training on every caption of the 9k training videos (10% held out as `val`),
+    testing on the 1k-A split.
+
+    Args:
+        annotation_dir: folder of the three files below.
+        data_file / train_csv / test_csv: the file names (CLIP4Clip's release by default).
+        video_ext: extension of `{video_id}` under the video root.
+        val_fraction / val_seed: share of training videos held out for validation, and its seed.
+        **kwargs: the common options of `VideoTextDataModule` (SALI: 12 frames).
+    """
+
+    def __init__(
+        self,
+        annotation_dir: str,
+        data_file: str = "MSRVTT_data.json",
+        train_csv: str = "MSRVTT_train.9k.csv",
+        test_csv: str = "MSRVTT_JSFUSION_test.csv",
+        video_ext: str = ".mp4",
+        val_fraction: float = 0.1,
+        val_seed: int = 0,
+        val_split: str | None = "val",
+        **kwargs,
+    ) -> None:
+        super().__init__(val_split=val_split, **kwargs)
+        self.annotation_dir = Path(annotation_dir)
+        self.files = (data_file, train_csv, test_csv)
+        self.parser = MSRVTTParser(video_ext, val_fraction, val_seed)
+
+    @property
+    def source(self) -> str:
+        return str(self.annotation_dir / self.files[0])
+
+    def default_video_root(self) -> Path:
+        return self.annotation_dir / "videos"
+
+    def load_records(self, collector: RecordCollector) -> list[VideoRecord]:
+        return self.parser.load(self.annotation_dir, *self.files, collector=collector)

@@ -89,7 +89,10 @@ def detect_shots(path: str | Path, config: ShotDetectorConfig = ShotDetectorConf
     if not path.is_file():
         raise VideoDecodeError(path, "file not found")
     try:
-        video = open_video(str(path), backend=config.backend)
+        # PyAV backend: keep FFmpeg's log level as it is (PySceneDetect would turn its stderr
+        # logging back on for the whole process).
+        quiet = {"suppress_output": True} if config.backend == "pyav" else {}
+        video = open_video(str(path), backend=config.backend, **quiet)
         manager = SceneManager()
         if config.downscale is not None:
             manager.auto_downscale = False

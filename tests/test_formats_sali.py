@@ -1,0 +1,97 @@
+"""Condensed Movies and MSR-VTT 1k-A parsers and DataModules (SALI's datasets), on fixtures in the
+real file layouts."""
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lit_retrieval.data import AnnotationError, CondensedMoviesDataModule, MSRVTTDataModule
+from lit_retrieval.data.bad_records import RecordCollector
+from lit_retrieval.data.condensed_movies import CondensedMoviesParser
+from lit_retrieval.data.msrvtt import MSRVTTParser
+from lit_retrieval.data.shots import ShotOptions
+from media import FPS, write_shots_video
+
+FIXTURES = Path(__file__).parent / "fixtures"
+DOWNLOADED = {"2019/Zz1Yy2Xx3Ww": [12, 25], "2019/Aa1Bb2Cc3Dd": [], "2017/Ee4Ff5Gg6Hh": [20], "2018/Ii7Jj8Kk9Ll": []}
+
+
+@pytest.fixture(scope="module")
+def cmd_root(tmp_path_factory):
+    """The CMD metadata plus 4 s videos for every clip but the offline one (durations.csv says 2-3 s)."""
+    root = tmp_path_factory.mktemp("cmd")
+    shutil.copytree(FIXTURES / "condensed_movies" / "metadata", root / "metadata")
+    for name, cuts in DOWNLOADED.items():
+        (root / "videos" / name).parent.mkdir(parents=True, exist_ok=True)
+        write_shots_video(root / "videos" / f"{name}.mp4", cuts, 4 * FPS, size=64)
+    return root
+
+
+def test_condensed_movies_records_split_per_movie(cmd_root):
+    records = {r.video_id: r for r in CondensedMoviesParser(cmd_root / "videos").load(cmd_root / "metadata")}
+    # Ii7... has an empty description, Mm0... has no video; the repeated description is dropped
+    assert sorted(records) == ["Aa1Bb2Cc3Dd", "Ee4Ff5Gg6Hh", "Zz1Yy2Xx3Ww"]
+    pier = records["Zz1Yy2Xx3Ww"]
+    assert (pier.split, pier.path, pier.duration) == ("test", "2019/Zz1Yy2Xx3Ww.mp4", 3.0)
+    assert pier.descriptions == ["Nora confronts Eli about the missing ledger, and he storms off the pier."]
+    assert records["Aa1Bb2Cc3Dd"].descriptions == ["Then Nora talks to her brother about the ledger."]
+    assert records["Ee4Ff5Gg6Hh"].split == "train"
+    offline = CondensedMoviesParser(cmd_root / "videos", require_video=False).load(cmd_root / "metadata")
+    assert "Mm0Nn1Oo2Pp" in {r.video_id for r in offline}
+
+
+def test_condensed_movies_bad_rows_name_the_file_and_record(cmd_root, tmp_path):
+    metadata = tmp_path / "metadata"
+    shutil.copytree(cmd_root / "metadata", metadata)
+    (metadata / "split.csv").write_text("imdbid,split\ntt9990001,test\ntt9990003,val\n")  # tt9990002 lost
+    with pytest.raises(AnnotationError, match=r"descriptions.csv: record 'Ee4Ff5Gg6Hh': movie 'tt9990002' has no split"):
+        CondensedMoviesParser(cmd_root / "videos").load(metadata)
+    collector = RecordCollector("skip")
+    kept = CondensedMoviesParser(cmd_root / "videos").load(metadata, collector)
+    assert len(kept) == 2 and len(collector.dropped) == 1
+    (metadata / "durations.csv").write_text("videoid,length\n")
+    with pytest.raises(AnnotationError, match=r"durations.csv.*missing column\(s\) \['duration'\]"):
+        CondensedMoviesParser(cmd_root / "videos").load(metadata)
+
+
+def test_condensed_movies_data_module_trims_to_the_annotated_duration_and_has_shots(cmd_root, tmp_path):
+    dm = CondensedMoviesDataModule(
+        str(cmd_root / "metadata"), num_frames=8, image_size=32, batch_size=2, shots=ShotOptions(cache_dir=str(tmp_path / "shots"), progress=False)
+    )
+    dm.prepare_data()
+    dm.setup()
+    assert {role: len(ds) for role, ds in dm.datasets.items()} == {"train": 1, "val": 0, "test": 2}
+    test = dm.datasets["test"]
+    item = test[[r.video_id for r in test.records].index("Zz1Yy2Xx3Ww")]
+    assert np.nanmax(item["frame_times"].numpy()) < 3.0  # the 4 s file, trimmed at durations.csv's 3 s
+    assert item["num_shots"] == 3 and item["frame_shots"].tolist() == [0, 0, 0, 1, 1, 1, 1, 2]  # cuts at 1.2 and 2.5 s
+
+
+def test_msrvtt_train_captions_val_hold_out_and_1k_test():
+    parser = MSRVTTParser(val_fraction=1 / 3, val_seed=0)
+    records = parser.load(FIXTURES / "msrvtt", "MSRVTT_data.json", "MSRVTT_train.9k.csv", "MSRVTT_JSFUSION_test.csv")
+    by_split = {}
+    for record in records:
+        by_split.setdefault(record.split, []).append(record)
+    assert [r.video_id for r in by_split["test"]] == ["video9999"]
+    assert by_split["test"][0].descriptions == ["a man plays a violin on a stage"] and by_split["test"][0].duration == pytest.approx(3.0)
+    assert len(by_split["val"]) == 1
+    val_video = by_split["val"][0].path
+    train_paths = [r.path for r in by_split["train"]]
+    assert val_video not in train_paths  # videos, not captions, are held out
+    assert len(train_paths) == 4 - (2 if val_video == "video0.mp4" else 1)
+    if "video0.mp4" in train_paths:
+        assert {r.video_id for r in by_split["train"] if r.path == "video0.mp4"} == {"video0#0", "video0#1"}
+
+
+def test_msrvtt_unknown_test_video_is_a_bad_record(tmp_path):
+    for name in ("MSRVTT_data.json", "MSRVTT_train.9k.csv"):
+        shutil.copy(FIXTURES / "msrvtt" / name, tmp_path / name)
+    (tmp_path / "MSRVTT_JSFUSION_test.csv").write_text("key,vid_key,video_id,sentence\nret0,msr1,video12345,a dog\n")
+    with pytest.raises(AnnotationError, match="MSRVTT_JSFUSION_test.csv: record 'video12345'"):
+        MSRVTTDataModule(str(tmp_path), num_frames=4).load_records(RecordCollector())
+    collector = RecordCollector("skip")
+    records = MSRVTTDataModule(str(tmp_path), num_frames=4, val_fraction=0.0).load_records(collector)
+    assert len(collector.dropped) == 1 and {r.split for r in records} == {"train"}
