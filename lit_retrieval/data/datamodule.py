@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import lightning as L
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
@@ -161,6 +162,9 @@ class VideoTextDataModule(L.LightningDataModule, ABC):
             indices (SALI). Videos whose detection fails follow `on_bad_video`.
         trim_to_annotation: sample frames in [0, the record's duration] instead of the whole file
             (Condensed Movies: the annotated duration leaves out the YouTube outro).
+        holdout_val: move this fraction of the training videos (seeded by `shuffle_seed`) into
+            the `val_split`, for datasets without a validation split (SALI Sec. 4: 10% on
+            ActivityNet). Records sharing a video file move together.
     """
 
     def __init__(
@@ -183,8 +187,13 @@ class VideoTextDataModule(L.LightningDataModule, ABC):
         shuffle_seed: int = 0,
         shots: ShotOptions | None = None,
         trim_to_annotation: bool = False,
+        holdout_val: float = 0.0,
     ) -> None:
         super().__init__()
+        if not 0 <= holdout_val < 1:
+            raise ValueError(f"holdout_val must lie in [0, 1), got {holdout_val}")
+        if holdout_val and val_split is None:
+            raise ValueError("holdout_val needs a val_split name for the held-out videos")
         if on_bad_video not in ("raise", "skip"):
             raise ValueError(f"on_bad_video must be 'raise' or 'skip', got {on_bad_video!r}")
         RecordCollector(on_bad_record)  # validates the policy now, not at setup
@@ -205,6 +214,7 @@ class VideoTextDataModule(L.LightningDataModule, ABC):
         self.shuffle_seed = shuffle_seed
         self.shots = shots
         self.trim_to_annotation = trim_to_annotation
+        self.holdout_val = holdout_val
         self.datasets: dict[str, MultiEventDataset] = {}
         self.dropped_records: list[AnnotationError] = []
 
@@ -231,6 +241,8 @@ class VideoTextDataModule(L.LightningDataModule, ABC):
                 records.append(record)
         collector.report(self.source)
         self.dropped_records = collector.dropped
+        if self.holdout_val:
+            records = self._hold_out(records)
         video_root = self.video_root or self.default_video_root()
         for role, split in self.splits.items():
             if split is None:
@@ -246,6 +258,14 @@ class VideoTextDataModule(L.LightningDataModule, ABC):
                 chosen, video_root, self.num_frames, self.image_size, self.on_bad_video, self.normalize, self.seek_threshold, shots,
                 self.trim_to_annotation,
             )
+
+    def _hold_out(self, records: list[VideoRecord]) -> list[VideoRecord]:
+        """Relabel a seeded `holdout_val` share of the training videos as the val split."""
+        train = self.splits["train"]
+        videos = sorted({r.path for r in records if r.split == train})
+        order = np.random.default_rng(self.shuffle_seed).permutation(len(videos))
+        chosen = {videos[i] for i in order[: round(self.holdout_val * len(videos))]}
+        return [replace(r, split=self.splits["val"]) if r.split == train and r.path in chosen else r for r in records]
 
     def _with_shots(self, records: list[VideoRecord], video_root: Path) -> tuple[list[VideoRecord], list[Shots]]:
         """The records whose shots are known (detected now or cached) and their shot lists."""

@@ -88,6 +88,9 @@ class DualEncoderRetrieval(L.LightningModule):
         frozen: parameter-name prefixes to freeze (e.g. `encoder.text.model` keeps a pretrained
             text tower fixed while its new projection trains; CLIP4Clip's `freeze_layer_num`).
             A prefix naming a whole submodule also puts it in eval mode (no dropout).
+        warm_start: a checkpoint of this module with a CLIP4Clip-meanP head: its encoder and logit
+            scale initialise this model before training (SALI's warm start; also "train meanP
+            longer" controls, and any other head). A resumed fit still loads its own checkpoint.
     """
 
     def __init__(
@@ -106,6 +109,7 @@ class DualEncoderRetrieval(L.LightningModule):
         score_chunk: int = 1024,
         eval_memory_mb: int = 2048,
         frozen: list[str] | None = None,
+        warm_start: str | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["encoder", "head", "event_loss"])
@@ -132,6 +136,8 @@ class DualEncoderRetrieval(L.LightningModule):
         self.eval_results: dict[str, dict[str, float]] = {}
         self._eval_cache: dict[str, list] = {}
         self.freeze_prefixes(frozen or [])
+        if warm_start:
+            self.warm_start_from(warm_start)
 
     def freeze_prefixes(self, prefixes: list[str]) -> None:
         """Stop gradients for parameters whose name starts with one of `prefixes`."""
@@ -146,6 +152,26 @@ class DualEncoderRetrieval(L.LightningModule):
         for prefix in prefixes:  # a wholly frozen submodule also stops dropout
             if prefix in modules:
                 modules[prefix].eval()
+
+    def warm_start_from(self, path: str) -> None:
+        """Load the encoder and logit scale of a `DualEncoderRetrieval` checkpoint with a
+        parameter-free (CLIP4Clip-meanP) head; the encoder configs must match."""
+        try:
+            checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"warm_start checkpoint not found: {path}") from None
+        state = checkpoint.get("state_dict", checkpoint)
+        head_keys = sorted(k for k in state if k.startswith("head.") and k != "head.logit_scale")
+        if head_keys:
+            raise ValueError(f"{path}: warm_start expects a CLIP4Clip-meanP checkpoint (parameter-free head), found {head_keys[:3]}")
+        encoder_state = {k[len("encoder.") :]: v for k, v in state.items() if k.startswith("encoder.")}
+        try:
+            self.encoder.load_state_dict(encoder_state, strict=True)
+        except RuntimeError as err:
+            raise ValueError(f"{path}: its encoder does not match this model's encoder config: {err}") from None
+        if "head.logit_scale" in state:
+            with torch.no_grad():
+                self.head.logit_scale.copy_(state["head.logit_scale"])
 
     def encode_queries(self, events: list[list[str]], mode: QueryMode | None = None) -> TextFeatures:
         """Text features of multi-event queries, one row per event list."""

@@ -7,8 +7,8 @@ What SALI changes in `DualEncoderRetrieval`:
 - videos: the frames' shot indices from the data (`data.shots`) reach the head, which averages
   frames per shot;
 - training: symmetric InfoNCE over the gated score s_hat, both towers fine-tuned (backbone 1e-7,
-  head 1e-4 in the paper: `optim.backbone_lr` / `optim.head_lr`); `warm_start` loads the encoder
-  and logit scale of a CLIP4Clip-meanP checkpoint of `DualEncoderRetrieval` first;
+  head 1e-4 in the paper: `optim.backbone_lr` / `optim.head_lr`); `warm_start` (an option of
+  every `DualEncoderRetrieval`) loads the encoder and logit scale of a CLIP4Clip-meanP checkpoint;
 - evaluation: the overall metrics plus relational / Rel-Multi metrics and optionally the
   shot-quartile diagnosis (`RelationalEval`, on by default here; any `DualEncoderRetrieval`
   can enable it, so baselines report Rel-Multi too).
@@ -34,17 +34,15 @@ class SALIRetrieval(DualEncoderRetrieval):
     Args:
         encoder: the CLIP dual encoder (both towers are fine-tuned unless `frozen` says otherwise).
         head: a `SALIHead` (operators, penalty, gate).
-        warm_start: a `DualEncoderRetrieval` checkpoint with a CLIP4Clip-meanP head whose encoder
-            and logit scale initialise this model (SALI Sec. 4 "warm-started from CLIP4Clip-meanP").
-        **kwargs: the options of `DualEncoderRetrieval`; `spans` (the verb rules that split
-            queries) and `relational_eval` (Rel-Multi, diagnosis; on by default here) matter most.
+        **kwargs: the options of `DualEncoderRetrieval`; `warm_start` (a CLIP4Clip-meanP checkpoint,
+            SALI Sec. 4), `spans` (the verb rules that split queries) and `relational_eval`
+            (Rel-Multi, diagnosis; on by default here) matter most.
     """
 
     def __init__(
         self,
         encoder: VideoTextEncoder,
         head: SALIHead,
-        warm_start: str | None = None,
         **kwargs: Any,
     ) -> None:
         if not isinstance(head, SALIHead):
@@ -53,27 +51,6 @@ class SALIRetrieval(DualEncoderRetrieval):
             raise ValueError("SALIRetrieval encodes whole queries (query_mode: concat)")
         kwargs.setdefault("relational_eval", RelationalEval())
         super().__init__(encoder, head, **kwargs)
-        if warm_start:
-            self.warm_start_from(warm_start)
-
-    def warm_start_from(self, path: str) -> None:
-        """Load the encoder and logit scale of a CLIP4Clip-meanP `DualEncoderRetrieval` checkpoint."""
-        try:
-            checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-        except FileNotFoundError:
-            raise FileNotFoundError(f"warm_start checkpoint not found: {path}") from None
-        state = checkpoint.get("state_dict", checkpoint)
-        head_keys = sorted(k for k in state if k.startswith("head.") and k != "head.logit_scale")
-        if head_keys:
-            raise ValueError(f"{path}: warm_start expects a CLIP4Clip-meanP checkpoint (parameter-free head), found {head_keys[:3]}")
-        encoder_state = {k[len("encoder.") :]: v for k, v in state.items() if k.startswith("encoder.")}
-        try:
-            self.encoder.load_state_dict(encoder_state, strict=True)
-        except RuntimeError as err:
-            raise ValueError(f"{path}: its encoder does not match this model's encoder config: {err}") from None
-        if "head.logit_scale" in state:
-            with torch.no_grad():
-                self.head.logit_scale.copy_(state["head.logit_scale"])
 
     def split_queries(self, events: list[list[str]]) -> list[QuerySpans]:
         return [self.spans.split(concat_query(e)) for e in events]
@@ -104,3 +81,19 @@ class SALIRetrieval(DualEncoderRetrieval):
         video.shots = batch["frame_shots"]
         return self.head.encode_video(video)
 
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """Log SALI's learned scalars, so their curves show in the logger (SALI Sec. 4
+        "Mechanism" follows the penalty weights): the gates, capacity c, eps and the penalty
+        weights softplus(w1), softplus(w2)."""
+        super().on_train_batch_end(outputs, batch, batch_idx)
+        head = self.head
+        with torch.no_grad():
+            gates = torch.sigmoid(head.gate_logits)
+            weights = torch.nn.functional.softplus(head.penalty_weights)
+            values = {
+                "gate/without_verb" if head.gate_by == "verb" else "gate/non_relational": gates[0],
+                "gate/with_verb" if head.gate_by == "verb" else "gate/relational": gates[1],
+                "capacity": head.capacity, "eps": head.eps, "penalty/same_shot": weights[0], "penalty/distance": weights[1],
+            }
+        self.log_dict({f"train/sali/{k}": v for k, v in values.items()}, on_step=True, on_epoch=False)
