@@ -9,7 +9,7 @@ EXTRAS ?= dev
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install quickstart quickstart-mea test bench mea-comparison clean
+.PHONY: install quickstart quickstart-mea test bench mea-comparison sali-comparison clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -34,10 +34,13 @@ test: $(STAMP)
 
 # speed benchmarks (minutes); the MEA comparison on the synthetic corpus is a training sweep (hours)
 bench: $(STAMP)
-	for b in frame_sampling metrics_speed mea_step heads; do $(PY) benchmarks/$$b.py; done
+	for b in frame_sampling metrics_speed mea_step heads sali_ot shots_speed; do $(PY) benchmarks/$$b.py; done
 
 mea-comparison: $(STAMP)
 	$(PY) benchmarks/mea_synthetic.py --seeds 0 1 2 --variants baseline mea
 
+sali-comparison: $(STAMP)
+	$(PY) benchmarks/sali_synthetic.py --seeds 0 --train max ot max_pen ot_pen
+
 clean:
-	rm -rf $(VENV) runs data/synthetic
+	rm -rf $(VENV) runs data/synthetic data/synthetic_rel
