@@ -57,6 +57,8 @@ class SALIRetrieval(DualEncoderRetrieval):
 
     def encode_queries(self, events: list[list[str]], mode: QueryMode | None = None) -> SpanTextFeatures:
         """Full query, subject and object features; one text-tower call for all of them."""
+        if mode not in (None, "concat"):
+            raise ValueError(f"SALI encodes whole queries; query mode {mode!r} is not available (drop it from analyses.query_modes)")
         spans = self.split_queries(events)
         with_verb = [i for i, s in enumerate(spans) if s.verb is not None]
         texts = [s.full for s in spans] + [spans[i].subject for i in with_verb] + [spans[i].object for i in with_verb]
