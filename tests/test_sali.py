@@ -109,6 +109,20 @@ def test_clip_level_score_is_meanp_at_initialisation(encoder):
     torch.testing.assert_close(rep_t["clip"] @ rep_v["clip"].t(), expected)
 
 
+def test_meanp_shot_pooling_is_the_mean_of_shot_means():
+    _, video = features()
+    head = MeanPHead(pooling="shots")
+    expected = []
+    for v in range(3):
+        frames = F.normalize(video.frames[v][video.mask[v]], dim=-1)
+        ids = video.shots[v][video.mask[v]]
+        expected.append(F.normalize(torch.stack([frames[ids == s].mean(0) for s in ids.unique()]).mean(0), dim=-1))
+    torch.testing.assert_close(head.encode_video(video), torch.stack(expected))
+    assert not torch.allclose(head.encode_video(video), MeanPHead().encode_video(video))  # unequal shot sizes
+    with pytest.raises(ValueError, match="data.shots"):
+        head.encode_video(VideoFeatures(frames=video.frames, mask=video.mask))
+
+
 def test_operators_and_penalty_switch_with_the_phase(encoder):
     head = make_head(encoder, train_operator="ot", eval_operator="max", train_penalty=True)
     text, video = features()

@@ -182,6 +182,7 @@ class DualEncoderRetrieval(L.LightningModule):
 
     def encode_videos(self, batch: dict[str, Any]) -> Any:
         video = self.encoder.encode_video(batch["frames"], batch["frame_mask"], with_patches=self.head.needs_patches)
+        video.shots = batch.get("frame_shots")  # present when the data module detects shots
         return self.head.encode_video(video)
 
     def forward(self, batch: dict[str, Any]) -> tuple[Any, Any]:

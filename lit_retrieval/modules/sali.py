@@ -79,9 +79,7 @@ class SALIRetrieval(DualEncoderRetrieval):
     def encode_videos(self, batch: dict[str, Any]) -> Any:
         if "frame_shots" not in batch:
             raise ValueError("SALI needs shots: set `data.shots` so the data module detects them and indexes frames by shot")
-        video = self.encoder.encode_video(batch["frames"], batch["frame_mask"])
-        video.shots = batch["frame_shots"]
-        return self.head.encode_video(video)
+        return super().encode_videos(batch)
 
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:

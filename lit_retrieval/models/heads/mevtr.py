@@ -65,7 +65,7 @@ class MeVTRHead(MeanPHead):
     """
 
     def __init__(self, num_events: int = 16, iterations: int = 100, **kwargs) -> None:
-        super().__init__(**kwargs)
+        super().__init__(pooling="frames", **kwargs)  # pools its key-event frames
         self.num_events = num_events
         self.iterations = iterations
 

@@ -31,7 +31,7 @@ from torch import nn
 from lit_retrieval.models.encoders.base import VideoTextEncoder
 from lit_retrieval.models.features import VideoFeatures
 from lit_retrieval.models.heads.base import SimilarityHead
-from lit_retrieval.models.heads.meanp import masked_mean
+from lit_retrieval.models.heads.meanp import masked_mean, shot_means
 from lit_retrieval.models.matching import film_grammar_penalty, greedy_max, ot_match, soft_assignment
 
 Operator = Literal["max", "ot"]
@@ -55,19 +55,6 @@ def identity_linear(dim: int) -> nn.Linear:
     with torch.no_grad():
         layer.weight.copy_(torch.eye(dim))
     return layer
-
-
-def shot_means(frames: torch.Tensor, frame_shots: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean frame feature per shot: `frames [B, T, D]`, `frame_shots [B, T]` (shot of each frame,
-    -1 where padded; shots numbered 0..S-1) -> `(shots [B, S_max, D], shot_mask [B, S_max])` with
-    S_max the largest shot count of the batch (at least 1)."""
-    valid = mask & (frame_shots >= 0)
-    count = int(frame_shots.masked_fill(~valid, -1).max().clamp_min(0)) + 1
-    slots = torch.arange(count, device=frames.device)
-    member = (frame_shots.unsqueeze(1) == slots[None, :, None]) & valid.unsqueeze(1)  # [B, S, T]
-    weights = member.to(frames.dtype)
-    sizes = weights.sum(-1, keepdim=True)
-    return (weights @ frames) / sizes.clamp_min(1.0), sizes.squeeze(-1) > 0
 
 
 class SALIHead(SimilarityHead):

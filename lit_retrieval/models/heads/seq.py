@@ -21,7 +21,7 @@ class _TemporalMeanPHead(MeanPHead):
     """meanP over `temporal(F) + F`; subclasses build `temporal` in `bind`."""
 
     def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
+        super().__init__(pooling="frames", **kwargs)  # the temporal module works on frames
         self.temporal: nn.Module | None = None
 
     @abstractmethod
