@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from head_checks import assert_gradients_reach_every_parameter_and_steps_lower_the_loss
+from head_checks import assert_gradients_reach_every_parameter_and_steps_lower_the_loss, assert_trains_with_mea_evaluates_in_blocks_and_reloads
 from lit_retrieval.models.encoders import CLIPEncoder
 from lit_retrieval.models.features import TextFeatures, VideoFeatures
 from lit_retrieval.models.heads import MeanPHead, SeqLSTMHead, SeqTransfHead, TightTransfHead, TS2NetHead, XCLIPHead
@@ -124,29 +124,8 @@ TRAINABLE = {**HEADS, "ts2net": lambda: TS2NetHead(select=2, samples=32, tempora
 
 
 @pytest.mark.parametrize("name", sorted(TRAINABLE))
-def test_head_trains_with_mea_evaluates_in_blocks_and_reloads(name, tmp_path, corpus, tiny_clip):
-    import lightning as L
-
-    from lit_retrieval.data import MultiEventDataModule
-    from lit_retrieval.modules import DualEncoderRetrieval, MEAConfig
-
-    def build():
-        torch.manual_seed(0)
-        return DualEncoderRetrieval(CLIPEncoder(pretrained=str(tiny_clip)), TRAINABLE[name](), mea=MEAConfig(weight=0.5), eval_memory_mb=1)
-
-    module = build()
-    data = MultiEventDataModule(annotation=str(corpus / "annotations.json"), num_frames=4, image_size=32, batch_size=8)
-    trainer = L.Trainer(accelerator="cpu", max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
-    trainer.fit(module, data)
-    trainer.test(module, data, verbose=False)
-    assert 0 <= module.eval_results["test"]["t2v/R@1"] <= 100
-    reloaded = build()
-    reloaded.load_state_dict(module.state_dict())
-    batch = next(iter(data.test_dataloader()))
-    module.eval(), reloaded.eval()
-    with torch.no_grad():
-        a, b = module(batch), reloaded(batch)
-        assert torch.allclose(module.head.score(*a), reloaded.head.score(*b))
+def test_head_trains_with_mea_evaluates_in_blocks_and_reloads(name, corpus, tiny_clip):
+    assert_trains_with_mea_evaluates_in_blocks_and_reloads(TRAINABLE[name], corpus, tiny_clip)
 
 
 def test_xclip_is_the_mean_of_four_aosm_terms():

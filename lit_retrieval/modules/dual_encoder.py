@@ -211,6 +211,10 @@ class DualEncoderRetrieval(L.LightningModule):
         loss_std = self.loss_fn(self.head.logits(similarity))
         loss = loss_std
         out: dict[str, Any] = {"loss_std": loss_std.detach()}
+        for name, term in self.head.auxiliary_losses(text, video, similarity).items():
+            loss = loss + term
+            out[f"aux_{name}"] = term.detach()
+            self.log(f"train/aux/{name}", term.detach(), batch_size=size)
         if partial is not None:
             mea = self.mea(self.head, similarity, map_rep(text_all, lambda t: t[size:]), video, partial)
             loss = loss_std + self.mea.config.weight * mea.loss
@@ -269,6 +273,7 @@ class DualEncoderRetrieval(L.LightningModule):
         gallery = map_rep(video, lambda t: gather_variable(self, t)[first])
         targets = torch.searchsorted(gallery_ids, index)
         metric = self.metrics[stage]
+        self.head.before_evaluation(stage)
         ranks = []
         for start in range(0, len(index), self.score_chunk):
             rows = slice(start, start + self.score_chunk)
@@ -277,6 +282,10 @@ class DualEncoderRetrieval(L.LightningModule):
             ranks.append(text_to_video_ranks(scores.float(), targets[rows], self.ties))
         results = metric.compute()
         metric.reset()
+        if stage == "val" and type(self.head).fit_on_validation is not SimilarityHead.fit_on_validation:
+            all_index, order = first_occurrence(gather_variable(self, index))
+            all_text = map_rep(text, lambda t: gather_variable(self, t)[order])
+            results.update(self.head.fit_on_validation(all_text, gallery, torch.searchsorted(gallery_ids, all_index)))
         ranks = torch.cat(ranks)
         if self.analyses is not None and stage in self.analyses.stages:
             results.update(self._analyses(events, index, targets, attributes["duration"], ranks, gallery))

@@ -1,10 +1,11 @@
 from lit_retrieval.models.heads.base import SimilarityHead
 from lit_retrieval.models.heads.meanp import MeanPHead
 from lit_retrieval.models.heads.mevtr import MeVTRHead
+from lit_retrieval.models.heads.pau import PAUHead
 from lit_retrieval.models.heads.sali import SALIHead
 from lit_retrieval.models.heads.seq import SeqLSTMHead, SeqTransfHead
 from lit_retrieval.models.heads.tight import TightTransfHead
 from lit_retrieval.models.heads.ts2net import TS2NetHead
 from lit_retrieval.models.heads.xclip import XCLIPHead
 
-__all__ = ["MeVTRHead", "MeanPHead", "SALIHead", "SeqLSTMHead", "SeqTransfHead", "SimilarityHead", "TS2NetHead", "TightTransfHead", "XCLIPHead"]
+__all__ = ["MeVTRHead", "MeanPHead", "PAUHead", "SALIHead", "SeqLSTMHead", "SeqTransfHead", "SimilarityHead", "TS2NetHead", "TightTransfHead", "XCLIPHead"]

@@ -105,6 +105,22 @@ class SimilarityHead(nn.Module, ABC):
         assert out is not None
         return out
 
+    def auxiliary_losses(self, text_rep: Any, video_rep: Any, similarity: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Weighted extra training terms of the head (added to the contrastive loss and logged as
+        `train/aux/<name>`), from the batch's representations and its similarity matrix (texts x
+        videos, the i-th text belonging to the i-th video). Most heads have none."""
+        return {}
+
+    def before_evaluation(self, stage: str) -> None:
+        """Called before a `val` or `test` split is scored (e.g. to refuse a test-time option that
+        needs a validation fit first). Most heads need nothing."""
+
+    def fit_on_validation(self, text_rep: Any, video_rep: Any, targets: torch.Tensor) -> dict[str, float]:
+        """Fit test-time parameters of the head (e.g. PAU's re-ranking) on a validation split's
+        queries against its whole gallery (`targets[i]`: query i's video column); returns values
+        to report. Called after every validation, never on test. Most heads have none."""
+        return {}
+
     def logits(self, similarity: torch.Tensor) -> torch.Tensor:
         """InfoNCE logits `s * exp(logit_scale)`."""
         return similarity * self.logit_scale.exp()

@@ -1,0 +1,137 @@
+"""Baseline zoo part 2 heads: shapes, masks, gradients, blockwise scoring, learning, MEA training,
+and the property that defines each (baselines spec B)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from head_checks import assert_gradients_reach_every_parameter_and_steps_lower_the_loss, assert_trains_with_mea_evaluates_in_blocks_and_reloads
+from lit_retrieval.metrics.ranking import retrieval_metrics
+from lit_retrieval.models.encoders import CLIPEncoder
+from lit_retrieval.models.features import TextFeatures, VideoFeatures
+from lit_retrieval.models.heads import PAUHead
+from lit_retrieval.models.heads.pau import certainty
+
+HEADS = {
+    "pau": lambda: PAUHead(prototypes=4, layers=1, max_frames=8),
+}
+
+
+@pytest.fixture(scope="module")
+def encoder(tiny_clip):
+    return CLIPEncoder(pretrained=str(tiny_clip))
+
+
+def bound(name, encoder):
+    torch.manual_seed(0)
+    head = HEADS[name]()
+    head.bind(encoder)
+    return head
+
+
+def features(num_text=3, num_video=4, frames=6, words=5, dim=64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    frame_mask = torch.zeros(num_video, frames, dtype=torch.bool)
+    for v, n in enumerate([6, 3, 1, 4][:num_video]):
+        frame_mask[v, :n] = True
+    video = VideoFeatures(frames=torch.randn(num_video, frames, dim, generator=g) * frame_mask[..., None], mask=frame_mask)
+    word_mask = torch.zeros(num_text, words, dtype=torch.bool)
+    for t, n in enumerate([5, 3, 4, 2][:num_text]):
+        word_mask[t, :n] = True
+    text = TextFeatures(pooled=torch.randn(num_text, dim, generator=g), tokens=torch.randn(num_text, words, dim, generator=g), mask=word_mask)
+    return text, video
+
+
+@pytest.mark.parametrize("name", sorted(HEADS))
+def test_shapes_masks_and_blockwise_scoring(name, encoder):
+    head = bound(name, encoder).eval()
+    text, video = features()
+    with torch.no_grad():
+        scores = head.score(head.encode_text(text), head.encode_video(video))
+        assert scores.shape == (3, 4) and torch.isfinite(scores).all()
+        noisy_video = VideoFeatures(frames=video.frames + 3.0 * (~video.mask[..., None]), mask=video.mask)
+        noisy_words = TextFeatures(text.pooled, text.tokens + 3.0 * (~text.mask[..., None]), text.mask)
+        torch.testing.assert_close(head.score(head.encode_text(noisy_words), head.encode_video(noisy_video)), scores)
+        blocks = head.score_blocks(head.encode_text(text), head.encode_video(video), budget_bytes=head.pair_bytes(head.encode_text(text), head.encode_video(video)) * 2)
+        torch.testing.assert_close(blocks, scores)
+
+
+@pytest.mark.parametrize("name", sorted(HEADS))
+def test_gradients_reach_every_parameter_and_steps_lower_the_loss(name, encoder):
+    text, video = features(num_text=4, num_video=4)
+    assert_gradients_reach_every_parameter_and_steps_lower_the_loss(bound(name, encoder), text, video)
+
+
+@pytest.mark.parametrize("name", sorted(HEADS))
+def test_head_trains_with_mea_evaluates_in_blocks_and_reloads(name, corpus, tiny_clip):
+    assert_trains_with_mea_evaluates_in_blocks_and_reloads(HEADS[name], corpus, tiny_clip)
+
+
+def test_pau_score_is_half_mean_video_half_best_frame(encoder):
+    head = bound("pau", encoder).eval()
+    text, video = features()
+    rep_t, rep_v = head.encode_text(text), head.encode_video(video)
+    with torch.no_grad():
+        scores = head.score(rep_t, rep_v)
+        for a in range(3):
+            s = F.normalize(text.pooled[a], dim=-1)
+            for b in range(4):
+                frames = F.normalize(video.frames[b][video.mask[b]], dim=-1)
+                expected = 0.5 * (s @ rep_v["mean"][b] + (frames @ s).max())
+                assert scores[a, b].item() == pytest.approx(expected.item(), abs=1e-5)
+
+
+def test_pau_uncertainty_in_unit_interval_and_equal_uncertainty_keeps_the_ranking(encoder):
+    head = bound("pau", encoder)
+    text, video = features()
+    rep_t, rep_v = head.encode_text(text), head.encode_video(video)
+    for values in (rep_t["certainty"], rep_v["certainty"]):
+        assert ((values >= 0) & (values < 1)).all()  # certainty 1 - U, so U lies in (0, 1]
+    assert certainty(torch.zeros(2, 64), torch.randn(4, 64), torch.tensor(100.0), 5.0).allclose(torch.tensor(1 - 4 / 8))
+    raw = head.raw_score(rep_t, rep_v).detach()
+    equal = head.rescale(raw, torch.full((3,), 0.4), torch.full((4,), 0.7), torch.tensor([0.3, -0.2]))
+    assert torch.equal(equal.argsort(1), raw.argsort(1)) and torch.equal(equal.argsort(0), raw.argsort(0))
+    varied = head.rescale(raw, torch.full((3,), 0.4), torch.tensor([0.0, 0.9, 0.1, 0.5]), torch.tensor([3.0, 0.0]))
+    assert not torch.equal(varied.argsort(1), raw.argsort(1))
+
+
+def test_pau_auxiliary_losses_follow_the_reference_equations(encoder):
+    head = bound("pau", encoder).train()
+    text, video = features(num_text=4, num_video=4)
+    rep_t, rep_v = head.encode_text(text), head.encode_video(video)
+    sim = head.score(rep_t, rep_v)
+    losses = head.auxiliary_losses(rep_t, rep_v, sim)
+    scale = head.logit_scale.exp()
+    logits = sim * scale
+
+    def l_u(matrix, cert):
+        r = (matrix.sum(1) - matrix.diagonal()) / len(matrix)
+        return ((cert - cert.mean() / r.mean() * r) ** 2).mean()
+
+    expected_u = 100 * 0.5 * (l_u(logits, rep_t["certainty"]) + l_u(logits.t(), rep_v["certainty"]))
+    assert losses["uncertainty"].item() == pytest.approx(expected_u.item(), rel=1e-5)
+    div = 0.0
+    for protos in (head.video_prototypes, head.text_prototypes):
+        unit = F.normalize(protos, dim=-1)
+        gram = scale * unit @ unit.t()
+        div = div + ((gram - torch.diag(gram.diagonal())) ** 2).sum() / gram.numel()
+    assert losses["diversity"].item() == pytest.approx((0.025 * div).item(), rel=1e-5)
+
+
+def test_pau_rerank_is_fitted_on_validation_only(encoder):
+    torch.manual_seed(0)
+    head = PAUHead(prototypes=4, layers=1, max_frames=8, rerank="fit")
+    head.bind(encoder)
+    head.eval()
+    text, video = features(num_text=4, num_video=4)
+    rep_t, rep_v = head.encode_text(text), head.encode_video(video)
+    with pytest.raises(RuntimeError, match="never fitted on the test split"):
+        head.before_evaluation("test")
+    torch.testing.assert_close(head.score(rep_t, rep_v), head.raw_score(rep_t, rep_v))  # first validation: raw
+    report = head.fit_on_validation(rep_t, rep_v, torch.arange(4))
+    assert report["pau/R@1_mean_after"] >= report["pau/R@1_mean_before"]
+    head.before_evaluation("test")
+    fitted = head.score(rep_t, rep_v)
+    metrics = retrieval_metrics(fitted, torch.arange(4))
+    assert (metrics["t2v/R@1"] + metrics["v2t/R@1"]) / 2 == pytest.approx(report["pau/R@1_mean_after"])
+    assert head.state_dict()["betas_fitted"].item()
