@@ -75,7 +75,7 @@ class PAUHead(SimilarityHead):
         evidence_temperature: tau of the evidence (5).
         uncertainty_weight / diversity_weight: lambda_2 = 100 and lambda_3 = 0.025 (reference).
         layers / max_frames / init_from_text: the seqTransf of the mean term (CLIP4Clip's).
-        rerank: `off`, `fixed` (`rerank_betas`) or `fit` (fitted on validation).
+        rerank: `none`, `fixed` (`rerank_betas`) or `fit` (fitted on validation).
         rerank_betas: (beta_v, beta_t); the reference's fixed default is 0.05 each. Not
             constrained to be positive (the reference's fitted values have either sign).
         rerank_grid: grid points per beta for `fit`, over [-1, 1].
@@ -90,14 +90,14 @@ class PAUHead(SimilarityHead):
         layers: int = 4,
         max_frames: int = 77,
         init_from_text: bool = True,
-        rerank: Literal["off", "fixed", "fit"] = "off",
+        rerank: Literal["none", "fixed", "fit"] = "none",
         rerank_betas: tuple[float, float] = (0.05, 0.05),
         rerank_grid: int = 21,
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
-        if rerank not in ("off", "fixed", "fit"):
-            raise ValueError(f"rerank must be 'off', 'fixed' or 'fit', got {rerank!r}")
+        if rerank not in ("none", "fixed", "fit"):  # not "off": YAML reads a bare off as false
+            raise ValueError(f"rerank must be 'none', 'fixed' or 'fit', got {rerank!r}")
         self.num_prototypes = prototypes
         self.evidence_temperature = evidence_temperature
         self.uncertainty_weight = uncertainty_weight
@@ -150,7 +150,7 @@ class PAUHead(SimilarityHead):
 
     def score(self, text_rep: dict[str, torch.Tensor], video_rep: dict[str, torch.Tensor]) -> torch.Tensor:
         scores = self.raw_score(text_rep, video_rep)
-        if self.training or self.rerank == "off" or (self.rerank == "fit" and not bool(self.betas_fitted)):
+        if self.training or self.rerank == "none" or (self.rerank == "fit" and not bool(self.betas_fitted)):
             return scores  # the first validation of `fit` scores without re-ranking, then fits
         return self.rescale(scores, text_rep["certainty"], video_rep["certainty"], self.betas)
 
