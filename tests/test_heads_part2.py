@@ -9,11 +9,12 @@ from head_checks import assert_gradients_reach_every_parameter_and_steps_lower_t
 from lit_retrieval.metrics.ranking import retrieval_metrics
 from lit_retrieval.models.encoders import CLIPEncoder
 from lit_retrieval.models.features import TextFeatures, VideoFeatures
-from lit_retrieval.models.heads import PAUHead
+from lit_retrieval.models.heads import PAUHead, UATVRHead
 from lit_retrieval.models.heads.pau import certainty
 
 HEADS = {
     "pau": lambda: PAUHead(prototypes=4, layers=1, max_frames=8),
+    "uatvr": lambda: UATVRHead(layers=1, max_frames=12, max_words=80, samples=3),
 }
 
 
@@ -135,3 +136,63 @@ def test_pau_rerank_is_fitted_on_validation_only(encoder):
     metrics = retrieval_metrics(fitted, torch.arange(4))
     assert (metrics["t2v/R@1"] + metrics["v2t/R@1"]) / 2 == pytest.approx(report["pau/R@1_mean_after"])
     assert head.state_dict()["betas_fitted"].item()
+
+
+def test_uatvr_score_is_the_two_sided_weighted_max_sim(encoder):
+    head = bound("uatvr", encoder).eval()
+    text, video = features()
+    rep_t, rep_v = head.encode_text(text), head.encode_video(video)
+    assert rep_t["tokens"].shape[1] == 5 + 2 and rep_v["tokens"].shape[1] == 6 + 2  # two extras each
+    with torch.no_grad():
+        scores = head.score(rep_t, rep_v)
+        for a in range(3):
+            ta = rep_t["tokens"][a][rep_t["mask"][a]]
+            wt = torch.softmax(head.text_weights(ta).squeeze(-1), 0)
+            for b in range(4):
+                vb = rep_v["tokens"][b][rep_v["mask"][b]]
+                wv = torch.softmax(head.video_weights(vb).squeeze(-1), 0)
+                cos = ta @ vb.t()
+                expected = 0.5 * ((wt * cos.max(1).values).sum() + (wv * cos.max(0).values).sum())
+                assert scores[a, b].item() == pytest.approx(expected.item(), abs=1e-5)
+
+
+def test_uatvr_sampled_branch_leaves_inference_scores_unchanged(encoder):
+    head = bound("uatvr", encoder)
+    text, video = features()
+    head.eval()
+    with torch.no_grad():
+        before = head.score(head.encode_text(text), head.encode_video(video))
+        for module in (head.text_prob, head.video_prob):
+            for param in module.parameters():
+                param.add_(torch.randn_like(param))
+        torch.manual_seed(123)
+        after = head.score(head.encode_text(text), head.encode_video(video))
+    torch.testing.assert_close(before, after)
+    head.train()
+    text, video = features(num_text=4, num_video=4)
+    rep_t, rep_v = head.encode_text(text), head.encode_video(video)
+    similarity = head.score(rep_t, rep_v)
+    losses = head.auxiliary_losses(rep_t, rep_v, similarity)
+    assert set(losses) == {"mil", "kl"} and all(torch.isfinite(v) for v in losses.values())
+    torch.manual_seed(0)
+    first = head.auxiliary_losses(rep_t, rep_v, similarity)["mil"]
+    torch.manual_seed(1)
+    assert head.auxiliary_losses(rep_t, rep_v, similarity)["mil"] != first  # sampled
+
+
+def test_uatvr_mil_nce_and_kl_against_loops():
+    from lit_retrieval.models.heads.uatvr import gaussian_kl, mil_nce
+
+    g = torch.Generator().manual_seed(0)
+    v, t = torch.randn(3, 2, 4, generator=g), torch.randn(3, 2, 4, generator=g)
+    flat_v, flat_t = v.reshape(6, 4), t.reshape(6, 4)
+    total = 0.0
+    for rows, cols in ((flat_v, flat_t), (flat_t, flat_v)):
+        logits = rows @ cols.t()
+        for r in range(6):
+            log_p = torch.log_softmax(logits[r], 0)
+            total += -sum(log_p[c] for c in range(6) if c // 2 == r // 2) / 2 / 6
+    assert mil_nce(v, t).item() == pytest.approx(total.item() / 2, abs=1e-5)
+    log_sigma = torch.randn(3, 4, generator=g)
+    m = v.mean(1)
+    assert gaussian_kl(v, log_sigma).item() == pytest.approx((0.5 * (log_sigma.exp() + m**2 - 1 - log_sigma)).sum().item(), abs=1e-5)

@@ -70,14 +70,18 @@ class ClipStyleTransformer(nn.Module):
                 module.positions.weight[:rows] = positions[:rows]
         return module
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         """`x` [B, N, D], `mask` [B, N] (True = attend); a row without any valid key attends to all
-        (its outputs are masked by the caller), so no NaN appears."""
-        if x.shape[1] > self.positions.num_embeddings:
-            raise ValueError(f"{x.shape[1]} positions but the temporal module has {self.positions.num_embeddings} (raise max_frames)")
+        (its outputs are masked by the caller), so no NaN appears. `positions` [N, D] replaces the
+        module's own position table (UATVR runs its text tokens through the same blocks with a
+        word-position table of their own)."""
+        if positions is None:
+            if x.shape[1] > self.positions.num_embeddings:
+                raise ValueError(f"{x.shape[1]} positions but the temporal module has {self.positions.num_embeddings} (raise max_frames)")
+            positions = self.positions.weight[: x.shape[1]]
         keys = mask.bool() | ~mask.bool().any(1, keepdim=True)
         attention = keys[:, None, None, :].expand(-1, 1, x.shape[1], -1)
-        hidden = self.dropout(x + self.positions.weight[: x.shape[1]])
+        hidden = self.dropout(x + positions)
         for block in self.blocks:
             hidden = block(hidden, attention)
         return hidden
