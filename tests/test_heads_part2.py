@@ -9,12 +9,13 @@ from head_checks import assert_gradients_reach_every_parameter_and_steps_lower_t
 from lit_retrieval.metrics.ranking import retrieval_metrics
 from lit_retrieval.models.encoders import CLIPEncoder
 from lit_retrieval.models.features import TextFeatures, VideoFeatures
-from lit_retrieval.models.heads import PAUHead, UATVRHead
+from lit_retrieval.models.heads import PAUHead, UATVRHead, UCoFiAHead
 from lit_retrieval.models.heads.pau import certainty
 
 HEADS = {
     "pau": lambda: PAUHead(prototypes=4, layers=1, max_frames=8),
     "uatvr": lambda: UATVRHead(layers=1, max_frames=12, max_words=80, samples=3),
+    "ucofia": lambda: UCoFiAHead(select=2, samples=16, temporal_layers=1, max_frames=8, max_words=80, shift_blocks=1),
 }
 
 
@@ -30,12 +31,16 @@ def bound(name, encoder):
     return head
 
 
-def features(num_text=3, num_video=4, frames=6, words=5, dim=64, seed=0):
+def features(num_text=3, num_video=4, frames=6, words=5, dim=64, seed=0, patches=5):
     g = torch.Generator().manual_seed(seed)
     frame_mask = torch.zeros(num_video, frames, dtype=torch.bool)
     for v, n in enumerate([6, 3, 1, 4][:num_video]):
         frame_mask[v, :n] = True
-    video = VideoFeatures(frames=torch.randn(num_video, frames, dim, generator=g) * frame_mask[..., None], mask=frame_mask)
+    video = VideoFeatures(
+        frames=torch.randn(num_video, frames, dim, generator=g) * frame_mask[..., None],
+        mask=frame_mask,
+        patches=torch.randn(num_video, frames, patches, dim, generator=g) * frame_mask[..., None, None],
+    )
     word_mask = torch.zeros(num_text, words, dtype=torch.bool)
     for t, n in enumerate([5, 3, 4, 2][:num_text]):
         word_mask[t, :n] = True
@@ -50,7 +55,8 @@ def test_shapes_masks_and_blockwise_scoring(name, encoder):
     with torch.no_grad():
         scores = head.score(head.encode_text(text), head.encode_video(video))
         assert scores.shape == (3, 4) and torch.isfinite(scores).all()
-        noisy_video = VideoFeatures(frames=video.frames + 3.0 * (~video.mask[..., None]), mask=video.mask)
+        padding = ~video.mask[..., None]
+        noisy_video = VideoFeatures(frames=video.frames + 3.0 * padding, mask=video.mask, patches=video.patches + 3.0 * padding[..., None])
         noisy_words = TextFeatures(text.pooled, text.tokens + 3.0 * (~text.mask[..., None]), text.mask)
         torch.testing.assert_close(head.score(head.encode_text(noisy_words), head.encode_video(noisy_video)), scores)
         blocks = head.score_blocks(head.encode_text(text), head.encode_video(video), budget_bytes=head.pair_bytes(head.encode_text(text), head.encode_video(video)) * 2)
@@ -196,3 +202,90 @@ def test_uatvr_mil_nce_and_kl_against_loops():
     log_sigma = torch.randn(3, 4, generator=g)
     m = v.mean(1)
     assert gaussian_kl(v, log_sigma).item() == pytest.approx((0.5 * (log_sigma.exp() + m**2 - 1 - log_sigma)).sum().item(), abs=1e-5)
+
+
+def test_ucofia_levels_against_loops_and_the_logit_mix(encoder):
+    head = bound("ucofia", encoder).eval()
+    text, video = features()
+    rep_t, rep_v = head.encode_text(text), head.encode_video(video)
+
+    def isa_loop(values, matrix):
+        first = torch.softmax(values / 0.01, 0)
+        weights = torch.softmax(first @ matrix[: len(values), : len(values)] / 0.01, 0)
+        return (weights * values).sum()
+
+    with torch.no_grad():
+        levels = head.levels(rep_t, rep_v)
+        for a in range(3):
+            words = rep_t["words"][a][rep_t["word_mask"][a]]
+            for b in range(4):
+                frames = rep_v["frames"][b][rep_v["frame_mask"][b]]
+                pixels = rep_v["pixels"][b][rep_v["pixel_mask"][b]]
+                assert levels[1, a, b].item() == pytest.approx(isa_loop(frames @ rep_t["sentence"][a], head.frame_weight).item(), abs=1e-5)
+                u = words @ pixels.t()  # identity matrices
+                g = torch.stack([isa_loop(u[:, p], head.word_weight) for p in range(u.shape[1])])
+                h = torch.stack([isa_loop(u[i], head.patch_weight) for i in range(u.shape[0])])
+                s3 = 0.5 * (isa_loop(g, head.patch_weight2) + isa_loop(h, head.word_weight2))
+                assert levels[2, a, b].item() == pytest.approx(s3.item(), rel=1e-4, abs=1e-4)
+        scale = head.logit_scale.exp()
+        torch.testing.assert_close(head.logits(head.score(rep_t, rep_v)), (scale * levels[0] + scale * levels[1] + levels[2]) / 3)
+
+
+def test_ucofia_selects_patches_deterministically_at_evaluation_and_uses_the_patch_shift(encoder, tiny_clip):
+    head = bound("ucofia", encoder).eval()
+    text, video = features()
+    with torch.no_grad():
+        first = head.encode_video(video)["pixels"]
+        torch.testing.assert_close(head.encode_video(video)["pixels"], first)
+    fresh = CLIPEncoder(pretrained=str(tiny_clip))
+    torch.manual_seed(0)
+    UCoFiAHead(shift_blocks=1).bind(fresh)
+    assert fresh.vision_hooks  # the patch shift sits in the last vision block
+
+
+def test_ucofia_sk_norm_is_doubly_normalised_against_the_bank(encoder):
+    from lit_retrieval.models.heads.ucofia import sk_norm_bias
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(6, 6, generator=g, dtype=torch.float64) * 3
+    kernel = torch.exp(logits - logits.max())
+    b = 1.0 / kernel.sum(0)
+    for _ in range(200):
+        a = 1.0 / (kernel @ b)
+        b = 1.0 / (kernel.t() @ a)
+    scaled = a[:, None] * kernel * b[None]
+    torch.testing.assert_close(scaled.sum(0), torch.ones(6, dtype=torch.float64))
+    torch.testing.assert_close(scaled.sum(1), torch.ones(6, dtype=torch.float64), atol=1e-6, rtol=0)
+    torch.testing.assert_close(sk_norm_bias(logits, 200), torch.log_softmax(b.log(), 0))
+    head = bound("ucofia", encoder).eval()
+    text, video = features()
+    bank_text, _ = features(num_text=4, seed=1)
+    with torch.no_grad():
+        rep_v = head.encode_video(video)
+        calibrated = head.calibrate(head.encode_text(bank_text), rep_v, budget_bytes=10**9)
+        bank_logits = head.level_logits(head.encode_text(bank_text), rep_v)
+        for level in range(3):
+            torch.testing.assert_close(calibrated["sk_bias"][:, level], sk_norm_bias(bank_logits[level], head.sk_norm_iters))
+        rep_t = head.encode_text(text)
+        expected = (head.level_logits(rep_t, rep_v) + calibrated["sk_bias"].t()[:, None, :]).mean(0) / head.logit_scale.exp()
+        torch.testing.assert_close(head.score(rep_t, calibrated), expected)
+        blocks = head.calibrate(head.encode_text(bank_text), rep_v, budget_bytes=1)  # one bank row at a time
+        torch.testing.assert_close(blocks["sk_bias"], calibrated["sk_bias"])
+
+
+def test_ucofia_sk_norm_runs_in_evaluation_with_a_training_bank(corpus, tiny_clip):
+    import lightning as L
+
+    from lit_retrieval.data import MultiEventDataModule
+    from lit_retrieval.modules import DualEncoderRetrieval
+
+    torch.manual_seed(0)
+    head = UCoFiAHead(select=2, samples=16, temporal_layers=1, max_frames=4, max_words=80, shift_blocks=1, sk_norm_bank=10)
+    module = DualEncoderRetrieval(CLIPEncoder(pretrained=str(tiny_clip)), head)
+    data = MultiEventDataModule(annotation=str(corpus / "annotations.json"), num_frames=4, image_size=32, batch_size=8)
+    calls = []
+    calibrate = head.calibrate
+    head.calibrate = lambda bank, gallery, budget: calls.append(len(bank["sentence"])) or calibrate(bank, gallery, budget)
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.test(module, data, verbose=False)
+    assert calls == [10] and 0 <= module.eval_results["test"]["t2v/R@1"] <= 100

@@ -272,6 +272,8 @@ class DualEncoderRetrieval(L.LightningModule):
         gallery_ids, first = first_occurrence(gather_variable(self, index))
         gallery = map_rep(video, lambda t: gather_variable(self, t)[first])
         targets = torch.searchsorted(gallery_ids, index)
+        if self.head.calibration_bank:
+            gallery = self.head.calibrate(self._query_bank(self.head.calibration_bank), gallery, self.eval_budget)
         metric = self.metrics[stage]
         self.head.before_evaluation(stage)
         ranks = []
@@ -295,6 +297,19 @@ class DualEncoderRetrieval(L.LightningModule):
             results.update(relational_metrics(merged["rank"], merged["relational"], merged["num_shots"], self.relational_eval))
         self.eval_results[stage] = results
         self.log_dict({f"{stage}/{k}": v for k, v in results.items()}, sync_dist=False)
+
+    def _query_bank(self, size: int) -> Any:
+        """Text representations of `size` queries of the training split (seeded draw), the bank of
+        test-time calibrations such as UCoFiA's SK-norm; never the evaluated split."""
+        datasets = getattr(self.trainer.datamodule, "datasets", {}) if self.trainer is not None else {}
+        if "train" not in datasets:
+            raise ValueError("the head's calibration needs the training split as its query bank (data.train_split)")
+        events = [record.descriptions for record in datasets["train"].records]
+        chosen = np.random.default_rng(0).permutation(len(events))[:size]
+        bank = [events[i] for i in chosen]
+        return cat_reps([
+            self.head.encode_text(self.encode_queries(bank[start : start + self.score_chunk])) for start in range(0, len(bank), self.score_chunk)
+        ])
 
     def _score_queries(self, events: list[list[str]], gallery: Any, mode: QueryMode | None = None) -> Iterator[tuple[slice, torch.Tensor]]:
         """Yield (row slice, scores) for `events` encoded as queries, `score_chunk` rows at a time."""

@@ -25,6 +25,11 @@ def map_rep(rep: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
     return {k: fn(v) for k, v in rep.items()} if isinstance(rep, dict) else fn(rep)
 
 
+def masked_softmax(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dimension's valid entries (zeros elsewhere, and for all-padding rows)."""
+    return torch.softmax(logits.masked_fill(~mask, float("-inf")), -1).nan_to_num(0.0)
+
+
 def rep_len(rep: Any) -> int:
     """Rows (texts or videos) of a representation."""
     return len(next(iter(rep.values()))) if isinstance(rep, dict) else len(rep)
@@ -51,6 +56,7 @@ def cat_reps(reps: list[Any]) -> Any:
 class SimilarityHead(nn.Module, ABC):
     indexable: bool = False
     needs_patches: bool = False
+    calibration_bank: int | None = None  # training-split queries `calibrate` wants at evaluation
 
     def __init__(self, logit_scale_init: float = math.log(100.0), learn_logit_scale: bool = True, max_logit_scale: float = math.log(100.0)) -> None:
         super().__init__()
@@ -110,6 +116,11 @@ class SimilarityHead(nn.Module, ABC):
         `train/aux/<name>`), from the batch's representations and its similarity matrix (texts x
         videos, the i-th text belonging to the i-th video). Most heads have none."""
         return {}
+
+    def calibrate(self, bank_rep: Any, video_rep: Any, budget_bytes: int) -> Any:
+        """The evaluation gallery adjusted with a bank of `calibration_bank` training queries
+        (UCoFiA's SK-norm); the module calls it when `calibration_bank` is set."""
+        return video_rep
 
     def before_evaluation(self, stage: str) -> None:
         """Called before a `val` or `test` split is scored (e.g. to refuse a test-time option that

@@ -89,6 +89,19 @@ class PerturbedTopK(torch.autograd.Function):
         return torch.einsum("...s,...sq->...q", weight, noise) / (noise.shape[-2] * ctx.sigma), None, None, None
 
 
+def select_patches(
+    scores: torch.Tensor, cls: torch.Tensor, patches: torch.Tensor, k: int, training: bool, samples: int, sigma: float
+) -> torch.Tensor:
+    """[F, 1 + k, D]: each frame's CLS and its k selected patch tokens (by `scores` [F, P]): soft
+    perturbed top-k indicators in training, a deterministic hard top-k at evaluation."""
+    if training:
+        indicators = PerturbedTopK.apply(scores, k, samples, sigma)
+    else:
+        picks = torch.topk(scores, k, dim=-1).indices.sort(-1).values
+        indicators = F.one_hot(picks, scores.shape[-1]).to(patches.dtype)
+    return torch.cat([cls.unsqueeze(1), indicators @ patches], 1)
+
+
 class TokenScorer(nn.Module):
     """TS2-Net's `PredictorLG`: a score in (-1, 1) for every patch token given its frame's CLS."""
 
@@ -151,13 +164,7 @@ class TS2NetHead(SimilarityHead):
 
     def select_tokens(self, cls: torch.Tensor, patches: torch.Tensor) -> torch.Tensor:
         """[F, 1 + k, D]: each frame's CLS and its k (softly) selected patch tokens, in position order."""
-        scores = self.scorer(cls, patches)
-        if self.training:
-            indicators = PerturbedTopK.apply(scores, self.select, self.samples, self.sigma)
-        else:
-            picks = torch.topk(scores, self.select, dim=-1).indices.sort(-1).values
-            indicators = F.one_hot(picks, scores.shape[-1]).to(patches.dtype)
-        return torch.cat([cls.unsqueeze(1), indicators @ patches], 1)
+        return select_patches(self.scorer(cls, patches), cls, patches, self.select, self.training, self.samples, self.sigma)
 
     def encode_text(self, text: TextFeatures) -> torch.Tensor:
         return F.normalize(text.pooled, dim=-1)

@@ -33,7 +33,7 @@ from torch import nn
 
 from lit_retrieval.models.encoders.base import VideoTextEncoder
 from lit_retrieval.models.features import TextFeatures, VideoFeatures
-from lit_retrieval.models.heads.base import SimilarityHead
+from lit_retrieval.models.heads.base import SimilarityHead, masked_softmax
 from lit_retrieval.models.heads.meanp import masked_mean
 from lit_retrieval.models.heads.temporal import ClipStyleTransformer, init_new_layers
 
@@ -42,11 +42,6 @@ def token_weight_head(width: int) -> nn.Sequential:
     """Linear-ReLU-Linear token scorer. The last layer has no bias: a constant added before the
     softmax over tokens changes nothing, so the reference's bias never receives a gradient."""
     return nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 1, bias=False))
-
-
-def masked_softmax(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Softmax over the last dimension's valid entries (zeros elsewhere)."""
-    return torch.softmax(logits.masked_fill(~mask, float("-inf")), -1).nan_to_num(0.0)
 
 
 class ProbabilisticEmbedding(nn.Module):
