@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import multiprocessing as mp
 from pathlib import Path
@@ -23,7 +24,9 @@ import torch
 from lit_retrieval.models.encoders import CLIPEncoder
 from lit_retrieval.models.encoders.tiny import tiny_clip_config
 from lit_retrieval.models.features import TextFeatures, VideoFeatures
-from lit_retrieval.models.heads import MeanPHead, MeVTRHead, SeqLSTMHead, SeqTransfHead, TightTransfHead, TS2NetHead, XCLIPHead
+from lit_retrieval.models.heads import (
+    MeanPHead, MeVTRHead, PAUHead, SeqLSTMHead, SeqTransfHead, TightTransfHead, TS2NetHead, UATVRHead, UCoFiAHead, XCLIPHead,
+)
 from lit_retrieval.modules import DualEncoderRetrieval
 
 HEADS = {
@@ -34,6 +37,9 @@ HEADS = {
     "xclip": lambda: XCLIPHead(max_words=77, max_frames=12),
     "ts2net": lambda: TS2NetHead(max_frames=12),
     "mevtr": lambda: MeVTRHead(num_events=4),
+    "ucofia": lambda: UCoFiAHead(max_frames=12, max_words=77),
+    "uatvr": lambda: UATVRHead(),
+    "pau": lambda: PAUHead(),
 }
 BATCH, FRAMES, SIZE, WORDS, STEPS = 16, 12, 32, 32, 5
 
@@ -111,16 +117,19 @@ def peak_mb(name: str, budget: int) -> float:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--heads", nargs="+", choices=list(HEADS), default=list(HEADS), help="meanP is always measured (the reference)")
+    names = list(dict.fromkeys(["meanP", *parser.parse_args().heads]))
     warnings.filterwarnings("ignore")
     torch.set_num_threads(2)
-    steps = {name: [] for name in HEADS}
+    steps = {name: [] for name in names}
     for _ in range(2):  # interleave the heads so machine noise hits all of them
-        for name in HEADS:
+        for name in names:
             steps[name] += train_step_seconds(name)
     train = {name: float(np.median(t)) for name, t in steps.items()}
-    evals = {name: eval_seconds(name) for name in HEADS}
+    evals = {name: eval_seconds(name) for name in names}
     results = {}
-    for name in HEADS:
+    for name in names:
         results[name] = {
             "train_step_s": round(train[name], 3), "train_step_ratio": round(train[name] / train["meanP"], 2),
             "eval_1000_s": round(evals[name], 3), "eval_ratio": round(evals[name] / evals["meanP"], 1),

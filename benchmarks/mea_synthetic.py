@@ -45,6 +45,11 @@ HEADS = {  # overrides of the quick-start head (the 32 px ViT and MiniLM text to
               f"{HEAD}.init_args.max_frames", "12", f"{HEAD}.init_args.temporal_layers", "2"],
     "ts2net": [f"{HEAD}.class_path", "lit_retrieval.models.heads.TS2NetHead", f"{HEAD}.init_args.max_frames", "12",
                f"{HEAD}.init_args.temporal_layers", "2", f"{HEAD}.init_args.samples", "100"],
+    "ucofia": [f"{HEAD}.class_path", "lit_retrieval.models.heads.UCoFiAHead", f"{HEAD}.init_args.max_frames", "12",
+               f"{HEAD}.init_args.max_words", "256", f"{HEAD}.init_args.temporal_layers", "2", f"{HEAD}.init_args.samples", "100"],
+    "uatvr": [f"{HEAD}.class_path", "lit_retrieval.models.heads.UATVRHead", f"{HEAD}.init_args.max_words", "260",
+              f"{HEAD}.init_args.layers", "2"],
+    "pau": [f"{HEAD}.class_path", "lit_retrieval.models.heads.PAUHead", f"{HEAD}.init_args.layers", "2"],
     "mevtr": [f"{HEAD}.class_path", "lit_retrieval.models.heads.MeVTRHead", f"{HEAD}.init_args.num_events", "4",
               "--model.init_args.query_mode", "events", "--model.init_args.event_loss.class_path", "lit_retrieval.losses.MeVTRLoss"],
 }
