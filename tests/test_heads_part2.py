@@ -289,3 +289,102 @@ def test_ucofia_sk_norm_runs_in_evaluation_with_a_training_bank(corpus, tiny_cli
     trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
     trainer.test(module, data, verbose=False)
     assert calls == [10] and 0 <= module.eval_results["test"]["t2v/R@1"] <= 100
+
+
+@pytest.fixture(scope="module")
+def deep_clip(tmp_path_factory):
+    """A 12-block tiny CLIP at 224 px with 32 px patches: ViT-B/32's token geometry (50 per frame)."""
+    from lit_retrieval.models.encoders.tiny import save_tiny_clip
+
+    return save_tiny_clip(tmp_path_factory.mktemp("deep_clip"), image_size=224, patch_size=32, width=32, layers=12, embed_dim=32)
+
+
+def tempme_encoder(path, **head_kwargs):
+    from lit_retrieval.models.heads import TempMeHead
+
+    torch.manual_seed(0)
+    encoder = CLIPEncoder(pretrained=str(path))
+    head = TempMeHead(**head_kwargs)
+    head.bind(encoder)
+    return encoder, head
+
+
+def test_tempme_token_counts_follow_the_reference_schedule(deep_clip):
+    encoder, head = tempme_encoder(deep_clip, num_frames=12)
+    frames = torch.randn(1, 12, 3, 224, 224)
+    with torch.no_grad():
+        encoder.encode_video(frames, torch.ones(1, 12, dtype=torch.bool))
+    image_me = [12 * (50 - 2 * (k + 1)) for k in range(8)]
+    assert head.merger.token_counts == [600, *image_me, 6 * 44, 3 * 56, 107, 97]  # spec 4.3's table
+    assert head.merger.token_counts[-1] / head.merger.token_counts[0] == pytest.approx(97 / 600)
+
+
+def test_tempme_without_merging_equals_the_plain_vit_and_lora_starts_at_zero(deep_clip):
+    plain = CLIPEncoder(pretrained=str(deep_clip))
+    encoder, head = tempme_encoder(deep_clip, num_frames=12, merging=False)
+    frames = torch.randn(2, 12, 3, 224, 224)
+    mask = torch.ones(2, 12, dtype=torch.bool)
+    mask[1, 7:] = False
+    with torch.no_grad():
+        expected = plain.encode_video(frames, mask).frames
+        got = encoder.encode_video(frames, mask).frames
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(encoder.encode_text(["a red disc"]).pooled, plain.encode_text(["a red disc"]).pooled)
+    assert head.merger.token_counts == [600] * 13
+
+
+def test_tempme_short_videos_and_padding_are_handled(deep_clip):
+    encoder, head = tempme_encoder(deep_clip, num_frames=12)
+    frames = torch.randn(2, 12, 3, 224, 224)
+    mask = torch.ones(2, 12, dtype=torch.bool)
+    mask[1, 5:] = False
+    with torch.no_grad():
+        first = encoder.encode_video(frames, mask)
+        frames[1, 5:] = 7.0  # padded frames never enter
+        second = encoder.encode_video(frames, mask)
+    torch.testing.assert_close(first.frames, second.frames)
+    assert (first.frames[1, 5:] == 0).all() and first.frames[1, :5].abs().sum() > 0
+    with pytest.raises(ValueError, match="patch tokens are not available"):
+        encoder.encode_video(frames, mask, with_patches=True)
+
+
+def test_tempme_trains_only_lora_and_frame_positions(deep_clip):
+    from lit_retrieval.losses import SymmetricInfoNCE
+
+    encoder, head = tempme_encoder(deep_clip, num_frames=12)
+    trainable = {n for n, p in [*encoder.named_parameters(), *head.named_parameters()] if p.requires_grad}
+    assert trainable and all(".lora_" in n or n.startswith("merger.frame_positions") for n in trainable)
+    assert not head.logit_scale.requires_grad
+    frozen = {n: p.detach().clone() for n, p in encoder.named_parameters() if not p.requires_grad}
+    params = [p for p in [*encoder.parameters(), *head.parameters()] if p.requires_grad]
+    optimizer = torch.optim.Adam(params, lr=1e-2)
+    g = torch.Generator().manual_seed(0)
+    frames = torch.randn(4, 12, 3, 224, 224, generator=g)
+    mask = torch.ones(4, 12, dtype=torch.bool)
+    texts = ["a red disc", "a blue box", "a green ring", "a white cross"]
+
+    def loss():
+        sim = head.score(head.encode_text(encoder.encode_text(texts)), head.encode_video(encoder.encode_video(frames, mask)))
+        return SymmetricInfoNCE()(head.logits(sim))
+
+    loss().backward()
+    for name, param in [*encoder.named_parameters(), *head.named_parameters()]:
+        if param.requires_grad and "lora_A" not in name:  # B starts at zero, so A's first gradient is zero
+            assert param.grad is not None and param.grad.abs().sum() > 0, name
+    before = loss().item()
+    for _ in range(15):
+        optimizer.zero_grad()
+        loss().backward()
+        optimizer.step()
+    assert loss().item() < before
+    for name, param in encoder.named_parameters():
+        if name in frozen:
+            assert torch.equal(param, frozen[name]), name
+
+
+def test_tempme_trains_with_mea_through_the_module(corpus, tiny_clip):
+    from lit_retrieval.models.heads import TempMeHead
+
+    assert_trains_with_mea_evaluates_in_blocks_and_reloads(
+        lambda: TempMeHead(num_frames=4, merge_layers=[1], merge_frames=[2], train_backbone=True), corpus, tiny_clip
+    )

@@ -12,6 +12,9 @@ from lit_retrieval.models.features import TextFeatures, VideoFeatures
 
 
 VisionHook = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+# (vision transformer, pixel values [F, 3, H, W] of whole videos, frames per video [V]) -> the last
+# hidden state of each frame's class token [F, C], before the final LayerNorm and projection.
+VisionForward = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 class VideoTextEncoder(nn.Module, ABC):
@@ -47,6 +50,13 @@ class VideoTextEncoder(nn.Module, ABC):
         token shift) use this instead of copying the encoder. `tokens` [F, N, C] are the valid
         frames of the current chunk, video after video; `lengths` [V] their count per video."""
         raise NotImplementedError(f"{type(self).__name__} has no vision blocks to hook")
+
+    def set_vision_forward(self, forward: VisionForward) -> None:
+        """Replace the frame tower's block loop with `forward` (methods that restructure the token
+        sequence inside the ViT, such as TempMe's token merging across frames). It receives
+        whole videos and returns one class-token state per frame; patch tokens are then
+        unavailable (`with_patches` raises)."""
+        raise NotImplementedError(f"{type(self).__name__} has no vision transformer to take over")
 
     def text_blocks(self) -> tuple[list[nn.Module], torch.Tensor] | None:
         """The text transformer's blocks and position table, for heads that copy them into their

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from transformers import AutoTokenizer, CLIPConfig, CLIPModel
 
-from lit_retrieval.models.encoders.base import VideoTextEncoder, VisionHook
+from lit_retrieval.models.encoders.base import VideoTextEncoder, VisionForward, VisionHook
 from lit_retrieval.models.encoders.longclip import load_longclip_checkpoint, stretch_position_embedding
 from lit_retrieval.models.encoders.text_towers import AutoTextTower, CLIPTextTower, resolve_model_path
 from lit_retrieval.models.encoders.tiny import char_clip_tokenizer
@@ -84,6 +84,7 @@ class CLIPEncoder(VideoTextEncoder):
         self.logit_scale_init = float(clip.logit_scale.detach())
         self.frame_chunk = frame_chunk
         self.vision_hooks: list[tuple[int, VisionHook]] = []
+        self.vision_forward: VisionForward | None = None
         self._chunk_lengths: torch.Tensor | None = None
         self.vision = clip.vision_model
         self.visual_projection = clip.visual_projection
@@ -115,11 +116,16 @@ class CLIPEncoder(VideoTextEncoder):
             )
         batch, length = mask.shape
         mask = mask.bool()
+        if with_patches and self.vision_forward is not None:
+            raise ValueError("patch tokens are not available while a vision forward (e.g. TempMe's token merging) is set")
         chunks = []
         for chunk, lengths in self._frame_chunks(frames[mask], mask.sum(1)):
             self._chunk_lengths = lengths
-            hidden = self.vision(pixel_values=chunk).last_hidden_state
-            hidden = hidden if with_patches else hidden[:, :1]
+            if self.vision_forward is not None:
+                hidden = self.vision_forward(self.vision, chunk, lengths).unsqueeze(1)
+            else:
+                hidden = self.vision(pixel_values=chunk).last_hidden_state
+                hidden = hidden if with_patches else hidden[:, :1]
             chunks.append(self.visual_projection(self.vision.post_layernorm(hidden)))
         tokens = torch.cat(chunks) if chunks else frames.new_zeros(0, 1, self.embed_dim)
         cls = tokens.new_zeros(batch, length, self.embed_dim)
@@ -131,9 +137,9 @@ class CLIPEncoder(VideoTextEncoder):
         return VideoFeatures(frames=cls, mask=mask, patches=patches)
 
     def _frame_chunks(self, valid: torch.Tensor, lengths: torch.Tensor):
-        """Chunks of about `frame_chunk` valid frames; with vision hooks, chunks hold whole videos
-        so a hook sees every frame of a video together."""
-        if not self.vision_hooks:
+        """Chunks of about `frame_chunk` valid frames; with vision hooks or a vision forward,
+        chunks hold whole videos so they see every frame of a video together."""
+        if not self.vision_hooks and self.vision_forward is None:
             for chunk in valid.split(self.frame_chunk):
                 yield chunk, None
             return
@@ -157,6 +163,9 @@ class CLIPEncoder(VideoTextEncoder):
         attention.register_forward_pre_hook(before_attention, with_kwargs=True)
         self.vision_hooks.append((block, hook))
 
+    def set_vision_forward(self, forward: VisionForward) -> None:
+        self.vision_forward = forward
+
     def text_blocks(self) -> tuple[list[nn.Module], torch.Tensor] | None:
         if not isinstance(self.text, CLIPTextTower):
             return None
@@ -172,4 +181,4 @@ class CLIPEncoder(VideoTextEncoder):
             names |= {f"text.model.{n}" for n, _ in self.text.model.named_parameters()}
         elif self.pretrained:
             names |= {f"text.{n}" for n, _ in self.text.named_parameters()}
-        return names
+        return {n for n in names if ".lora_" not in n}  # LoRA adapters (TempMe) are new layers
