@@ -25,7 +25,8 @@ from lit_retrieval.models.encoders import CLIPEncoder
 from lit_retrieval.models.encoders.tiny import tiny_clip_config
 from lit_retrieval.models.features import TextFeatures, VideoFeatures
 from lit_retrieval.models.heads import (
-    MeanPHead, MeVTRHead, PAUHead, SeqLSTMHead, SeqTransfHead, TightTransfHead, TS2NetHead, UATVRHead, UCoFiAHead, XCLIPHead,
+    MeanPHead, MeVTRHead, PAUHead, SeqLSTMHead, SeqTransfHead, TempMeHead, TightTransfHead, TS2NetHead, UATVRHead, UCoFiAHead,
+    XCLIPHead,
 )
 from lit_retrieval.modules import DualEncoderRetrieval
 
@@ -40,6 +41,7 @@ HEADS = {
     "ucofia": lambda: UCoFiAHead(max_frames=12, max_words=77),
     "uatvr": lambda: UATVRHead(),
     "pau": lambda: PAUHead(),
+    "tempme": lambda: TempMeHead(num_frames=FRAMES, merge_layers=[1], merge_frames=[2]),  # the 2-block tiny ViT
 }
 BATCH, FRAMES, SIZE, WORDS, STEPS = 16, 12, 32, 32, 5
 

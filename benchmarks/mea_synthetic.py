@@ -50,6 +50,10 @@ HEADS = {  # overrides of the quick-start head (the 32 px ViT and MiniLM text to
     "uatvr": [f"{HEAD}.class_path", "lit_retrieval.models.heads.UATVRHead", f"{HEAD}.init_args.max_words", "260",
               f"{HEAD}.init_args.layers", "2"],
     "pau": [f"{HEAD}.class_path", "lit_retrieval.models.heads.PAUHead", f"{HEAD}.init_args.layers", "2"],
+    # the quick-start ViT is random, so TempMe trains it fully here (train_backbone) besides merging
+    "tempme": [f"{HEAD}.class_path", "lit_retrieval.models.heads.TempMeHead", f"{HEAD}.init_args.num_frames", "12",
+               f"{HEAD}.init_args.merge_layers", "[1, 2]", f"{HEAD}.init_args.merge_frames", "[2, 2]",
+               f"{HEAD}.init_args.image_r", "1", f"{HEAD}.init_args.train_backbone", "true"],
     "mevtr": [f"{HEAD}.class_path", "lit_retrieval.models.heads.MeVTRHead", f"{HEAD}.init_args.num_events", "4",
               "--model.init_args.query_mode", "events", "--model.init_args.event_loss.class_path", "lit_retrieval.losses.MeVTRLoss"],
 }
