@@ -27,6 +27,7 @@ class VideoTextEncoder(nn.Module, ABC):
     embed_dim: int
     image_size: int
     logit_scale_init: float
+    max_text_len: int  # most text tokens a query is encoded with
 
     @abstractmethod
     def encode_text(self, texts: list[str]) -> TextFeatures:

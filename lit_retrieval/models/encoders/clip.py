@@ -83,6 +83,7 @@ class CLIPEncoder(VideoTextEncoder):
         self.image_size = clip.config.vision_config.image_size
         self.logit_scale_init = float(clip.logit_scale.detach())
         self.frame_chunk = frame_chunk
+        self.max_text_len = max_text_len
         self.vision_hooks: list[tuple[int, VisionHook]] = []
         self.vision_forward: VisionForward | None = None
         self._chunk_lengths: torch.Tensor | None = None

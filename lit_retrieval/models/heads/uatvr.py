@@ -91,8 +91,8 @@ class UATVRHead(SimilarityHead):
         extra_video_tokens / extra_text_tokens: E_v, E_t (2 and 2).
         layers: blocks of the shared transformer (4).
         max_frames: rows of the frame-position table (frames + E_v must fit; 77 as CLIP4Clip).
-        max_words: rows of the word-position table (words + E_t must fit; 77, or 250 with
-            Long-CLIP's 248 positions).
+        max_words: rows of the word-position table (words + E_t must fit); by default the
+            encoder's `max_text_len` + E_t (79 for CLIP, 250 for Long-CLIP).
         samples: K sampled embeddings per item (7).
         mil_weight / kl_weight: 0.01 and 1e-4 (reference).
         init_from_text: copy CLIP's text blocks and positions into the shared transformer.
@@ -104,7 +104,7 @@ class UATVRHead(SimilarityHead):
         extra_text_tokens: int = 2,
         layers: int = 4,
         max_frames: int = 77,
-        max_words: int = 77,
+        max_words: int | None = None,
         samples: int = 7,
         mil_weight: float = 0.01,
         kl_weight: float = 1e-4,
@@ -121,6 +121,7 @@ class UATVRHead(SimilarityHead):
 
     def bind(self, encoder: VideoTextEncoder) -> None:
         width = encoder.embed_dim
+        self.max_words = self.max_words or encoder.max_text_len + self.extra_text
         self.fusion = ClipStyleTransformer.for_encoder(encoder, self.layers, self.max_frames, copy_text=self.init_from_text)
         self.word_positions = nn.Embedding(self.max_words, width)
         self.text_weights, self.video_weights = token_weight_head(width), token_weight_head(width)

@@ -79,7 +79,8 @@ class UCoFiAHead(SimilarityHead):
         select / samples / sigma: patches kept per frame and the perturbed top-k (3, 500, 0.05).
         shift_blocks / n_div: patch shift in the last vision blocks (2, 7; 0 blocks: off).
         temporal_layers / init_from_text: the seqTransf of level 1 (4, copied from CLIP text).
-        max_frames / max_words: sizes of the T x T, (1+k)T x (1+k)T and L x L matrices.
+        max_frames / max_words: sizes of the T x T, (1+k)T x (1+k)T and L x L matrices
+            (`max_words` defaults to the encoder's `max_text_len`).
         sk_norm_bank: bank size of SK-norm at evaluation (training captions; `None`: off).
         sk_norm_iters: its Sinkhorn rounds (4).
     """
@@ -96,7 +97,7 @@ class UCoFiAHead(SimilarityHead):
         n_div: int = 7,
         temporal_layers: int = 4,
         max_frames: int = 64,
-        max_words: int = 77,
+        max_words: int | None = None,
         init_from_text: bool = True,
         sk_norm_bank: int | None = None,
         sk_norm_iters: int = 4,
@@ -115,6 +116,7 @@ class UCoFiAHead(SimilarityHead):
 
     def bind(self, encoder: VideoTextEncoder) -> None:
         width = encoder.embed_dim
+        self.max_words = self.max_words or encoder.max_text_len
         for block in range(-self.shift_blocks, 0):
             encoder.add_vision_hook(block, self.shift)
         self.scorer = TokenScorer(width)
