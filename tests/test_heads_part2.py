@@ -344,6 +344,9 @@ def test_tempme_short_videos_and_padding_are_handled(deep_clip):
         second = encoder.encode_video(frames, mask)
     torch.testing.assert_close(first.frames, second.frames)
     assert (first.frames[1, 5:] == 0).all() and first.frames[1, :5].abs().sum() > 0
+    with torch.no_grad():
+        text_rep, video_rep = head.encode_text(encoder.encode_text(["a red disc", "a box", "a ring"])), head.encode_video(first)
+    torch.testing.assert_close(head.score_blocks(text_rep, video_rep, budget_bytes=4), head.score(text_rep, video_rep))
     with pytest.raises(ValueError, match="patch tokens are not available"):
         encoder.encode_video(frames, mask, with_patches=True)
 
