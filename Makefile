@@ -34,7 +34,7 @@ test: $(STAMP)
 
 # speed benchmarks (minutes); the MEA comparison on the synthetic corpus is a training sweep (hours)
 bench: $(STAMP)
-	for b in frame_sampling metrics_speed mea_step heads sali_ot shots_speed; do $(PY) benchmarks/$$b.py; done
+	for b in frame_sampling metrics_speed mea_step heads sali_ot shots_speed tempme; do $(PY) benchmarks/$$b.py; done
 
 mea-comparison: $(STAMP)
 	$(PY) benchmarks/mea_synthetic.py --seeds 0 1 2 --variants baseline mea
