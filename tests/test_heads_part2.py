@@ -144,6 +144,27 @@ def test_pau_rerank_is_fitted_on_validation_only(encoder):
     assert head.state_dict()["betas_fitted"].item()
 
 
+def test_pau_rerank_fit_runs_in_validation_and_is_used_at_test(corpus, tiny_clip):
+    import lightning as L
+
+    from lit_retrieval.data import MultiEventDataModule
+    from lit_retrieval.modules import DualEncoderRetrieval
+
+    torch.manual_seed(0)
+    module = DualEncoderRetrieval(CLIPEncoder(pretrained=str(tiny_clip)), PAUHead(prototypes=4, layers=1, max_frames=8, rerank="fit", rerank_grid=5))
+    data = MultiEventDataModule(annotation=str(corpus / "annotations.json"), num_frames=4, image_size=32, batch_size=8)
+    tester = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    with pytest.raises(RuntimeError, match="never fitted on the test split"):
+        tester.test(module, data, verbose=False)
+    holdout = MultiEventDataModule(annotation=str(corpus / "annotations.json"), num_frames=4, image_size=32, batch_size=8, val_split="val", holdout_val=0.3)
+    tester.validate(module, holdout, verbose=False)
+    report = module.eval_results["val"]
+    assert {"pau/beta_video", "pau/beta_text"} <= set(report) and report["pau/R@1_mean_after"] >= report["pau/R@1_mean_before"]
+    torch.testing.assert_close(module.head.betas, torch.tensor([report["pau/beta_video"], report["pau/beta_text"]], dtype=module.head.betas.dtype))
+    tester.test(module, holdout, verbose=False)  # uses the validation fit
+    assert 0 <= module.eval_results["test"]["t2v/R@1"] <= 100
+
+
 def test_uatvr_score_is_the_two_sided_weighted_max_sim(encoder):
     head = bound("uatvr", encoder).eval()
     text, video = features()

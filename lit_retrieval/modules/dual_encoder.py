@@ -285,14 +285,13 @@ class DualEncoderRetrieval(L.LightningModule):
         results = metric.compute()
         metric.reset()
         if stage == "val" and type(self.head).fit_on_validation is not SimilarityHead.fit_on_validation:
-            all_index, order = first_occurrence(gather_variable(self, index))
-            all_text = map_rep(text, lambda t: gather_variable(self, t)[order])
-            results.update(self.head.fit_on_validation(all_text, gallery, torch.searchsorted(gallery_ids, all_index)))
+            # every process's queries, in gallery order: query i belongs to gallery video i
+            all_text = map_rep(text, lambda t: gather_variable(self, t)[first])
+            results.update(self.head.fit_on_validation(all_text, gallery, torch.arange(len(gallery_ids), device=index.device)))
         ranks = torch.cat(ranks)
         if self.analyses is not None and stage in self.analyses.stages:
             results.update(self._analyses(events, index, targets, attributes["duration"], ranks, gallery))
         if self.relational_eval is not None and stage in self.relational_eval.stages:
-            _, first = first_occurrence(gather_variable(self, index))
             merged = {k: gather_variable(self, v)[first] for k, v in {"rank": ranks.to(index.device), **attributes}.items()}
             results.update(relational_metrics(merged["rank"], merged["relational"], merged["num_shots"], self.relational_eval))
         self.eval_results[stage] = results
