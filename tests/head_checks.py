@@ -3,6 +3,23 @@
 import torch
 
 from lit_retrieval.losses import SymmetricInfoNCE
+from lit_retrieval.models.features import TextFeatures, VideoFeatures
+
+
+def features(num_text=3, num_video=4, frames=6, words=5, dim=64, seed=0, patches=5):
+    """Random text and video features with padded words and frames (videos of 6, 3, 1, 4 valid
+    frames; texts of 5, 3, 4, 2 words), patch tokens included."""
+    g = torch.Generator().manual_seed(seed)
+    frame_mask = torch.zeros(num_video, frames, dtype=torch.bool)
+    for v, n in enumerate([6, 3, 1, 4][:num_video]):
+        frame_mask[v, :n] = True
+    frame_values = torch.randn(num_video, frames, dim, generator=g) * frame_mask[..., None]
+    word_mask = torch.zeros(num_text, words, dtype=torch.bool)
+    for t, n in enumerate([5, 3, 4, 2][:num_text]):
+        word_mask[t, :n] = True
+    text = TextFeatures(pooled=torch.randn(num_text, dim, generator=g), tokens=torch.randn(num_text, words, dim, generator=g), mask=word_mask)
+    patch_values = torch.randn(num_video, frames, patches, dim, generator=g) * frame_mask[..., None, None]
+    return text, VideoFeatures(frames=frame_values, mask=frame_mask, patches=patch_values)
 
 
 def assert_gradients_reach_every_parameter_and_steps_lower_the_loss(head, text, video, steps=20, repeats=3):

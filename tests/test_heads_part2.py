@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from head_checks import assert_gradients_reach_every_parameter_and_steps_lower_the_loss, assert_trains_with_mea_evaluates_in_blocks_and_reloads
+from head_checks import assert_gradients_reach_every_parameter_and_steps_lower_the_loss, assert_trains_with_mea_evaluates_in_blocks_and_reloads, features
 from lit_retrieval.metrics.ranking import retrieval_metrics
 from lit_retrieval.models.encoders import CLIPEncoder
 from lit_retrieval.models.features import TextFeatures, VideoFeatures
@@ -29,23 +29,6 @@ def bound(name, encoder):
     head = HEADS[name]()
     head.bind(encoder)
     return head
-
-
-def features(num_text=3, num_video=4, frames=6, words=5, dim=64, seed=0, patches=5):
-    g = torch.Generator().manual_seed(seed)
-    frame_mask = torch.zeros(num_video, frames, dtype=torch.bool)
-    for v, n in enumerate([6, 3, 1, 4][:num_video]):
-        frame_mask[v, :n] = True
-    video = VideoFeatures(
-        frames=torch.randn(num_video, frames, dim, generator=g) * frame_mask[..., None],
-        mask=frame_mask,
-        patches=torch.randn(num_video, frames, patches, dim, generator=g) * frame_mask[..., None, None],
-    )
-    word_mask = torch.zeros(num_text, words, dtype=torch.bool)
-    for t, n in enumerate([5, 3, 4, 2][:num_text]):
-        word_mask[t, :n] = True
-    text = TextFeatures(pooled=torch.randn(num_text, dim, generator=g), tokens=torch.randn(num_text, words, dim, generator=g), mask=word_mask)
-    return text, video
 
 
 @pytest.mark.parametrize("name", sorted(HEADS))
