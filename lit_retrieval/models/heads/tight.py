@@ -6,6 +6,8 @@ frame features) goes through frame/type positions and `layers` CLIP blocks with 
 The score is a logit: no normalisation and no temperature (`logits` is the identity). Nothing is
 indexable: scoring N_t x N_v pairs runs N_t * N_v sequences, in memory-bounded blocks at
 evaluation (`score_blocks`). As in the reference, training contrasts the local batch only.
+Difference from the reference: the final linear layer has no bias. It would add one constant to
+every pair's score, which neither InfoNCE nor the MEA margins can see, so it never learns.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ class TightTransfHead(SimilarityHead):
         width = encoder.embed_dim
         self.cross = ClipStyleTransformer.for_encoder(encoder, self.layers, 1 + self.max_frames, self.dropout, copy_text=self.init_from_text)
         self.pooler = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, width))
-        self.dense = nn.Linear(width, 1)
+        self.dense = nn.Linear(width, 1, bias=False)  # a bias would be one constant on every score
         init_new_layers(self.pooler)
         init_new_layers(self.dense)
 
