@@ -40,7 +40,8 @@ mea-comparison: $(STAMP)
 	$(PY) benchmarks/mea_synthetic.py --seeds 0 1 2 --variants baseline mea
 
 sali-comparison: $(STAMP)
-	$(PY) benchmarks/sali_synthetic.py --seeds 0 --train max ot max_pen ot_pen
+	$(PY) benchmarks/sali_synthetic.py --seeds 0 1 2 --train max ot
+	$(PY) benchmarks/sali_synthetic.py --seeds 0 --train max_pen ot_pen
 
 clean:
 	rm -rf $(VENV) runs data/synthetic data/synthetic_rel

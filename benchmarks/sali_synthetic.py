@@ -5,7 +5,8 @@ Fits CLIP4Clip-meanP (`configs/sali/synthetic_clip4clip.yaml`), then, warm-start
 the same budget, each SALI training variant (`configs/sali/synthetic_sali_max.yaml` with the
 training operator and penalty switched) and meanP itself; every SALI model is tested with each
 inference operator. Prints one JSON line with overall, relational and Rel-Multi R@K per run and
-test setting. Finished runs are reused, so an interrupted sweep resumes.
+test setting (mean and standard deviation over seeds). Finished runs are reused, so an
+interrupted sweep resumes.
 
     python benchmarks/sali_synthetic.py --seeds 0 --train max ot max_pen ot_pen
 """
@@ -84,8 +85,11 @@ def main() -> None:
             for infer, overrides in INFER.items():
                 runs.setdefault(f"sali_{train}/infer_{infer}", []).append(test(out, name, f"test_{infer}", sali_config, TRAIN[train] + overrides, ckpt))
     summary = {
-        name: {k: round(statistics.fmean(r[k] for r in results), 2) for k in KEYS if all(k in r for r in results)}
-        | ({"R@1_std": round(statistics.stdev(r["t2v/R@1"] for r in results), 2)} if len(results) > 1 else {})
+        name: {
+            k: {"mean": round(statistics.fmean(r[k] for r in results), 2),
+                "std": round(statistics.stdev(r[k] for r in results), 2) if len(results) > 1 else 0.0}
+            for k in KEYS if all(k in r for r in results)
+        }
         for name, results in runs.items()
     }
     print(json.dumps({"benchmark": "sali_synthetic", "seeds": args.seeds, "epochs": args.epochs, "results": summary}))

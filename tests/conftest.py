@@ -30,3 +30,11 @@ def event_pool(corpus) -> dict[str, dict]:
 def tiny_clip(tmp_path_factory) -> Path:
     """A random tiny CLIPModel + character tokenizer written with `save_pretrained`."""
     return save_tiny_clip(tmp_path_factory.mktemp("tiny_clip"), seed=0)
+
+
+@pytest.fixture(scope="module")
+def encoder(tiny_clip):
+    """The tiny CLIP loaded as a `CLIPEncoder`, one per test module (heads may hook into it)."""
+    from lit_retrieval.models.encoders import CLIPEncoder
+
+    return CLIPEncoder(pretrained=str(tiny_clip))

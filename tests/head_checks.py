@@ -22,6 +22,14 @@ def features(num_text=3, num_video=4, frames=6, words=5, dim=64, seed=0, patches
     return text, VideoFeatures(frames=frame_values, mask=frame_mask, patches=patch_values)
 
 
+def bind_seeded(make_head, encoder):
+    """A head from `make_head()` built under seed 0 and bound to `encoder`."""
+    torch.manual_seed(0)
+    head = make_head()
+    head.bind(encoder)
+    return head
+
+
 def assert_gradients_reach_every_parameter_and_steps_lower_the_loss(head, text, video, steps=20, repeats=3):
     """One backward reaches every trainable parameter; `steps` Adam steps on the batch cut the
     InfoNCE loss (averaged over `repeats` forwards, for stochastic heads) by 30%."""

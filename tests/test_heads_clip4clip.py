@@ -5,8 +5,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from head_checks import assert_gradients_reach_every_parameter_and_steps_lower_the_loss, assert_trains_with_mea_evaluates_in_blocks_and_reloads, features
-from lit_retrieval.models.encoders import CLIPEncoder
+from head_checks import (
+    assert_gradients_reach_every_parameter_and_steps_lower_the_loss, assert_trains_with_mea_evaluates_in_blocks_and_reloads, bind_seeded, features,
+)
 from lit_retrieval.models.features import TextFeatures, VideoFeatures
 from lit_retrieval.models.heads import MeanPHead, SeqLSTMHead, SeqTransfHead, TightTransfHead, TS2NetHead, XCLIPHead
 from lit_retrieval.models.heads.meanp import masked_mean
@@ -19,21 +20,9 @@ HEADS = {
 }
 
 
-@pytest.fixture(scope="module")
-def encoder(tiny_clip):
-    return CLIPEncoder(pretrained=str(tiny_clip))
-
-
-def bound(name, encoder):
-    torch.manual_seed(0)
-    head = HEADS[name]()
-    head.bind(encoder)
-    return head
-
-
 @pytest.mark.parametrize("name", sorted(HEADS))
 def test_shapes_masks_and_blockwise_scoring(name, encoder):
-    head = bound(name, encoder).eval()
+    head = bind_seeded(HEADS[name], encoder).eval()
     text, video = features()
     scores = head.score(head.encode_text(text), head.encode_video(video))
     assert scores.shape == (3, 4) and torch.isfinite(scores).all()
@@ -51,13 +40,13 @@ def test_shapes_masks_and_blockwise_scoring(name, encoder):
 @pytest.mark.parametrize("name", sorted(HEADS))
 def test_gradients_reach_every_parameter_and_steps_lower_the_loss(name, encoder):
     text, video = features(num_text=4, num_video=4, seed=1)
-    assert_gradients_reach_every_parameter_and_steps_lower_the_loss(bound(name, encoder), text, video)
+    assert_gradients_reach_every_parameter_and_steps_lower_the_loss(bind_seeded(HEADS[name], encoder), text, video)
 
 
 def test_seq_heads_are_meanp_over_the_residual_temporal_output(encoder):
     text, video = features()
     for name in ("seqLSTM", "seqTransf"):
-        head = bound(name, encoder).eval()
+        head = bind_seeded(HEADS[name], encoder).eval()
         assert head.indexable
         temporal = head.temporal_features(video.frames, video.mask) + video.frames
         expected = F.normalize(masked_mean(F.normalize(temporal, dim=-1), video.mask), dim=-1)
@@ -67,7 +56,7 @@ def test_seq_heads_are_meanp_over_the_residual_temporal_output(encoder):
 
 
 def test_lstm_reads_each_video_in_frame_order_over_its_valid_frames_only(encoder):
-    head = bound("seqLSTM", encoder).eval()
+    head = bind_seeded(HEADS["seqLSTM"], encoder).eval()
     _, video = features()
     out = head.temporal_features(video.frames, video.mask)
     for v in range(4):
@@ -77,7 +66,7 @@ def test_lstm_reads_each_video_in_frame_order_over_its_valid_frames_only(encoder
 
 
 def test_seq_transf_copies_clip_text_blocks_and_positions(encoder):
-    head = bound("seqTransf", encoder)
+    head = bind_seeded(HEADS["seqTransf"], encoder)
     blocks, positions = encoder.text_blocks()
     for copied, original in zip(head.temporal.blocks, blocks):
         for (n, a), b in zip(copied.state_dict().items(), original.state_dict().values()):
@@ -89,7 +78,7 @@ def test_seq_transf_copies_clip_text_blocks_and_positions(encoder):
 
 
 def test_tight_transf_scores_each_pair_jointly(encoder):
-    head = bound("tightTransf", encoder).eval()
+    head = bind_seeded(HEADS["tightTransf"], encoder).eval()
     assert not head.indexable
     text, video = features()
     scores = head.score(head.encode_text(text), head.encode_video(video))

@@ -5,7 +5,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from head_checks import assert_gradients_reach_every_parameter_and_steps_lower_the_loss, assert_trains_with_mea_evaluates_in_blocks_and_reloads, features
+from head_checks import (
+    assert_gradients_reach_every_parameter_and_steps_lower_the_loss, assert_trains_with_mea_evaluates_in_blocks_and_reloads, bind_seeded, features,
+)
 from lit_retrieval.metrics.ranking import retrieval_metrics
 from lit_retrieval.models.encoders import CLIPEncoder
 from lit_retrieval.models.features import TextFeatures, VideoFeatures
@@ -19,21 +21,9 @@ HEADS = {
 }
 
 
-@pytest.fixture(scope="module")
-def encoder(tiny_clip):
-    return CLIPEncoder(pretrained=str(tiny_clip))
-
-
-def bound(name, encoder):
-    torch.manual_seed(0)
-    head = HEADS[name]()
-    head.bind(encoder)
-    return head
-
-
 @pytest.mark.parametrize("name", sorted(HEADS))
 def test_shapes_masks_and_blockwise_scoring(name, encoder):
-    head = bound(name, encoder).eval()
+    head = bind_seeded(HEADS[name], encoder).eval()
     text, video = features()
     with torch.no_grad():
         scores = head.score(head.encode_text(text), head.encode_video(video))
@@ -49,7 +39,7 @@ def test_shapes_masks_and_blockwise_scoring(name, encoder):
 @pytest.mark.parametrize("name", sorted(HEADS))
 def test_gradients_reach_every_parameter_and_steps_lower_the_loss(name, encoder):
     text, video = features(num_text=4, num_video=4)
-    assert_gradients_reach_every_parameter_and_steps_lower_the_loss(bound(name, encoder), text, video)
+    assert_gradients_reach_every_parameter_and_steps_lower_the_loss(bind_seeded(HEADS[name], encoder), text, video)
 
 
 @pytest.mark.parametrize("name", sorted(HEADS))
@@ -58,7 +48,7 @@ def test_head_trains_with_mea_evaluates_in_blocks_and_reloads(name, corpus, tiny
 
 
 def test_pau_score_is_half_mean_video_half_best_frame(encoder):
-    head = bound("pau", encoder).eval()
+    head = bind_seeded(HEADS["pau"], encoder).eval()
     text, video = features()
     rep_t, rep_v = head.encode_text(text), head.encode_video(video)
     with torch.no_grad():
@@ -72,7 +62,7 @@ def test_pau_score_is_half_mean_video_half_best_frame(encoder):
 
 
 def test_pau_uncertainty_in_unit_interval_and_equal_uncertainty_keeps_the_ranking(encoder):
-    head = bound("pau", encoder)
+    head = bind_seeded(HEADS["pau"], encoder)
     text, video = features()
     rep_t, rep_v = head.encode_text(text), head.encode_video(video)
     for values in (rep_t["certainty"], rep_v["certainty"]):
@@ -86,7 +76,7 @@ def test_pau_uncertainty_in_unit_interval_and_equal_uncertainty_keeps_the_rankin
 
 
 def test_pau_auxiliary_losses_follow_the_reference_equations(encoder):
-    head = bound("pau", encoder).train()
+    head = bind_seeded(HEADS["pau"], encoder).train()
     text, video = features(num_text=4, num_video=4)
     rep_t, rep_v = head.encode_text(text), head.encode_video(video)
     sim = head.score(rep_t, rep_v)
@@ -149,7 +139,7 @@ def test_pau_rerank_fit_runs_in_validation_and_is_used_at_test(corpus, tiny_clip
 
 
 def test_uatvr_score_is_the_two_sided_weighted_max_sim(encoder):
-    head = bound("uatvr", encoder).eval()
+    head = bind_seeded(HEADS["uatvr"], encoder).eval()
     text, video = features()
     rep_t, rep_v = head.encode_text(text), head.encode_video(video)
     assert rep_t["tokens"].shape[1] == 5 + 2 and rep_v["tokens"].shape[1] == 6 + 2  # two extras each
@@ -167,7 +157,7 @@ def test_uatvr_score_is_the_two_sided_weighted_max_sim(encoder):
 
 
 def test_uatvr_sampled_branch_leaves_inference_scores_unchanged(encoder):
-    head = bound("uatvr", encoder)
+    head = bind_seeded(HEADS["uatvr"], encoder)
     text, video = features()
     head.eval()
     with torch.no_grad():
@@ -209,7 +199,7 @@ def test_uatvr_mil_nce_and_kl_against_loops():
 
 
 def test_ucofia_levels_against_loops_and_the_logit_mix(encoder):
-    head = bound("ucofia", encoder).eval()
+    head = bind_seeded(HEADS["ucofia"], encoder).eval()
     text, video = features()
     rep_t, rep_v = head.encode_text(text), head.encode_video(video)
 
@@ -236,7 +226,7 @@ def test_ucofia_levels_against_loops_and_the_logit_mix(encoder):
 
 
 def test_ucofia_selects_patches_deterministically_at_evaluation_and_uses_the_patch_shift(encoder, tiny_clip):
-    head = bound("ucofia", encoder).eval()
+    head = bind_seeded(HEADS["ucofia"], encoder).eval()
     text, video = features()
     with torch.no_grad():
         first = head.encode_video(video)["pixels"]
@@ -261,7 +251,7 @@ def test_ucofia_sk_norm_is_doubly_normalised_against_the_bank(encoder):
     torch.testing.assert_close(scaled.sum(0), torch.ones(6, dtype=torch.float64))
     torch.testing.assert_close(scaled.sum(1), torch.ones(6, dtype=torch.float64), atol=1e-6, rtol=0)
     torch.testing.assert_close(sk_norm_bias(logits, 200), torch.log_softmax(b.log(), 0))
-    head = bound("ucofia", encoder).eval()
+    head = bind_seeded(HEADS["ucofia"], encoder).eval()
     text, video = features()
     bank_text, _ = features(num_text=4, seed=1)
     with torch.no_grad():

@@ -1,7 +1,6 @@
 """SALI head and module: shot regrouping, score against a brute-force reference, gate and penalty
 gradients, operators per phase, warm start, relational evaluation and a short training run."""
 
-import json
 
 import lightning as L
 import numpy as np
@@ -9,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from head_checks import assert_gradients_reach_every_parameter_and_steps_lower_the_loss
+from head_checks import assert_gradients_reach_every_parameter_and_steps_lower_the_loss, bind_seeded
 from lit_retrieval.data import MultiEventDataModule
 from lit_retrieval.data.shots import ShotOptions
 from lit_retrieval.data.spans import SpanSplitter
@@ -25,16 +24,8 @@ from lit_retrieval.modules import DualEncoderRetrieval, OptimConfig, SALIRetriev
 DIM = 64
 
 
-@pytest.fixture(scope="module")
-def encoder(tiny_clip):
-    return CLIPEncoder(pretrained=str(tiny_clip))
-
-
 def make_head(encoder, **kwargs):
-    torch.manual_seed(0)
-    head = SALIHead(**kwargs)
-    head.bind(encoder)
-    return head
+    return bind_seeded(lambda: SALIHead(**kwargs), encoder)
 
 
 def features(num_text=4, num_video=3, frames=6, seed=0):

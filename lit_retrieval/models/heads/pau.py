@@ -25,7 +25,6 @@ before any fit is refused. Difference from the reference, whose
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 import numpy as np

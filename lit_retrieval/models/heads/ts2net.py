@@ -89,19 +89,6 @@ class PerturbedTopK(torch.autograd.Function):
         return torch.einsum("...s,...sq->...q", weight, noise) / (noise.shape[-2] * ctx.sigma), None, None, None
 
 
-def select_patches(
-    scores: torch.Tensor, cls: torch.Tensor, patches: torch.Tensor, k: int, training: bool, samples: int, sigma: float
-) -> torch.Tensor:
-    """[F, 1 + k, D]: each frame's CLS and its k selected patch tokens (by `scores` [F, P]): soft
-    perturbed top-k indicators in training, a deterministic hard top-k at evaluation."""
-    if training:
-        indicators = PerturbedTopK.apply(scores, k, samples, sigma)
-    else:
-        picks = torch.topk(scores, k, dim=-1).indices.sort(-1).values
-        indicators = F.one_hot(picks, scores.shape[-1]).to(patches.dtype)
-    return torch.cat([cls.unsqueeze(1), indicators @ patches], 1)
-
-
 class TokenScorer(nn.Module):
     """TS2-Net's `PredictorLG`: a score in (-1, 1) for every patch token given its frame's CLS."""
 
@@ -118,68 +105,80 @@ class TokenScorer(nn.Module):
         return self.joint(joint).squeeze(-1)
 
 
-class TS2NetHead(SimilarityHead):
-    """Args:
+class PatchSelectingHead(SimilarityHead):
+    """A head whose frames keep their CLS and k selected patch tokens, with TS2-Net's token shift in
+    the last vision blocks (spec 4.1-4.2; UCoFiA uses both too, spec 1.1-1.2). Subclasses call
+    `bind_patch_selection` from `bind` and `selected_tokens` from `encode_video`.
+
+    Args:
         select: k patch tokens kept per frame besides CLS (reference: 3).
         samples, sigma: perturbed top-k (reference: 500, 0.05).
         shift_blocks: last vision blocks with token shift (reference: 2); 0 turns the shift off.
         n_div: shifted positions per direction and the fold divisor (reference: 7).
-        temporal_layers, max_frames, init_from_text: the seqTransf temporal module.
     """
 
     indexable = False
     needs_patches = True
 
-    def __init__(
-        self,
-        select: int = 3,
-        samples: int = 500,
-        sigma: float = 0.05,
-        shift_blocks: int = 2,
-        n_div: int = 7,
-        temporal_layers: int = 4,
-        max_frames: int = 64,
-        init_from_text: bool = True,
-        **kwargs,
-    ) -> None:
+    def __init__(self, select: int = 3, samples: int = 500, sigma: float = 0.05, shift_blocks: int = 2, n_div: int = 7, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.select = select
-        self.samples = samples
-        self.sigma = sigma
+        self.select, self.samples, self.sigma = select, samples, sigma
         self.shift_blocks = shift_blocks
         self.shift = TokenShift(n_div)
-        self.temporal_layers = temporal_layers
-        self.max_frames = max_frames
-        self.init_from_text = init_from_text
         self.scorer: TokenScorer | None = None
-        self.temporal: ClipStyleTransformer | None = None
 
-    def bind(self, encoder: VideoTextEncoder) -> None:
+    def bind_patch_selection(self, encoder: VideoTextEncoder) -> None:
         for block in range(-self.shift_blocks, 0):
             encoder.add_vision_hook(block, self.shift)
         self.scorer = TokenScorer(encoder.embed_dim)
+
+    def selected_tokens(self, video: VideoFeatures) -> tuple[torch.Tensor, torch.Tensor]:
+        """`[B, T (1 + k), D]`: each frame's CLS then its k selected patches (soft perturbed top-k
+        indicators in training, a deterministic hard top-k at evaluation), and their mask."""
+        name = type(self).__name__
+        if self.scorer is None:
+            raise RuntimeError(f"{name} is not bound to an encoder: call head.bind(encoder) first")
+        if video.patches is None:
+            raise ValueError(f"{name} needs patch tokens: encode videos with with_patches=True")
+        batch, length, dim = video.frames.shape
+        cls, patches = video.frames.reshape(-1, dim), video.patches.reshape(batch * length, -1, dim)
+        scores = self.scorer(cls, patches)
+        if self.training:
+            indicators = PerturbedTopK.apply(scores, self.select, self.samples, self.sigma)
+        else:
+            picks = torch.topk(scores, self.select, dim=-1).indices.sort(-1).values
+            indicators = F.one_hot(picks, scores.shape[-1]).to(patches.dtype)
+        per_frame = torch.cat([cls.unsqueeze(1), indicators @ patches], 1)
+        # mask interleaved per token (the reference's `repeat` tiles it, spec 4.3)
+        return per_frame.reshape(batch, length * (1 + self.select), dim), video.mask.bool().repeat_interleave(1 + self.select, dim=1)
+
+
+class TS2NetHead(PatchSelectingHead):
+    """Args:
+        select, samples, sigma, shift_blocks, n_div: see `PatchSelectingHead`.
+        temporal_layers, max_frames, init_from_text: the seqTransf temporal module.
+    """
+
+    def __init__(self, temporal_layers: int = 4, max_frames: int = 64, init_from_text: bool = True, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.temporal_layers = temporal_layers
+        self.max_frames = max_frames
+        self.init_from_text = init_from_text
+        self.temporal: ClipStyleTransformer | None = None
+
+    def bind(self, encoder: VideoTextEncoder) -> None:
+        self.bind_patch_selection(encoder)
         self.temporal = ClipStyleTransformer.for_encoder(
             encoder, self.temporal_layers, (1 + self.select) * self.max_frames, copy_text=self.init_from_text
         )
-
-    def select_tokens(self, cls: torch.Tensor, patches: torch.Tensor) -> torch.Tensor:
-        """[F, 1 + k, D]: each frame's CLS and its k (softly) selected patch tokens, in position order."""
-        return select_patches(self.scorer(cls, patches), cls, patches, self.select, self.training, self.samples, self.sigma)
 
     def encode_text(self, text: TextFeatures) -> torch.Tensor:
         return F.normalize(text.pooled, dim=-1)
 
     def encode_video(self, video: VideoFeatures) -> dict[str, torch.Tensor]:
-        if self.scorer is None or self.temporal is None:
-            raise RuntimeError("TS2NetHead is not bound to an encoder: call head.bind(encoder) first")
-        if video.patches is None:
-            raise ValueError("TS2NetHead needs patch tokens: encode videos with with_patches=True")
-        batch, length, dim = video.frames.shape
-        if length > self.max_frames:
-            raise ValueError(f"{length} frames but TS2NetHead.max_frames is {self.max_frames}")
-        per_frame = self.select_tokens(video.frames.reshape(-1, dim), video.patches.reshape(batch * length, -1, dim))
-        tokens = per_frame.reshape(batch, length * (1 + self.select), dim)
-        token_mask = video.mask.repeat_interleave(1 + self.select, dim=1)  # the reference's `repeat` tiles it (spec 4.3)
+        if video.frames.shape[1] > self.max_frames:
+            raise ValueError(f"{video.frames.shape[1]} frames but TS2NetHead.max_frames is {self.max_frames}")
+        tokens, token_mask = self.selected_tokens(video)
         tokens = self.temporal(tokens, token_mask) + tokens
         frames = tokens[:, :: 1 + self.select] * video.mask.unsqueeze(-1)
         return {"frames": F.normalize(frames, dim=-1), "mask": video.mask.bool()}

@@ -39,10 +39,10 @@ from torch import nn
 
 from lit_retrieval.models.encoders.base import VideoTextEncoder
 from lit_retrieval.models.features import TextFeatures, VideoFeatures
-from lit_retrieval.models.heads.base import SimilarityHead, map_rep, masked_softmax
+from lit_retrieval.models.heads.base import map_rep, masked_softmax
 from lit_retrieval.models.heads.meanp import masked_mean
 from lit_retrieval.models.heads.temporal import ClipStyleTransformer
-from lit_retrieval.models.heads.ts2net import TokenScorer, TokenShift, select_patches
+from lit_retrieval.models.heads.ts2net import PatchSelectingHead
 
 TAU = 0.01  # hard-coded in the reference
 
@@ -72,12 +72,12 @@ def sk_norm_bias(logits: torch.Tensor, iters: int) -> torch.Tensor:
     return torch.log_softmax(torch.log(b), 0).to(logits.dtype)
 
 
-class UCoFiAHead(SimilarityHead):
+class UCoFiAHead(PatchSelectingHead):
     """UCoFiA head (see the module notes). Not indexable.
 
     Args:
-        select / samples / sigma: patches kept per frame and the perturbed top-k (3, 500, 0.05).
-        shift_blocks / n_div: patch shift in the last vision blocks (2, 7; 0 blocks: off).
+        select / samples / sigma / shift_blocks / n_div: patch selection and shift
+            (`PatchSelectingHead`; 3, 500, 0.05, 2, 7).
         temporal_layers / init_from_text: the seqTransf of level 1 (4, copied from CLIP text).
         max_frames / max_words: sizes of the T x T, (1+k)T x (1+k)T and L x L matrices
             (`max_words` defaults to the encoder's `max_text_len`).
@@ -85,16 +85,8 @@ class UCoFiAHead(SimilarityHead):
         sk_norm_iters: its Sinkhorn rounds (4).
     """
 
-    indexable = False
-    needs_patches = True
-
     def __init__(
         self,
-        select: int = 3,
-        samples: int = 500,
-        sigma: float = 0.05,
-        shift_blocks: int = 2,
-        n_div: int = 7,
         temporal_layers: int = 4,
         max_frames: int = 64,
         max_words: int | None = None,
@@ -104,22 +96,16 @@ class UCoFiAHead(SimilarityHead):
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
-        self.select, self.samples, self.sigma = select, samples, sigma
-        self.shift_blocks = shift_blocks
-        self.shift = TokenShift(n_div)
         self.temporal_layers, self.init_from_text = temporal_layers, init_from_text
         self.max_frames, self.max_words = max_frames, max_words
         self.calibration_bank = sk_norm_bank
         self.sk_norm_iters = sk_norm_iters
-        self.scorer: TokenScorer | None = None
         self.temporal: ClipStyleTransformer | None = None
 
     def bind(self, encoder: VideoTextEncoder) -> None:
         width = encoder.embed_dim
         self.max_words = self.max_words or encoder.max_text_len
-        for block in range(-self.shift_blocks, 0):
-            encoder.add_vision_hook(block, self.shift)
-        self.scorer = TokenScorer(width)
+        self.bind_patch_selection(encoder)
         self.temporal = ClipStyleTransformer.for_encoder(encoder, self.temporal_layers, self.max_frames, copy_text=self.init_from_text)
         pixels = (1 + self.select) * self.max_frames
         self.global_text, self.global_video = identity(width), identity(width)
@@ -134,25 +120,13 @@ class UCoFiAHead(SimilarityHead):
         return {"sentence": F.normalize(text.pooled, dim=-1), "words": F.normalize(text.tokens, dim=-1), "word_mask": text.mask.bool()}
 
     def encode_video(self, video: VideoFeatures) -> dict[str, torch.Tensor]:
-        if self.scorer is None or self.temporal is None:
-            raise RuntimeError("UCoFiAHead is not bound to an encoder: call head.bind(encoder) first")
-        if video.patches is None:
-            raise ValueError("UCoFiAHead needs patch tokens: encode videos with with_patches=True")
-        batch, length, dim = video.frames.shape
-        if length > self.max_frames:
-            raise ValueError(f"{length} frames but UCoFiAHead.max_frames is {self.max_frames}")
+        if video.frames.shape[1] > self.max_frames:
+            raise ValueError(f"{video.frames.shape[1]} frames but UCoFiAHead.max_frames is {self.max_frames}")
+        pixels, pixel_mask = self.selected_tokens(video)
         mask = video.mask.bool()
         temporal = self.temporal(video.frames, mask) + video.frames
         mean = F.normalize(masked_mean(F.normalize(temporal, dim=-1), mask), dim=-1)
-        cls, patches = video.frames.reshape(-1, dim), video.patches.reshape(batch * length, -1, dim)
-        pixels = select_patches(self.scorer(cls, patches), cls, patches, self.select, self.training, self.samples, self.sigma)
-        return {
-            "mean": mean,
-            "frames": F.normalize(video.frames, dim=-1),
-            "frame_mask": mask,
-            "pixels": pixels.reshape(batch, length * (1 + self.select), dim),
-            "pixel_mask": mask.repeat_interleave(1 + self.select, dim=1),
-        }
+        return {"mean": mean, "frames": F.normalize(video.frames, dim=-1), "frame_mask": mask, "pixels": pixels, "pixel_mask": pixel_mask}
 
     def levels(self, text_rep: dict, video_rep: dict) -> torch.Tensor:
         """The three level similarities `[3, N_text, N_video]` (S1, S2, S3 of the module notes)."""
