@@ -1,4 +1,5 @@
 from lit_retrieval.callbacks.metrics_report import MetricsReport
+from lit_retrieval.callbacks.modality_pyramid import ModalityPyramid
 from lit_retrieval.callbacks.training_curves import TrainingCurves, plot_training_curves
 
-__all__ = ["MetricsReport", "TrainingCurves", "plot_training_curves"]
+__all__ = ["MetricsReport", "ModalityPyramid", "TrainingCurves", "plot_training_curves"]

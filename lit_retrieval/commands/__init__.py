@@ -1,5 +1,13 @@
 """Subcommands for the jobs around training; each module exposes `run(argv) -> exit code`."""
 
-from lit_retrieval.commands import curves, metrics, shots, synth
+from lit_retrieval.commands import curves, gve_tasks, metrics, mine_negatives, shots, synth, tiny_qwen
 
-COMMANDS = {"synth": synth.run, "metrics": metrics.run, "curves": curves.run, "shots": shots.run}
+COMMANDS = {
+    "synth": synth.run,
+    "metrics": metrics.run,
+    "curves": curves.run,
+    "shots": shots.run,
+    "gve-tasks": gve_tasks.run,
+    "mine-negatives": mine_negatives.run,
+    "tiny-qwen": tiny_qwen.run,
+}

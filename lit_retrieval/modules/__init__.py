@@ -1,8 +1,9 @@
 from lit_retrieval.metrics.analyses import EvalAnalyses
 from lit_retrieval.metrics.relational import RelationalEval
 from lit_retrieval.modules.dual_encoder import DualEncoderRetrieval
+from lit_retrieval.modules.gve import EmbedderConfig, GVERetrieval
 from lit_retrieval.modules.multi_event import MEAConfig
 from lit_retrieval.modules.optim import OptimConfig
 from lit_retrieval.modules.sali import SALIRetrieval
 
-__all__ = ["DualEncoderRetrieval", "EvalAnalyses", "MEAConfig", "OptimConfig", "RelationalEval", "SALIRetrieval"]
+__all__ = ["DualEncoderRetrieval", "EmbedderConfig", "EvalAnalyses", "GVERetrieval", "MEAConfig", "OptimConfig", "RelationalEval", "SALIRetrieval"]

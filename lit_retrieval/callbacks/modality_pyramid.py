@@ -1,0 +1,187 @@
+"""`ModalityPyramid`: GVE's alignment-aware task curriculum as a Lightning callback (GVE Sec. 3.3).
+
+At the start of epoch t (1-based in the paper, `trainer.current_epoch + 1` here) a prober Psi_t
+embeds N_p positive pairs of every training task k and scores its alignment
+
+    R_k(t) = 1/N_p sum_i cos(Psi_t(x_i), Psi_t(y_i)),
+
+then tasks are drawn during the epoch with P_t(k) proportional to exp(R_k(t) / sigma(t)), sigma rising
+linearly from sigma_min (0.1) at the first epoch to sigma_max (1.0) at the last: well-aligned tasks first,
+harder ones increasingly explored. Psi_1 is a configured off-the-shelf embedder (`prober_path`; the
+paper uses GME-7B); later probers are the model being trained. Without `prober_path` the model
+itself probes from the first epoch (before training: the base Qwen2.5-VL, LoRA starting at zero),
+our documented fallback when no other embedder is available.
+
+Pairs are drawn per (seed, epoch, task); under DDP each rank embeds a share and the sums are
+all-reduced, so every rank applies the same P. The history (R, sigma, P per epoch) is logged as
+`curriculum/sigma`, `curriculum/R/<task>`, `curriculum/P/<task>`, saved in checkpoints (a resumed
+run applies the stored P of its epoch instead of probing again) and plotted at the end of fit.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+
+from lit_retrieval.models.gve.embedder import GVEEmbedder
+from lit_retrieval.models.gve.processing import InputConfig
+
+
+def curriculum_sigma(epoch: int, epochs: int, sigma_min: float, sigma_max: float) -> float:
+    """sigma(t) for the 0-based `epoch` of `epochs`, linear from sigma_min to sigma_max."""
+    if epochs <= 1:
+        return sigma_min
+    return sigma_min + (sigma_max - sigma_min) * min(epoch, epochs - 1) / (epochs - 1)
+
+
+def task_probabilities(alignment: list[float], sigma: float) -> list[float]:
+    """P(k) = softmax_k(R_k / sigma) (GVE Sec. 3.3)."""
+    logits = np.asarray(alignment, dtype=np.float64) / sigma
+    weights = np.exp(logits - logits.max())
+    return (weights / weights.sum()).tolist()
+
+
+class ModalityPyramid(L.Callback):
+    """Args:
+    num_probe_pairs: N_p positive pairs per task and epoch.
+    sigma_min, sigma_max: temperature at the first and at the last epoch.
+    prober_path: model directory of the first epoch's off-the-shelf prober (None: the model itself).
+    prober_inputs: input settings of that prober (default: the trained model's).
+    batch_size: items per prober forward pass.
+    seed: base of the probe-pair draws.
+    filename: stem of the JSON and PNG written in the run directory at the end of fit.
+    """
+
+    def __init__(
+        self,
+        num_probe_pairs: int = 256,
+        sigma_min: float = 0.1,
+        sigma_max: float = 1.0,
+        prober_path: str | None = None,
+        prober_inputs: InputConfig | None = None,
+        batch_size: int = 8,
+        seed: int = 0,
+        filename: str = "modality_pyramid",
+    ) -> None:
+        if num_probe_pairs < 1 or not 0 < sigma_min <= sigma_max:
+            raise ValueError("num_probe_pairs >= 1 and 0 < sigma_min <= sigma_max are required")
+        self.num_probe_pairs = num_probe_pairs
+        self.sigma_min = sigma_min
+        self.sigma_max = sigma_max
+        self.prober_path = prober_path
+        self.prober_inputs = prober_inputs
+        self.batch_size = batch_size
+        self.seed = seed
+        self.filename = filename
+        self.history: list[dict[str, Any]] = []
+
+    # ---- schedule ----------------------------------------------------------------------------
+    def on_fit_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        self._schedule(trainer, module)
+
+    def on_train_epoch_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        self._schedule(trainer, module)
+
+    def entry(self, epoch: int) -> dict[str, Any] | None:
+        return next((e for e in self.history if e["epoch"] == epoch), None)
+
+    def _schedule(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        epoch = trainer.current_epoch
+        entry = self.entry(epoch)
+        if entry is None:
+            entry = self._probe_epoch(trainer, module, epoch)
+            self.history.append(entry)
+            metrics = {"curriculum/sigma": entry["sigma"]}
+            metrics.update({f"curriculum/R/{k}": v for k, v in entry["R"].items()})
+            metrics.update({f"curriculum/P/{k}": v for k, v in entry["P"].items()})
+            for logger in trainer.loggers:
+                logger.log_metrics(metrics, step=trainer.global_step)
+        trainer.datamodule.set_task_probabilities(entry["P"])
+
+    def _probe_epoch(self, trainer: L.Trainer, module: L.LightningModule, epoch: int) -> dict[str, Any]:
+        datamodule = trainer.datamodule
+        if not datamodule.train_data:
+            datamodule.setup("fit")
+        external = epoch == 0 and self.prober_path is not None
+        prober = (
+            GVEEmbedder(self.prober_path, lora=None, inputs=self.prober_inputs or module.embedder.processing.config).to(module.device)
+            if external else module.embedder
+        )
+        alignment = {}
+        for k, data in enumerate(datamodule.train_data):
+            alignment[data.spec.name] = self._alignment(trainer, prober, data, epoch, k)
+        if external:
+            del prober
+        sigma = curriculum_sigma(epoch, trainer.max_epochs or 1, self.sigma_min, self.sigma_max)
+        names = list(alignment)
+        probabilities = task_probabilities([alignment[n] for n in names], sigma)
+        return {"epoch": epoch, "sigma": sigma, "R": alignment, "P": dict(zip(names, probabilities)),
+                "prober": self.prober_path if external else "model"}
+
+    def _alignment(self, trainer: L.Trainer, prober: GVEEmbedder, data, epoch: int, task: int) -> float:
+        """R_k: mean cosine of N_p positive pairs; this rank embeds pairs rank, rank + W, ..."""
+        count = min(self.num_probe_pairs, len(data.records))
+        chosen = np.random.default_rng([self.seed, epoch, task]).choice(len(data.records), count, replace=False)
+        mine = [data.records[i] for i in chosen[trainer.global_rank :: trainer.world_size]]
+        device = next(prober.parameters()).device
+        total = torch.zeros(2, dtype=torch.float64, device=device)
+        if mine:
+            queries = prober.embed([r.query for r in mine], data.spec.instruction, self.batch_size)
+            targets = prober.embed([r.positive for r in mine], data.spec.target_instruction, self.batch_size)
+            total[0] = (queries * targets).sum(-1).double().sum()
+            total[1] = len(mine)
+        total = trainer.strategy.reduce(total, reduce_op="sum")
+        return float(total[0] / total[1])
+
+    # ---- state and figure --------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"history": self.history}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.history = [dict(e) for e in state_dict["history"]]
+
+    def on_fit_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        if not trainer.is_global_zero or not self.history:
+            return
+        out_dir = Path(trainer.log_dir or trainer.default_root_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / f"{self.filename}.json").write_text(json.dumps(self.history, indent=2))
+        plot_curriculum(self.history, out_dir / f"{self.filename}.png")
+
+
+def plot_curriculum(history: list[dict[str, Any]], path: str | Path) -> Path:
+    """Two panels: R_k per epoch, and P(k) per epoch as stacked bars with sigma above them."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    history = sorted(history, key=lambda e: e["epoch"])
+    epochs = [e["epoch"] + 1 for e in history]
+    names = list(history[0]["R"])
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for name in names:
+        left.plot(epochs, [e["R"][name] for e in history], marker="o", label=name)
+    left.set(xlabel="epoch t", ylabel="R_k(t) (mean positive cosine)", title="task alignment")
+    left.legend(fontsize=7)
+    bottom = np.zeros(len(history))
+    for name in names:
+        values = np.array([e["P"][name] for e in history])
+        right.bar(epochs, values, bottom=bottom, label=name)
+        bottom += values
+    for x, e in zip(epochs, history):
+        right.text(x, 1.01, f"σ={e['sigma']:.2f}", ha="center", fontsize=8)
+    right.set(xlabel="epoch t", ylabel="P_t(k)", title="task sampling probabilities", ylim=(0, 1.1))
+    right.set_xticks(epochs)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+

@@ -1,0 +1,107 @@
+"""`lit-retrieval mine-negatives`: top-K hard negatives per query with a prober model (GVE Sec. 3.3).
+
+Embeds a task's queries and a corpus of candidate targets (the task's own distinct positives, plus
+the items of `--corpus` files), searches the K + 1 nearest candidates of every query with an exact
+faiss inner-product index, drops the query's positive (and any candidate with the same content),
+and writes the task file again with `negatives` filled.
+
+    lit-retrieval mine-negatives --model /models/gme-7b --task t2v.jsonl --format T->V --out t2v_neg.jsonl --k 3
+    lit-retrieval mine-negatives --config configs/gve/gve_3b.yaml --ckpt last.ckpt --task ... --out ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from lit_retrieval.data.tasks import TaskSpec, read_task, write_task
+from lit_retrieval.models.gve.inputs import MediaItem, item_from_json, parse_format
+from lit_retrieval.models.gve.loading import load_embedder
+
+
+def item_to_json(item: MediaItem, base: Path) -> dict:
+    """The task-file form of an item, media paths relative to `base`."""
+    out: dict = {}
+    if item.text is not None:
+        out["text"] = item.text
+    for field in ("image", "video"):
+        value = getattr(item, field)
+        if value is not None:
+            out[field] = os.path.relpath(value, base)
+    if item.start is not None:
+        out["start"] = item.start
+    if item.end is not None:
+        out["end"] = item.end
+    return out
+
+
+def read_corpus(paths: list[str], target_format: str) -> list[MediaItem]:
+    items = []
+    for path in paths:
+        root = Path(path).parent
+        with open(path, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, 1):
+                if line.strip():
+                    item = item_from_json(json.loads(line), f"{path}:{number}", root)
+                    if item.modality != target_format:
+                        raise ValueError(f"{path}:{number}: corpus item is {item.modality}, the task's targets are {target_format}")
+                    items.append(item)
+    return items
+
+
+def mine(queries: np.ndarray, corpus: np.ndarray, positives: list[set[int]], k: int) -> list[list[int]]:
+    """Indices of the `k` highest-scoring corpus rows per query, skipping its positive rows."""
+    index = faiss.IndexFlatIP(corpus.shape[1])
+    index.add(np.ascontiguousarray(corpus, dtype=np.float32))
+    depth = min(len(corpus), k + max((len(p) for p in positives), default=0))
+    _, found = index.search(np.ascontiguousarray(queries, dtype=np.float32), depth)
+    return [[int(j) for j in row if j >= 0 and int(j) not in skip][:k] for row, skip in zip(found, positives)]
+
+
+def run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="lit-retrieval mine-negatives", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--model", help="prober model directory (embedded as is)")
+    source.add_argument("--config", help="a GVE training config (its embedder settings)")
+    parser.add_argument("--ckpt", help="trained checkpoint to load with --config")
+    parser.add_argument("--task", required=True, help="task JSONL file")
+    parser.add_argument("--format", required=True, help="the task's format, e.g. T->V")
+    parser.add_argument("--out", required=True, help="output JSONL with negatives")
+    parser.add_argument("--corpus", nargs="*", default=[], help="extra JSONL files of candidate targets (one item per line)")
+    parser.add_argument("--k", type=int, default=3, help="negatives per query")
+    parser.add_argument("--instruction", help="query instruction")
+    parser.add_argument("--target-instruction", help="target instruction")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args(argv)
+    if args.k < 1:
+        parser.error("--k must be at least 1")
+    _, target_format = parse_format(args.format)
+    records = read_task(TaskSpec("mine", args.task, args.format))
+    corpus: dict[str, MediaItem] = {}
+    for item in [r.positive for r in records] + read_corpus(args.corpus, target_format):
+        corpus.setdefault(item.key, item)
+    items = list(corpus.values())
+    position = {item.key: i for i, item in enumerate(items)}
+    embedder = load_embedder(args.model, args.config, args.ckpt, args.device)
+    queries = embedder.embed([r.query for r in records], args.instruction, args.batch_size).cpu().numpy()
+    candidates = embedder.embed(items, args.target_instruction, args.batch_size).cpu().numpy()
+    found = mine(queries, candidates, [{position[r.positive.key]} for r in records], args.k)
+    base = Path(args.out).resolve().parent
+    rows = []
+    for record, negatives in zip(records, found):
+        rows.append({
+            "id": record.record_id,
+            "query": item_to_json(record.query, base),
+            "positive": item_to_json(record.positive, base),
+            "negatives": [item_to_json(items[j], base) for j in negatives],
+        })
+    short = sum(len(n) < args.k for n in found)
+    write_task(args.out, rows)
+    print(f"wrote {len(rows)} pairs with up to {args.k} negatives each to {args.out}" + (f" ({short} have fewer: small corpus)" if short else ""))
+    return 0

@@ -1,0 +1,258 @@
+"""`MultiTaskDataModule`: GVE's multi-task training mixture (GVE Sec. 3.3, A.4, Tab. 6-7).
+
+Training batches come from `TaskBatchSampler` (one task per batch, curriculum probabilities,
+rank-sharded, resumable); each batch is processed in the DataLoader workers into the model inputs
+of its queries and of its targets (positives first, then every pair's hard negatives in order).
+Validation embeds every task's queries and its distinct targets once and ranks targets per query.
+
+Without the Modality Pyramid callback, tasks are drawn with `sampling`: `proportional` to their
+size (naive mixing, GVE-s) or `uniform`. `include_synthetic: false` drops tasks marked
+`synthetic` (the GVE-i ablation).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from lit_retrieval.data.bad_records import BadRecordPolicy
+from lit_retrieval.data.task_sampler import TaskBatchSampler
+from lit_retrieval.data.tasks import TaskRecord, TaskSpec, read_task
+from lit_retrieval.data.video import VideoDecodeError
+from lit_retrieval.models.gve.inputs import ItemError, MediaItem
+
+if TYPE_CHECKING:  # the processing comes from the model at setup
+    from lit_retrieval.models.gve.processing import GVEProcessing
+
+log = logging.getLogger(__name__)
+BadVideoPolicy = Literal["raise", "replace"]
+
+
+def content_key(item: MediaItem) -> int:
+    """A stable 63-bit id of an item's content (identical on every rank and run)."""
+    return int.from_bytes(hashlib.blake2b(item.key.encode(), digest_size=8).digest(), "little") >> 1
+
+
+@dataclass
+class TaskData:
+    spec: TaskSpec
+    records: list[TaskRecord]
+
+
+class TrainBatches(Dataset):
+    """`dataset[[(task, record), ...]]` -> the processed batch of those pairs."""
+
+    def __init__(self, tasks: list[TaskData], processing: GVEProcessing, on_bad_video: BadVideoPolicy = "raise") -> None:
+        self.tasks = tasks
+        self.processing = processing
+        self.on_bad_video = on_bad_video
+        self.replaced = 0
+
+    def _process(self, spec: TaskSpec, records: list[TaskRecord]) -> dict[str, Any]:
+        targets = [r.positive for r in records] + [n for r in records for n in r.negatives]
+        return {
+            "query": dict(self.processing([r.query for r in records], spec.instruction)),
+            "target": dict(self.processing(targets, spec.target_instruction)),
+        }
+
+    def _usable(self, task: int, index: int) -> TaskRecord:
+        """The record, or under `replace` the next one whose media decode (counted, logged)."""
+        data = self.tasks[task]
+        for attempt in range(len(data.records)):
+            record = data.records[(index + attempt) % len(data.records)]
+            if self.on_bad_video == "raise" or attempt == len(data.records) - 1:
+                return record
+            try:
+                self._process(data.spec, [record])
+                return record
+            except (VideoDecodeError, ItemError) as err:
+                self.replaced += 1
+                log.warning("task %s: record %s replaced (%s); %d replaced so far", data.spec.name, record.record_id, err, self.replaced)
+        raise AssertionError("unreachable")
+
+    def __getitem__(self, batch: list[tuple[int, int]]) -> dict[str, Any]:
+        task = batch[0][0]
+        if any(t != task for t, _ in batch):
+            raise ValueError("a training batch must come from one task")
+        spec = self.tasks[task].spec
+        records = [self._usable(task, i) for _, i in batch] if self.on_bad_video == "replace" else [self.tasks[task].records[i] for _, i in batch]
+        out = self._process(spec, records)  # decode errors name the file
+        out.update(
+            task=spec.name,
+            task_index=task,
+            num_negatives=spec.num_negatives,
+            target_keys=torch.tensor([content_key(r.positive) for r in records]),
+            ids=[r.record_id for r in records],
+        )
+        return out
+
+    def __len__(self) -> int:  # batches are addressed by the sampler, not by position
+        return sum(len(t.records) for t in self.tasks)
+
+
+@dataclass(frozen=True)
+class EvalEntry:
+    task: int
+    side: str  # "query" or "target"
+    position: int  # query index, or target index among the task's distinct targets
+
+
+class EvalBatches(Dataset):
+    """Pre-formed batches of one task and one side (queries or distinct targets) for evaluation."""
+
+    def __init__(self, tasks: list[TaskData], processing: GVEProcessing, batch_size: int) -> None:
+        self.tasks = tasks
+        self.processing = processing
+        self.targets: list[list[MediaItem]] = []
+        self.query_targets: list[list[int]] = []
+        self.batches: list[list[EvalEntry]] = []
+        for t, data in enumerate(tasks):
+            index: dict[str, int] = {}
+            for record in data.records:
+                index.setdefault(record.positive.key, len(index))
+            self.targets.append([None] * len(index))
+            for record in data.records:
+                self.targets[t][index[record.positive.key]] = record.positive
+            self.query_targets.append([index[r.positive.key] for r in data.records])
+            for side, count in (("query", len(data.records)), ("target", len(index))):
+                for start in range(0, count, batch_size):
+                    self.batches.append([EvalEntry(t, side, i) for i in range(start, min(count, start + batch_size))])
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        entries = self.batches[i]
+        task, side = entries[0].task, entries[0].side
+        spec = self.tasks[task].spec
+        if side == "query":
+            items, instruction = [self.tasks[task].records[e.position].query for e in entries], spec.instruction
+        else:
+            items, instruction = [self.targets[task][e.position] for e in entries], spec.target_instruction
+        return {
+            "inputs": dict(self.processing(items, instruction)),
+            "task_index": torch.full((len(entries),), task),
+            "is_query": torch.full((len(entries),), side == "query"),
+            "position": torch.tensor([e.position for e in entries]),
+        }
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+class MultiTaskDataModule(L.LightningDataModule):
+    """Training tasks mixed one task per batch; validation tasks ranked per task.
+
+    Args:
+        tasks: training tasks (GVE Tab. 6-7 rows).
+        val_tasks: evaluation tasks (their `batch_size` and `num_negatives` are ignored).
+        steps_per_epoch: training batches per epoch (default: every task's pairs once, in global batches).
+        sampling: task probabilities without a curriculum: `proportional` to size or `uniform`.
+        include_synthetic: keep tasks marked `synthetic` (false = GVE-i).
+        eval_batch_size: items per evaluation batch.
+        num_workers: DataLoader workers (GVE Tab. 9: 1).
+        on_bad_record: `raise` or `skip` malformed task lines.
+        on_bad_video: `raise` on an undecodable video or image, or `replace` the pair with the
+            task's next usable one (counted and logged).
+        seed: base of the task schedule and pair order.
+    """
+
+    def __init__(
+        self,
+        tasks: list[TaskSpec],
+        val_tasks: list[TaskSpec] | None = None,
+        steps_per_epoch: int | None = None,
+        sampling: Literal["proportional", "uniform"] = "proportional",
+        include_synthetic: bool = True,
+        eval_batch_size: int = 16,
+        num_workers: int = 1,
+        on_bad_record: BadRecordPolicy = "raise",
+        on_bad_video: BadVideoPolicy = "raise",
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        if sampling not in ("proportional", "uniform"):
+            raise ValueError(f"sampling must be 'proportional' or 'uniform', got {sampling!r}")
+        self.specs = [t for t in tasks if include_synthetic or not t.synthetic]
+        if not self.specs:
+            raise ValueError("no training task left (all are synthetic and include_synthetic is false)")
+        names = [t.name for t in self.specs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"task names must be unique, got {names}")
+        self.val_specs = list(val_tasks or [])
+        self.steps_per_epoch = steps_per_epoch
+        self.sampling = sampling
+        self.eval_batch_size = eval_batch_size
+        self.num_workers = num_workers
+        self.on_bad_record = on_bad_record
+        self.on_bad_video = on_bad_video
+        self.seed = seed
+        self.processing: GVEProcessing | None = None
+        self.train_data: list[TaskData] = []
+        self.val_data: list[TaskData] = []
+        self.sampler: TaskBatchSampler | None = None
+        self.eval_set: EvalBatches | None = None
+        self.pending_probabilities: dict[str, float] | None = None
+
+    @property
+    def task_names(self) -> list[str]:
+        return [s.name for s in self.specs]
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.processing is None:
+            module = self.trainer.lightning_module if self.trainer is not None else None
+            if module is None or not hasattr(module, "processing"):
+                raise RuntimeError("MultiTaskDataModule takes its input processing from the model (a GVE module); set `.processing` to use it alone")
+            self.processing = module.processing
+        if not self.train_data and stage in (None, "fit"):
+            self.train_data = [TaskData(s, read_task(s, self.on_bad_record, self.seed)) for s in self.specs]
+        if not self.val_data and self.val_specs:
+            self.val_data = [TaskData(s, read_task(s, self.on_bad_record, self.seed)) for s in self.val_specs]
+
+    def set_task_probabilities(self, probabilities: dict[str, float]) -> None:
+        """Curriculum hook: P(k) by task name, used from the next batch the sampler draws."""
+        missing = set(self.task_names) - set(probabilities)
+        if missing:
+            raise ValueError(f"no probability for task(s) {sorted(missing)}")
+        self.pending_probabilities = dict(probabilities)
+        if self.sampler is not None:
+            self.sampler.set_probabilities([probabilities[n] for n in self.task_names])
+
+    def _initial_probabilities(self) -> list[float]:
+        if self.pending_probabilities is not None:
+            return [self.pending_probabilities[n] for n in self.task_names]
+        if self.sampling == "uniform":
+            return [1.0] * len(self.specs)
+        return [float(len(d.records)) for d in self.train_data]
+
+    def train_dataloader(self) -> DataLoader:
+        trainer = self.trainer
+        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        self.sampler = TaskBatchSampler(
+            [len(d.records) for d in self.train_data], [d.spec.batch_size for d in self.train_data],
+            self.steps_per_epoch, self._initial_probabilities(), self.seed, rank, world,
+        )
+        if trainer is not None:
+            self.sampler.set_epoch(trainer.current_epoch)
+            loop = trainer.fit_loop
+            if loop.restarted_mid_epoch:
+                self.sampler.start_step = loop.epoch_loop.batch_progress.current.ready
+        dataset = TrainBatches(self.train_data, self.processing, self.on_bad_video)
+        return DataLoader(dataset, sampler=self.sampler, batch_size=None, **self._worker_settings())
+
+    def val_dataloader(self) -> DataLoader | list:
+        if not self.val_data:
+            return []
+        self.eval_set = EvalBatches(self.val_data, self.processing, self.eval_batch_size)
+        return DataLoader(self.eval_set, batch_size=None, **self._worker_settings())
+
+    def _worker_settings(self) -> dict[str, Any]:
+        """Workers are spawned, not forked, and kept across epochs: forking a process that has run
+        the model (curriculum probing, training steps) crashed workers in torch's thread pools
+        here. The sampler runs in the main process, so kept workers still see new probabilities."""
+        if self.num_workers == 0:
+            return {"num_workers": 0}
+        return {"num_workers": self.num_workers, "multiprocessing_context": "spawn", "persistent_workers": True}

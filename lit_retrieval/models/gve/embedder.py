@@ -1,0 +1,161 @@
+"""`GVEEmbedder`: Qwen2.5-VL as a fixed-length multimodal encoder (GVE Sec. 3.3, A.7, A.8).
+
+The model is the native `Qwen2_5_VLForConditionalGeneration` (through `AutoModelForImageTextToText`,
+so a Qwen2-VL prober such as GME loads too) from a local directory: a Qwen2.5-VL-3B/7B-Instruct
+snapshot, a released GVE checkpoint (its custom class is only a wrapper around the same weights;
+see the GVE spec, section 1.2), or a tiny random model. The embedding is the final hidden state
+of the last attended position (A.7: p_i = max{j | M_ij = 1}, padding side agnostic), L2-normalised.
+
+LoRA (A.8, Tab. 9): rank 16, alpha 32, dropout 0.1 on q/k/v/up/down/gate projections of the
+language model only (the vision tower's MLP also has up/down/gate projections: they stay frozen,
+as do the token embeddings and everything else).
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from peft import LoraConfig, PeftModel, get_peft_model
+from torch import nn
+from transformers import AutoModelForImageTextToText, AutoProcessor
+
+from lit_retrieval.models.gve.inputs import MediaItem
+from lit_retrieval.models.gve.processing import GVEProcessing, InputConfig
+
+
+@dataclass
+class LoRASettings:
+    """LoRA on the language model (GVE Tab. 9 defaults)."""
+
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.1
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "up_proj", "down_proj", "gate_proj"])
+    scope: str = "language_model"
+
+    def peft_config(self) -> LoraConfig:
+        names = "|".join(self.target_modules)
+        return LoraConfig(
+            r=self.r, lora_alpha=self.alpha, lora_dropout=self.dropout,
+            target_modules=rf".*{self.scope}.*\.({names})$",
+        )
+
+
+def last_token_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """`hidden[i, p_i]` with p_i the last position whose mask is 1 (left or right padding)."""
+    length = attention_mask.shape[1]
+    last = length - 1 - attention_mask.flip(1).long().argmax(dim=1)
+    return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
+
+
+def resolve_attention(choice: str) -> str:
+    """`auto`: flash-attention-2 on CUDA when `flash_attn` is installed, else PyTorch SDPA."""
+    if choice != "auto":
+        return choice
+    if torch.cuda.is_available() and importlib.util.find_spec("flash_attn") is not None:
+        return "flash_attention_2"
+    return "sdpa"
+
+
+def resolve_dtype(choice: str) -> torch.dtype:
+    """`auto`: bfloat16 where the GPU supports it, else float32."""
+    if choice == "auto":
+        return torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[choice]
+
+
+class GVEEmbedder(nn.Module):
+    """Embeds lists of `MediaItem`s with a (LoRA-tuned) Qwen2.5-VL.
+
+    Args:
+        model_path: local directory of the model and its processor.
+        lora: LoRA settings; `None` embeds with the model as loaded (frozen).
+        adapter_path: a saved LoRA adapter to load (and keep training if `lora` is set).
+        inputs: frame sampling, pixel budgets, token cap.
+        gradient_checkpointing: recompute activations in backward (GVE A.8), non-reentrant.
+        dtype: `auto`, `float32`, `bfloat16` or `float16` weights.
+        attn_implementation: `auto`, `sdpa`, `eager` or `flash_attention_2`.
+    """
+
+    def __init__(
+        self,
+        model_path: str,
+        lora: LoRASettings | None = None,
+        adapter_path: str | None = None,
+        inputs: InputConfig | None = None,
+        gradient_checkpointing: bool = False,
+        dtype: str = "auto",
+        attn_implementation: str = "auto",
+    ) -> None:
+        super().__init__()
+        path = Path(model_path)
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"{model_path}: not a model directory (no config.json); give a local Qwen2.5-VL or GVE path")
+        model = AutoModelForImageTextToText.from_pretrained(
+            str(path), dtype=resolve_dtype(dtype), attn_implementation=resolve_attention(attn_implementation)
+        )
+        model.config.use_cache = False
+        model.requires_grad_(False)
+        if adapter_path is not None:
+            model = PeftModel.from_pretrained(model, adapter_path, is_trainable=lora is not None)
+        elif lora is not None:
+            model = get_peft_model(model, lora.peft_config())
+        if gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model.enable_input_require_grads()
+        self.model = model
+        self.model_path = str(path)
+        self.processing = GVEProcessing(AutoProcessor.from_pretrained(str(path)), inputs)
+
+    @property
+    def dim(self) -> int:
+        return int(self.base_model.config.text_config.hidden_size)
+
+    @property
+    def base_model(self) -> nn.Module:
+        """The transformers model under any peft wrapper."""
+        return self.model.get_base_model() if isinstance(self.model, PeftModel) else self.model
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """L2-normalised embeddings `[B, d]` (float32) of a processed batch."""
+        out = self.model(**batch, output_hidden_states=True, use_cache=False, logits_to_keep=1)
+        pooled = last_token_pool(out.hidden_states[-1], batch["attention_mask"])
+        return F.normalize(pooled.float(), dim=-1)
+
+    def process(self, items: list[MediaItem], instruction: str | None = None) -> dict[str, torch.Tensor]:
+        return dict(self.processing(items, instruction))
+
+    @torch.no_grad()
+    def embed(self, items: list[MediaItem], instruction: str | None = None, batch_size: int = 8) -> torch.Tensor:
+        """Embeddings of `items` (eval mode, no gradient), `[N, d]` on the model's device."""
+        device = next(self.model.parameters()).device
+        was_training = self.training
+        self.eval()
+        try:
+            out = []
+            for i in range(0, len(items), batch_size):
+                batch = {k: v.to(device) for k, v in self.process(items[i : i + batch_size], instruction).items()}
+                out.append(self(batch))
+            return torch.cat(out) if out else torch.empty(0, self.dim, device=device)
+        finally:
+            self.train(was_training)
+
+    def save_adapter(self, out_dir: str | Path) -> None:
+        """Write only the LoRA weights and their config (peft format)."""
+        if not isinstance(self.model, PeftModel):
+            raise ValueError("this embedder has no LoRA adapter to save")
+        self.model.save_pretrained(str(out_dir))
+
+    def save_merged(self, out_dir: str | Path) -> None:
+        """Write a plain Qwen2.5-VL directory (LoRA merged in) plus the processor: loadable with
+        transformers alone, or as `model_path` here."""
+        model = self.model
+        if isinstance(model, PeftModel):  # merge into a copy: this embedder keeps its adapter
+            model = copy.deepcopy(model).merge_and_unload(safe_merge=True)
+        model.save_pretrained(str(out_dir))
+        self.processing.processor.save_pretrained(str(out_dir))

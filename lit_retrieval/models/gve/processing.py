@@ -1,0 +1,193 @@
+"""Turns `MediaItem`s into Qwen2.5-VL model inputs the way GVE embeds them (GVE Sec. 3.3, A.7).
+
+Per item: a chat prompt (an optional task instruction as the system turn, then the image/video
+placeholders and the text as the user turn, then the assistant header) with `<|endoftext|>`
+appended: that token's final hidden state is the embedding (the released model's processor
+appends it; see the GVE spec, sections 1.3 and 1.5). Videos are decoded with the project's PyAV
+sampler: `fps` frames per second up to `max_frames` (GVE A.8: 8 frames at 1 fps), the count rounded
+down to the temporal patch size and spread uniformly over the clip, as qwen-vl-utils does. The
+sampled rate goes to the processor as `VideoMetadata` so the temporal M-RoPE spacing is right
+(transformers >= 5 ignores a call-time `fps` for pre-sampled frames). Frames are resized by the
+processor within a per-frame pixel budget (`video_max_pixels`, 200 x 28^2 by default: at most 200
+merged visual tokens per temporal patch).
+
+Inputs longer than `max_tokens` lose the end of their text (never vision tokens, which the
+processor cannot cut); each truncation is counted and warned about.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+from transformers import BatchFeature
+from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
+from transformers.video_utils import VideoMetadata
+
+from lit_retrieval.data.video import VideoDecodeError, sample_frames, video_duration
+from lit_retrieval.models.gve.inputs import ItemError, MediaItem
+
+END_OF_TEXT = "<|endoftext|>"
+
+
+@dataclass
+class InputConfig:
+    """Frame sampling, pixel budgets and the token cap.
+
+    Args:
+        fps: frames sampled per second of video (GVE A.8: 1.0).
+        max_frames: at most this many frames per video (GVE A.8: 8).
+        video_min_pixels / video_max_pixels: per-frame pixel bounds (qwen-vl-utils' 128 x 28^2 lower
+            bound and the authors' 200 x 28^2 upper bound).
+        image_min_pixels / image_max_pixels: bounds for images (the released processor's 4 and
+            256 x 28^2).
+        max_tokens: cap on an input's length in tokens (text is cut to fit).
+        padding_side: `left` (the pooled token is then always the last column) or `right`.
+    """
+
+    fps: float = 1.0
+    max_frames: int = 8
+    video_min_pixels: int = 128 * 28 * 28
+    video_max_pixels: int = 200 * 28 * 28
+    image_min_pixels: int = 4 * 28 * 28
+    image_max_pixels: int = 256 * 28 * 28
+    max_tokens: int = 8192
+    padding_side: str = "left"
+
+    def __post_init__(self) -> None:
+        if self.fps <= 0 or self.max_frames < 1 or self.max_tokens < 16:
+            raise ValueError(f"impossible input settings: fps {self.fps}, max_frames {self.max_frames}, max_tokens {self.max_tokens}")
+        if not 0 < self.video_min_pixels <= self.video_max_pixels or not 0 < self.image_min_pixels <= self.image_max_pixels:
+            raise ValueError("pixel bounds must satisfy 0 < min_pixels <= max_pixels")
+        if self.padding_side not in ("left", "right"):
+            raise ValueError(f"padding_side must be 'left' or 'right', got {self.padding_side!r}")
+
+
+@dataclass
+class LoadedVideo:
+    frames: np.ndarray  # [n, H, W, 3] uint8, n a multiple of the temporal patch size
+    fps: float  # sampled frames per second of the clip
+
+
+class GVEProcessing:
+    """Callable `(items, instruction) -> BatchFeature` around a Qwen2.5-VL processor."""
+
+    def __init__(self, processor: Any, config: InputConfig | None = None) -> None:
+        self.processor = processor
+        self.config = config or InputConfig()
+        self.tokenizer = processor.tokenizer
+        self.tokenizer.padding_side = self.config.padding_side
+        video = processor.video_processor
+        self.temporal_patch = int(video.temporal_patch_size)
+        self.factor = int(video.patch_size) * int(video.merge_size)
+        self.merge = int(video.merge_size)
+        self.truncated = 0
+
+    # ---- media -------------------------------------------------------------------------------
+    def frame_count(self, seconds: float) -> int:
+        """Frames for a clip of `seconds`: fps x duration within [temporal patch, max_frames],
+        rounded down to a multiple of the temporal patch size."""
+        n = min(self.config.max_frames, math.floor(seconds * self.config.fps))
+        return max(self.temporal_patch, n - n % self.temporal_patch)
+
+    def load_video(self, item: MediaItem) -> LoadedVideo:
+        path = item.video
+        assert path is not None
+        duration = video_duration(path)
+        start = item.start or 0.0
+        end = min(item.end, duration) if item.end is not None else duration
+        if end <= start:
+            raise VideoDecodeError(path, f"window [{start}, {item.end}] is outside the {duration:.2f} s video")
+        n = self.frame_count(end - start)
+        sample = sample_frames(path, n, start, end)
+        frames = sample.frames[sample.mask]
+        if len(frames) < n:  # a clip shorter than n frames: repeat the last one (as the processor pads)
+            frames = np.concatenate([frames, np.repeat(frames[-1:], n - len(frames), axis=0)])
+        return LoadedVideo(frames=frames, fps=n / (end - start))
+
+    @staticmethod
+    def load_image(path: str) -> np.ndarray:
+        try:
+            with Image.open(path) as image:
+                return np.array(image.convert("RGB"))
+        except FileNotFoundError:
+            raise ItemError(f"{path}: image file not found") from None
+        except (UnidentifiedImageError, OSError) as err:
+            raise ItemError(f"{path}: unreadable image ({err})") from None
+
+    def vision_tokens(self, height: int, width: int, frames: int, min_pixels: int, max_pixels: int) -> int:
+        """Merged visual tokens the processor will emit for this geometry (GVE A.7: T_v = THW/p^2)."""
+        h, w = smart_resize(height, width, factor=self.factor, min_pixels=min_pixels, max_pixels=max_pixels)
+        grid_t = math.ceil(frames / self.temporal_patch)
+        return grid_t * (h // self.factor) * (w // self.factor)
+
+    # ---- prompts -----------------------------------------------------------------------------
+    @staticmethod
+    def messages(item: MediaItem, text: str | None, instruction: str | None) -> list[dict]:
+        content: list[dict] = []
+        if item.video is not None:
+            content.append({"type": "video"})
+        if item.image is not None:
+            content.append({"type": "image"})
+        if text is not None:
+            content.append({"type": "text", "text": text})
+        turns = [{"role": "system", "content": instruction}] if instruction else []
+        return turns + [{"role": "user", "content": content}]
+
+    def prompt(self, item: MediaItem, text: str | None, instruction: str | None) -> str:
+        rendered = self.processor.apply_chat_template([self.messages(item, text, instruction)], tokenize=False, add_generation_prompt=True)
+        return rendered[0] + END_OF_TEXT
+
+    def fit_text(self, item: MediaItem, instruction: str | None, visual: int) -> str:
+        """The prompt with the item's text cut so the whole input fits `max_tokens`."""
+        cap = self.config.max_tokens
+        prompt = self.prompt(item, item.text, instruction)
+        placeholders = (item.image is not None) + (item.video is not None)
+        length = len(self.tokenizer(prompt, add_special_tokens=False)["input_ids"]) - placeholders + visual
+        if length <= cap:
+            return prompt
+        text_ids = self.tokenizer(item.text or "", add_special_tokens=False)["input_ids"]
+        keep = len(text_ids) - (length - cap)
+        if keep < 1:
+            raise ItemError(
+                f"{item.video or item.image or 'text item'}: {length} tokens exceed max_tokens {cap} even without its text; "
+                "lower the pixel budget or max_frames, or raise max_tokens"
+            )
+        self.truncated += 1
+        warnings.warn(f"input truncated from {length} to {cap} tokens ({self.truncated} truncated so far)", stacklevel=3)
+        return self.prompt(item, self.tokenizer.decode(text_ids[:keep]), instruction)
+
+    # ---- batch -------------------------------------------------------------------------------
+    def __call__(self, items: list[MediaItem], instruction: str | None = None) -> BatchFeature:
+        cfg = self.config
+        prompts, images, videos, metadata = [], [], [], []
+        for item in items:
+            visual = 0
+            if item.image is not None:
+                image = self.load_image(item.image)
+                images.append(image)
+                visual += self.vision_tokens(*image.shape[:2], self.temporal_patch, cfg.image_min_pixels, cfg.image_max_pixels)
+            if item.video is not None:
+                video = self.load_video(item)
+                videos.append(video.frames)
+                n = len(video.frames)
+                metadata.append(VideoMetadata(total_num_frames=n, fps=video.fps, frames_indices=list(range(n))))
+                visual += self.vision_tokens(*video.frames.shape[1:3], n, cfg.video_min_pixels, cfg.video_max_pixels)
+            prompts.append(self.fit_text(item, instruction, visual))
+        kwargs: dict[str, Any] = {}
+        if images:
+            kwargs["images"] = images
+            kwargs["images_kwargs"] = {"size": {"shortest_edge": cfg.image_min_pixels, "longest_edge": cfg.image_max_pixels}}
+        if videos:
+            kwargs["videos"] = videos
+            kwargs["videos_kwargs"] = {
+                "do_sample_frames": False,
+                "video_metadata": metadata,
+                "size": {"shortest_edge": cfg.video_min_pixels, "longest_edge": cfg.video_max_pixels},
+                "cap_pixels_per_frame": True,
+            }
+        return self.processor(text=prompts, padding=True, return_tensors="pt", **kwargs)

@@ -1,0 +1,158 @@
+"""`GVERetrieval`: trains and evaluates the General Video Embedder (GVE Sec. 3.3, A.7-A.8, A.10).
+
+One step embeds a batch's queries and its targets (positives, then hard negatives) with the
+LoRA-tuned Qwen2.5-VL and applies the symmetric InfoNCE of GVE Eq. 1 with in-batch, hard and
+cross-device negatives. It logs the A.10 training metrics (`train/loss`, `train/positive`,
+`train/mean_score`, `train/margin`), overall and per task. Validation ranks each task's distinct
+targets for each query by cosine (`val/<task>/q2c/R@1`, ... and `val/R@1`, the mean over tasks).
+
+Checkpoints hold only the trainable (LoRA) weights: the frozen base model is reloaded from
+`model_path`, and a checkpoint whose weights do not match the model's trainable parameters is
+refused with the names that differ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import lightning as L
+import torch
+
+from lit_retrieval.losses.contrastive import HardNegatives, MultimodalInfoNCE
+from lit_retrieval.metrics.ranking import retrieval_metrics
+from lit_retrieval.models.gve.embedder import GVEEmbedder, LoRASettings
+from lit_retrieval.models.gve.processing import GVEProcessing, InputConfig
+from lit_retrieval.modules.gather import gather_variable
+from lit_retrieval.modules.optim import OptimConfig, build_optimizer, build_scheduler, parameter_groups
+
+TRAIN_STATS = ("loss_value", "positive", "mean_score", "margin")
+
+
+@dataclass
+class EmbedderConfig:
+    """What `GVEEmbedder` is built from (see its docstring)."""
+
+    model_path: str
+    lora: LoRASettings | None = field(default_factory=LoRASettings)
+    adapter_path: str | None = None
+    inputs: InputConfig = field(default_factory=InputConfig)
+    gradient_checkpointing: bool = True
+    dtype: str = "auto"
+    attn_implementation: str = "auto"
+
+    def build(self) -> GVEEmbedder:
+        return GVEEmbedder(self.model_path, self.lora, self.adapter_path, self.inputs, self.gradient_checkpointing, self.dtype, self.attn_implementation)
+
+
+def gve_optim() -> OptimConfig:
+    """GVE Tab. 9: AdamW 3e-5, weight decay 0.1, cosine schedule (no warm-up is listed)."""
+    return OptimConfig(head_lr=3e-5, weight_decay=0.1, betas=(0.9, 0.999), eps=1e-8, warmup_proportion=0.0)
+
+
+class GVERetrieval(L.LightningModule):
+    """GVE training/evaluation module.
+
+    Args:
+        embedder: model path, LoRA, input processing, checkpointing, dtype, attention.
+        temperature: InfoNCE temperature tau_l (GVE Tab. 9: 0.03).
+        hard_negatives: `own` (Eq. 1: each query's own mined negatives) or `shared` (every hard
+            negative of the global batch).
+        cross_device: gather embeddings of all ranks as extra negatives (GVE A.8).
+        optim: AdamW settings (`head_lr` is the LoRA learning rate); default GVE Tab. 9.
+    """
+
+    def __init__(
+        self,
+        embedder: EmbedderConfig,
+        temperature: float = 0.03,
+        hard_negatives: HardNegatives = "own",
+        cross_device: bool = True,
+        optim: OptimConfig | None = None,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.embedder = embedder.build()
+        self.loss_fn = MultimodalInfoNCE(temperature, hard_negatives, cross_device)
+        self.optim = optim or gve_optim()
+        self.strict_loading = False  # checkpoints carry the trainable weights only
+        self.eval_results: dict[str, dict[str, float]] = {}
+        self._eval_parts: list[dict[str, torch.Tensor]] = []
+
+    @property
+    def processing(self) -> GVEProcessing:
+        return self.embedder.processing
+
+    # ---- training ----------------------------------------------------------------------------
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, torch.Tensor]:
+        query = self.embedder(batch["query"])
+        target = self.embedder(batch["target"])
+        size, k = query.shape[0], int(batch["num_negatives"])
+        negatives = target[size:].reshape(size, k, -1) if k else None
+        out = self.loss_fn(query, target[:size], negatives, batch["target_keys"])
+        stats = {f"train/{name.removesuffix('_value')}": out[name] for name in TRAIN_STATS}
+        self.log_dict(stats, on_step=True, on_epoch=False, prog_bar=False, batch_size=size)
+        self.log(f"train/task/{batch['task']}/loss", out["loss_value"], on_step=True, on_epoch=False, batch_size=size)
+        self.log("train/loss_epoch", out["loss_value"], on_step=False, on_epoch=True, prog_bar=True, batch_size=size)
+        return out
+
+    def configure_optimizers(self):
+        optimizer = build_optimizer(parameter_groups(self, set(), self.optim), self.optim)
+        scheduler = build_scheduler(optimizer, int(self.trainer.estimated_stepping_batches), self.optim)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    # ---- evaluation --------------------------------------------------------------------------
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        embeddings = self.embedder(batch["inputs"])
+        self._eval_parts.append({
+            "embeddings": embeddings, "task": batch["task_index"], "is_query": batch["is_query"], "position": batch["position"],
+        })
+
+    def on_validation_epoch_start(self) -> None:
+        self._eval_parts = []
+
+    def on_validation_epoch_end(self) -> None:
+        if not self._eval_parts:
+            return
+        parts = {k: gather_variable(self, torch.cat([p[k] for p in self._eval_parts])) for k in self._eval_parts[0]}
+        self._eval_parts = []
+        datamodule = self.trainer.datamodule
+        results: dict[str, float] = {}
+        for t, data in enumerate(datamodule.val_data):
+            query = self._ordered(parts, t, True, len(data.records))
+            gallery = self._ordered(parts, t, False, len(datamodule.eval_set.targets[t]))
+            targets = torch.tensor(datamodule.eval_set.query_targets[t], device=query.device)
+            metrics = retrieval_metrics(query @ gallery.t(), targets)
+            for key, value in metrics.items():
+                results[f"{data.spec.name}/{key.replace('t2v/', 'q2c/').replace('v2t/', 'c2q/')}"] = value
+        names = [d.spec.name for d in datamodule.val_data]
+        results["R@1"] = sum(results[f"{n}/q2c/R@1"] for n in names) / len(names)
+        self.eval_results["val"] = results
+        self.log_dict({f"val/{k}": v for k, v in results.items()})
+
+    @staticmethod
+    def _ordered(parts: dict[str, torch.Tensor], task: int, query: bool, count: int) -> torch.Tensor:
+        """Embeddings of one task's queries or targets in position order (distributed padding
+        duplicates removed)."""
+        chosen = (parts["task"] == task) & (parts["is_query"] == query)
+        emb, pos = parts["embeddings"][chosen], parts["position"][chosen]
+        out = emb.new_zeros(count, emb.shape[1])
+        out[pos] = emb
+        return out
+
+    # ---- checkpoints -------------------------------------------------------------------------
+    def trainable_names(self) -> set[str]:
+        return {n for n, p in self.named_parameters() if p.requires_grad}
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        keep = self.trainable_names()
+        checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in keep}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        stored, expected = set(checkpoint["state_dict"]), self.trainable_names()
+        if stored != expected:
+            missing, extra = sorted(expected - stored)[:3], sorted(stored - expected)[:3]
+            raise RuntimeError(
+                f"checkpoint does not match this model's trainable weights: missing {missing}, unexpected {extra} "
+                "(was it written with another LoRA setting or model?)"
+            )
