@@ -38,3 +38,19 @@ def encoder(tiny_clip):
     from lit_retrieval.models.encoders import CLIPEncoder
 
     return CLIPEncoder(pretrained=str(tiny_clip))
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen(tmp_path_factory) -> Path:
+    """A random tiny Qwen2.5-VL + character tokenizer and processors, via `save_pretrained`."""
+    from lit_retrieval.models.gve.tiny import save_tiny_qwen25vl
+
+    return save_tiny_qwen25vl(tmp_path_factory.mktemp("tiny_qwen"), seed=0)
+
+
+@pytest.fixture(scope="session")
+def gve_tasks(corpus, tmp_path_factory):
+    """GVE task files (T->V, T->I, I->V, V->V, TV->V) made from the synthetic corpus."""
+    from lit_retrieval.data.gve_synthetic import make_gve_tasks
+
+    return make_gve_tasks(corpus, tmp_path_factory.mktemp("gve_tasks"), batch_size=4)

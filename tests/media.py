@@ -26,3 +26,17 @@ def write_shots_video(path: Path, cut_frames: list[int], total: int, size: int =
             frame.pts = k
             container.mux(stream.encode(frame))
         container.mux(stream.encode(None))
+
+
+def write_noise_video(path: Path, seconds: float, fps: int = 8, width: int = 64, height: int = 48, seed: int = 0) -> Path:
+    """Random-noise frames (mpeg4), `seconds` long."""
+    rng = np.random.default_rng(seed)
+    with av.open(str(path), mode="w") as container:
+        stream = container.add_stream("mpeg4", rate=fps)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        for k in range(round(seconds * fps)):
+            frame = av.VideoFrame.from_ndarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8), format="rgb24")
+            frame.pts = k
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    return path

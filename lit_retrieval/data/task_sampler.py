@@ -2,8 +2,8 @@
 
 Every batch holds pairs of a single task (tasks are never mixed within a batch, GVE A.4). The
 sequence of tasks for an epoch is drawn from `(seed, epoch)` with the current probabilities P(k);
-each task's pairs are visited in a random order per `(seed, epoch, task, cycle)` and start over
-when used up. All ranks draw the same task at the same step, so cross-device negatives come from
+each task's pairs are visited in a random order per `(seed, epoch, task, pass)`, cut into whole
+global batches, and start over when used up. All ranks draw the same task at the same step, so cross-device negatives come from
 the same task, and each rank takes its own slice of that step's global batch. Everything is a
 function of `(seed, epoch, step)`, so `start_step` resumes an interrupted epoch exactly.
 
@@ -44,6 +44,9 @@ class TaskBatchSampler(DistributedSampler):
     ) -> None:
         if len(sizes) != len(batch_sizes) or not sizes:
             raise ValueError("one size and one batch size per task are required")
+        small = [k for k, (n, b) in enumerate(zip(sizes, batch_sizes)) if n < b * world_size]
+        if small:
+            raise ValueError(f"task(s) {small} have fewer records than one global batch (batch size x {world_size} ranks)")
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is outside world size {world_size}")
         self.sizes = list(sizes)
@@ -77,15 +80,13 @@ class TaskBatchSampler(DistributedSampler):
         return np.random.default_rng([self.seed, self.epoch, task, cycle]).permutation(self.sizes[task])
 
     def global_batch(self, task: int, occurrence: int) -> np.ndarray:
-        """Record indices of the `occurrence`-th global batch of `task` in this epoch (all ranks)."""
+        """Record indices of the `occurrence`-th global batch of `task` in this epoch (all ranks).
+        Each pass over a task's random order is cut into whole global batches (the remainder
+        waits for a later pass), so no record appears twice in one batch."""
         width = self.batch_sizes[task] * self.num_replicas
-        size = self.sizes[task]
-        positions = np.arange(occurrence * width, (occurrence + 1) * width)
-        out = np.empty(width, dtype=np.int64)
-        for cycle in np.unique(positions // size):
-            chosen = positions // size == cycle
-            out[chosen] = self._order(task, int(cycle))[positions[chosen] % size]
-        return out
+        per_pass = self.sizes[task] // width
+        cycle, offset = divmod(occurrence, per_pass)
+        return self._order(task, cycle)[offset * width : (offset + 1) * width]
 
     def __iter__(self) -> Iterator[list[tuple[int, int]]]:
         schedule = self.task_schedule()

@@ -13,10 +13,12 @@ refused with the names that differ.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
 
 from lit_retrieval.losses.contrastive import HardNegatives, MultimodalInfoNCE
@@ -25,6 +27,26 @@ from lit_retrieval.models.gve.embedder import GVEEmbedder, LoRASettings
 from lit_retrieval.models.gve.processing import GVEProcessing, InputConfig
 from lit_retrieval.modules.gather import gather_variable
 from lit_retrieval.modules.optim import OptimConfig, build_optimizer, build_scheduler, parameter_groups
+
+def rng_states() -> dict[str, Any]:
+    """Python, numpy and torch (CPU and CUDA) random states, kept in checkpoints (as types that
+    `torch.load(weights_only=True)` accepts)."""
+    kind, keys, position, has_gauss, gauss = np.random.get_state()
+    numpy_state = [kind, torch.from_numpy(keys.astype(np.int64)), int(position), int(has_gauss), float(gauss)]
+    states = {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: dict[str, Any]) -> None:
+    random.setstate(states["python"])
+    kind, keys, position, has_gauss, gauss = states["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), position, has_gauss, gauss))
+    torch.set_rng_state(states["torch"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
 
 TRAIN_STATS = ("loss_value", "positive", "mean_score", "margin")
 
@@ -147,6 +169,7 @@ class GVERetrieval(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         keep = self.trainable_names()
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in keep}
+        checkpoint["rng_states"] = rng_states()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         stored, expected = set(checkpoint["state_dict"]), self.trainable_names()
@@ -156,3 +179,5 @@ class GVERetrieval(L.LightningModule):
                 f"checkpoint does not match this model's trainable weights: missing {missing}, unexpected {extra} "
                 "(was it written with another LoRA setting or model?)"
             )
+        if "rng_states" in checkpoint:  # LoRA dropout continues as in an uninterrupted run
+            set_rng_states(checkpoint["rng_states"])

@@ -108,7 +108,7 @@ class GVEEmbedder(nn.Module):
         if gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             model.enable_input_require_grads()
-        self.model = model
+        self.model = model.train()  # from_pretrained leaves eval mode; a new module trains (LoRA dropout on)
         self.model_path = str(path)
         self.processing = GVEProcessing(AutoProcessor.from_pretrained(str(path)), inputs)
 

@@ -1,0 +1,104 @@
+"""Modality Pyramid: sigma(t) and P(k) follow GVE Sec. 3.3; a tiny GVE fit through the CLI probes,
+logs, plots, checkpoints only LoRA weights, and a resumed run applies the same curriculum."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+import yaml
+
+from lit_retrieval.callbacks.modality_pyramid import curriculum_sigma, task_probabilities
+from lit_retrieval.cli import main
+
+
+def test_sigma_rises_linearly_from_min_to_max():
+    assert [curriculum_sigma(t, 3, 0.1, 1.0) for t in range(3)] == pytest.approx([0.1, 0.55, 1.0])
+    assert curriculum_sigma(0, 1, 0.1, 1.0) == 0.1
+    assert curriculum_sigma(4, 5, 0.2, 0.6) == pytest.approx(0.6)
+
+
+def test_probabilities_are_a_softmax_of_alignment_over_sigma():
+    alignment = [0.2, 0.5, 0.9]
+    for sigma in (0.1, 1.0):
+        weights = [math.exp(r / sigma) for r in alignment]
+        assert task_probabilities(alignment, sigma) == pytest.approx([w / sum(weights) for w in weights])
+    sharp, flat = task_probabilities(alignment, 0.1), task_probabilities(alignment, 1.0)
+    assert sharp[2] > flat[2] and sharp[0] < flat[0]  # low sigma favours well-aligned tasks
+
+
+def write_config(path, tiny_qwen, gve_tasks, run_dir, epochs=2, steps=3, workers=0, stop_after=None):
+    config = yaml.safe_load(open("configs/gve/tiny_cpu.yaml"))
+    config["trainer"].update(max_epochs=epochs, default_root_dir=str(run_dir))
+    if stop_after is not None:
+        config["trainer"]["callbacks"].append({"class_path": "stop_callbacks.StopAfterEpoch", "init_args": {"epoch": stop_after}})
+    config["trainer"]["logger"]["init_args"]["save_dir"] = str(run_dir)
+    config["trainer"]["callbacks"][0]["init_args"]["dirpath"] = str(run_dir / "checkpoints")
+    config["trainer"]["callbacks"][1]["init_args"]["num_probe_pairs"] = 6
+    model = config["model"]["init_args"]
+    model["embedder"]["model_path"] = str(tiny_qwen)
+    model["embedder"]["inputs"]["max_frames"] = 2
+    data = config["data"]["init_args"]
+    data.update(steps_per_epoch=steps, num_workers=workers)
+    by_name = {s.name: s.path for s in gve_tasks["train"]}
+    for task in data["tasks"]:
+        task.update(path=by_name[task["name"]], batch_size=4)
+    val = {s.name: s.path for s in gve_tasks["val"]}
+    for task in data["val_tasks"]:
+        task["path"] = val[task["name"]]
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.mark.slow
+def test_tiny_gve_fit_logs_curriculum_and_saves_lora_only(tmp_path, tiny_qwen, gve_tasks):
+    run = tmp_path / "run"
+    config = write_config(tmp_path / "gve.yaml", tiny_qwen, gve_tasks, run, epochs=2, workers=1)
+    main(["fit", "--config", str(config)])
+    log_dir = run / "logs" / "fit"
+    history = json.loads((log_dir / "modality_pyramid.json").read_text())
+    assert [e["epoch"] for e in history] == [0, 1] and [e["sigma"] for e in history] == pytest.approx([0.1, 1.0])
+    for entry in history:
+        names = list(entry["R"])
+        assert entry["P"] == pytest.approx(dict(zip(names, task_probabilities([entry["R"][n] for n in names], entry["sigma"]))))
+        assert all(-1 <= r <= 1 for r in entry["R"].values())
+    assert (log_dir / "modality_pyramid.png").stat().st_size > 10_000
+    header = (log_dir / "metrics.csv").read_text().splitlines()[0].split(",")
+    for key in ("train/loss", "train/positive", "train/mean_score", "train/margin", "curriculum/sigma", "curriculum/P/syn_t2v", "val/R@1", "val/syn_t2v/q2c/R@1"):
+        assert key in header
+    checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)
+    assert checkpoint["state_dict"] and all("lora_" in k for k in checkpoint["state_dict"])
+    assert checkpoint["callbacks"]["ModalityPyramid"]["history"] == history
+
+
+@pytest.mark.slow
+def test_resumed_fit_applies_the_same_curriculum_and_weights(tmp_path, tiny_qwen, gve_tasks):
+    whole = tmp_path / "whole"
+    main(["fit", "--config", str(write_config(tmp_path / "a.yaml", tiny_qwen, gve_tasks, whole, epochs=3))])
+    parts = tmp_path / "parts"
+    first = write_config(tmp_path / "b.yaml", tiny_qwen, gve_tasks, parts, epochs=3, stop_after=0)
+    main(["fit", "--config", str(first)])  # stops after the first epoch
+    stopped = torch.load(parts / "checkpoints" / "last.ckpt", weights_only=False)
+    assert [e["epoch"] for e in stopped["callbacks"]["ModalityPyramid"]["history"]] == [0]
+    resumed = write_config(tmp_path / "c.yaml", tiny_qwen, gve_tasks, parts, epochs=3)
+    main(["fit", "--config", str(resumed), "--ckpt_path", str(parts / "checkpoints" / "last.ckpt")])
+    want = json.loads((whole / "logs" / "fit" / "modality_pyramid.json").read_text())
+    got = json.loads((parts / "logs" / "fit" / "modality_pyramid.json").read_text())
+    assert [e["epoch"] for e in got] == [0, 1, 2]
+    for a, b in zip(got, want):
+        assert a["sigma"] == b["sigma"] and a["R"] == pytest.approx(b["R"], abs=1e-6) and a["P"] == pytest.approx(b["P"], abs=1e-6)
+    final = [torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"] for run in (whole, parts)]
+    for name, value in final[0].items():  # LoRA weights (dropout RNG included) continue exactly
+        torch.testing.assert_close(final[1][name], value, atol=1e-6, rtol=0)
+
+
+def test_checkpoint_of_another_lora_setting_is_refused(tmp_path, tiny_qwen):
+    from lit_retrieval.models.gve import LoRASettings
+    from lit_retrieval.modules.gve import EmbedderConfig, GVERetrieval
+
+    module = GVERetrieval(EmbedderConfig(str(tiny_qwen), lora=LoRASettings(r=4), dtype="float32", gradient_checkpointing=False))
+    state = {"state_dict": {"embedder.model.something.lora_A.weight": torch.zeros(1)}}
+    with pytest.raises(RuntimeError, match="does not match this model's trainable weights"):
+        module.on_load_checkpoint(state)
