@@ -187,3 +187,25 @@ def test_adapter_saves_alone_and_reloads(tiny_qwen, media, tmp_path):
     probe = items(media)[:3]
     torch.testing.assert_close(trained.embed(probe), reloaded.embed(probe), atol=1e-6, rtol=0)
     assert not any(p.requires_grad for p in reloaded.parameters())
+
+
+def test_release_in_the_old_key_layout_with_a_custom_class_name_loads(tiny_qwen, media, tmp_path):
+    """GVE's hub checkpoints use the pre-4.52 layout (`model.layers.*`, `visual.*`) and name the
+    remote class `Qwen25VLForEmbedding`; the native class must load them without remote code."""
+    import json
+    import re
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    release = tmp_path / "gve_hub_layout"
+    shutil.copytree(tiny_qwen, release)
+    weights = load_file(str(tiny_qwen / "model.safetensors"))
+    renamed = {re.sub(r"^model\.language_model", "model", re.sub(r"^model\.visual", "visual", k)): v for k, v in weights.items()}
+    assert "visual.patch_embed.proj.weight" in renamed and "model.layers.0.mlp.up_proj.weight" in renamed
+    save_file(renamed, str(release / "model.safetensors"), metadata={"format": "pt"})
+    config = json.loads((release / "config.json").read_text())
+    config.update(architectures=["Qwen25VLForEmbedding"], auto_map={"AutoModel": "modeling_gve.Qwen25VLForEmbedding"})
+    (release / "config.json").write_text(json.dumps(config))
+    probe = items(media)[:3]
+    torch.testing.assert_close(embedder(release, lora=None).embed(probe), embedder(tiny_qwen, lora=None).embed(probe), atol=0, rtol=0)

@@ -7,6 +7,7 @@ files declare theirs as `"T->V"`, `"TI->V"`, ... (GVE Tab. 6-7).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,7 @@ def item_from_json(obj: Any, where: str, root: Path | None = None) -> MediaItem:
             if not isinstance(value, str) or not value:
                 raise ItemError(f"{where}: '{field}' must be a file path")
             path = Path(value)
-            paths[field] = str(path if path.is_absolute() or root is None else root / path)
+            paths[field] = os.path.normpath(path if path.is_absolute() or root is None else root / path)
     start, end = obj.get("start"), obj.get("end")
     if (start is not None or end is not None) and "video" not in paths:
         raise ItemError(f"{where}: 'start'/'end' need a 'video'")
