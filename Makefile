@@ -1,19 +1,20 @@
 # Two commands do all the set-up: `make quickstart` and `make test`.
-# TORCH is the torch requirement installed before the project. On this project's CPU machines
-# `torch==2.13.0` resolves to a local CPU wheel; a GPU cluster user runs e.g.
-#   make install TORCH='torch==2.6.0' EXTRAS='dev,gpu'
+# TORCH is the torch + torchvision pair installed before the project (transformers' Qwen2.5-VL video
+# processor needs torchvision). On this project's machines both resolve to local files; a GPU
+# cluster user runs e.g.
+#   make install TORCH='torch==2.6.0 torchvision==0.21.0' EXTRAS='dev,gpu'
 PYTHON ?= python3
 VENV ?= .venv
-TORCH ?= torch==2.13.0
+TORCH ?= torch==2.14.1 torchvision==0.29.1
 EXTRAS ?= dev
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install quickstart quickstart-mea test bench mea-comparison sali-comparison clean
+.PHONY: install quickstart quickstart-mea quickstart-gve test bench mea-comparison sali-comparison clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet '$(TORCH)'
+	$(PY) -m pip install --quiet $(TORCH)
 	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
@@ -29,12 +30,19 @@ quickstart-mea: $(STAMP)
 	$(VENV)/bin/lit-retrieval test --config configs/quickstart_mea.yaml --trainer.logger.init_args.version test \
 		--ckpt_path runs/quickstart_mea/logs/fit/checkpoints/last.ckpt
 
+# GVE on CPU: a tiny random Qwen2.5-VL, synthetic multi-task data, the Modality Pyramid
+quickstart-gve: $(STAMP)
+	$(VENV)/bin/lit-retrieval tiny-qwen --out runs/gve_tiny/model
+	$(VENV)/bin/lit-retrieval synth --out data/gve_synthetic --num-videos 24
+	$(VENV)/bin/lit-retrieval gve-tasks --corpus data/gve_synthetic --out data/gve_tasks
+	$(VENV)/bin/lit-retrieval fit --config configs/gve/tiny_cpu.yaml
+
 test: $(STAMP)
 	$(PY) -m pytest -q
 
 # speed benchmarks (minutes); the MEA comparison on the synthetic corpus is a training sweep (hours)
 bench: $(STAMP)
-	for b in frame_sampling metrics_speed mea_step heads sali_ot shots_speed tempme; do $(PY) benchmarks/$$b.py; done
+	for b in frame_sampling metrics_speed mea_step heads sali_ot shots_speed tempme gve_speed; do $(PY) benchmarks/$$b.py; done
 
 mea-comparison: $(STAMP)
 	$(PY) benchmarks/mea_synthetic.py --seeds 0 1 2 --variants baseline mea

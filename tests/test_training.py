@@ -100,13 +100,21 @@ def test_cli_fit_then_test_writes_metrics(tmp_path, corpus, tiny_clip):
 
 
 @pytest.mark.parametrize("config", sorted(str(p.relative_to(ROOT)) for p in (ROOT / "configs").rglob("*.yaml")))
-def test_every_config_parses(config):
-    # overlays in a `grid/` folder apply on top of their folder's base config
-    base = ["--config", "configs/sali/cm_sali_max.yaml"] if "/grid/" in config else []
-    out = subprocess.run([sys.executable, "-m", "lit_retrieval", "fit", *base, "--config", config, "--print_config"],
-                         cwd=ROOT, capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "class_path: lit_retrieval" in out.stdout
+def test_every_config_parses(config, capsys, monkeypatch):
+    # overlays apply on top of a base config: SALI grid rows, GVE model/data/ablation parts, strategies
+    bases = {"/grid/": ["configs/sali/cm_sali_max.yaml"], "configs/strategy/": ["configs/quickstart.yaml"],
+             "configs/gve/model_": ["configs/gve/train.yaml"], "configs/gve/data_": ["configs/gve/train.yaml"],
+             "configs/gve/ablation_": ["configs/gve/train.yaml", "configs/gve/data_3b.yaml"],
+             "configs/gve/train.yaml": ["configs/gve/data_3b.yaml"]}
+    base = [arg for key, paths in bases.items() if key in config for path in paths for arg in ("--config", path)]
+    if config == "configs/gve/train.yaml":  # the recipe is completed by a data mixture
+        base, config = ["--config", config], base[-1]
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(SystemExit) as finished:  # in-process: one import of the package for all configs
+        main(["fit", *base, "--config", config, "--print_config"])
+    out = capsys.readouterr()
+    assert finished.value.code in (0, None), out.err[-2000:]
+    assert "class_path: lit_retrieval" in out.out
 
 
 def test_mistyped_key_and_class_list_the_valid_choices(tmp_path):
