@@ -168,6 +168,7 @@ def plot_curriculum(history: list[dict[str, Any]], path: str | Path) -> Path:
     for name in names:
         left.plot(epochs, [e["R"][name] for e in history], marker="o", label=name)
     left.set(xlabel="epoch t", ylabel="R_k(t) (mean positive cosine)", title="task alignment")
+    left.set_xticks(epochs)
     left.legend(fontsize=7)
     bottom = np.zeros(len(history))
     for name in names:
