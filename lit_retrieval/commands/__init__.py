@@ -1,6 +1,6 @@
 """Subcommands for the jobs around training; each module exposes `run(argv) -> exit code`."""
 
-from lit_retrieval.commands import curves, gve_tasks, metrics, mine_negatives, shots, synth, tiny_qwen
+from lit_retrieval.commands import curves, gve_tasks, metrics, mine_negatives, shots, synth, tiny_qwen, uvrb
 
 COMMANDS = {
     "synth": synth.run,
@@ -10,4 +10,5 @@ COMMANDS = {
     "gve-tasks": gve_tasks.run,
     "mine-negatives": mine_negatives.run,
     "tiny-qwen": tiny_qwen.run,
+    "uvrb": uvrb.run,
 }

@@ -21,7 +21,7 @@ import numpy as np
 
 from lit_retrieval.data.tasks import TaskSpec, read_task, write_task
 from lit_retrieval.models.gve.inputs import MediaItem, item_from_json, parse_format
-from lit_retrieval.models.gve.loading import load_embedder
+from lit_retrieval.search.loading import ModelSpec, load_item_embedder
 
 
 def item_to_json(item: MediaItem, base: Path) -> dict:
@@ -88,9 +88,9 @@ def run(argv: list[str]) -> int:
         corpus.setdefault(item.key, item)
     items = list(corpus.values())
     position = {item.key: i for i, item in enumerate(items)}
-    embedder = load_embedder(args.model, args.config, args.ckpt, args.device)
-    queries = embedder.embed([r.query for r in records], args.instruction, args.batch_size).cpu().numpy()
-    candidates = embedder.embed(items, args.target_instruction, args.batch_size).cpu().numpy()
+    embedder = load_item_embedder(ModelSpec(args.model, args.config, args.ckpt, args.device))
+    queries = embedder.embed([r.query for r in records], args.instruction, args.batch_size).numpy()
+    candidates = embedder.embed(items, args.target_instruction, args.batch_size).numpy()
     found = mine(queries, candidates, [{position[r.positive.key]} for r in records], args.k)
     base = Path(args.out).resolve().parent
     rows = []

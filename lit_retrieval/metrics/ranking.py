@@ -20,7 +20,7 @@ Ties = Literal["optimistic", "pessimistic", "average"]
 RECALL_KS = (1, 5, 10)
 
 
-def _tie_rank(greater: torch.Tensor, equal_negatives: torch.Tensor, ties: Ties) -> torch.Tensor:
+def tie_rank(greater: torch.Tensor, equal_negatives: torch.Tensor, ties: Ties) -> torch.Tensor:
     if ties == "optimistic":
         extra = torch.zeros_like(greater)
     elif ties == "pessimistic":
@@ -39,7 +39,7 @@ def text_to_video_ranks(scores: torch.Tensor, targets: torch.Tensor, ties: Ties 
         positive = rows.gather(1, tgt.unsqueeze(1))
         greater = (rows > positive).sum(1).double()
         equal = (rows == positive).sum(1).double() - 1
-        ranks.append(_tie_rank(greater, equal, ties))
+        ranks.append(tie_rank(greater, equal, ties))
     return torch.cat(ranks) if ranks else scores.new_zeros(0, dtype=torch.float64)
 
 
@@ -58,7 +58,7 @@ def video_to_text_ranks(scores: torch.Tensor, targets: torch.Tensor, ties: Ties 
     for rows in scores.split(chunk):
         greater += (rows > best).sum(0).double()
         equal += (rows == best).sum(0).double()
-    return _tie_rank(greater, equal - positives_at_best, ties)[has_caption]
+    return tie_rank(greater, equal - positives_at_best, ties)[has_caption]
 
 
 def summarize_ranks(ranks: torch.Tensor, ks: tuple[int, ...] = RECALL_KS) -> dict[str, float]:

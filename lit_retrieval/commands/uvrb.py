@@ -1,0 +1,81 @@
+"""`lit-retrieval uvrb`: evaluate a model on UVRB (or any retrieval tasks), or report abilities.
+
+    lit-retrieval uvrb --model /models/GVE-3B --root /data/uvrb --out runs/uvrb/gve3b
+    lit-retrieval uvrb --config configs/gve/tiny_cpu.yaml --ckpt last.ckpt --tasks my_tasks.yaml --out runs/uvrb/tiny
+    lit-retrieval uvrb report runs/uvrb/gve3b/results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from lit_retrieval.search.loading import ModelSpec, load_item_embedder
+from lit_retrieval.uvrb.abilities import ABILITIES, ability_scores
+from lit_retrieval.uvrb.runner import markdown_table, run_benchmark
+from lit_retrieval.uvrb.tasks import FieldMap, RetrievalTaskSpec
+
+
+def read_task_list(path: str, root: str | None, only: list[str] | None) -> list[RetrievalTaskSpec]:
+    raw = yaml.safe_load(Path(path).read_text()) or {}
+    base = Path(root or raw.get("root", "."))
+    specs = []
+    for entry in raw.get("tasks", []):
+        entry = dict(entry)
+        entry["dir"] = str(base / entry.get("dir", entry["name"]))
+        entry["fields"] = FieldMap(**entry.get("fields", {}))
+        specs.append(RetrievalTaskSpec(**entry))
+    if only:
+        unknown = set(only) - {s.name for s in specs}
+        if unknown:
+            raise SystemExit(f"lit-retrieval uvrb: unknown task(s) {sorted(unknown)} in {path}")
+        specs = [s for s in specs if s.name in only]
+    return specs
+
+
+def report(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="lit-retrieval uvrb report", description="UVRB ability table from per-dataset scores.")
+    parser.add_argument("results", help="results.json of `lit-retrieval uvrb`, or a JSON object {dataset: score}")
+    parser.add_argument("--json", action="store_true", help="print only the JSON object")
+    args = parser.parse_args(argv)
+    raw = json.loads(Path(args.results).read_text())
+    scores = {k: v["score"] for k, v in raw["datasets"].items() if "score" in v} if "datasets" in raw else raw
+    abilities = ability_scores({k: float(v) for k, v in scores.items()})
+    if not args.json:
+        table = Table(title=f"UVRB abilities ({args.results})")
+        for key in ("AVG_datasets", "AVG_abilities", *ABILITIES):
+            table.add_column(key, justify="right")
+        table.add_row(*(f"{abilities[k]:.3f}" for k in ("AVG_datasets", "AVG_abilities", *ABILITIES)))
+        Console().print(table)
+    print(json.dumps(abilities))
+    return 0
+
+
+def run(argv: list[str]) -> int:
+    if argv and argv[0] == "report":
+        return report(argv[1:])
+    parser = argparse.ArgumentParser(prog="lit-retrieval uvrb", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--model", help="model directory (GVE / Qwen2.5-VL), embedded as is")
+    source.add_argument("--config", help="training config of a GVE or dual-encoder model")
+    parser.add_argument("--ckpt", help="checkpoint to load with --config")
+    parser.add_argument("--tasks", default="configs/uvrb/uvrb.yaml", help="task list YAML (default: the 16 UVRB datasets)")
+    parser.add_argument("--root", help="folder the task dirs are relative to (overrides the YAML's root)")
+    parser.add_argument("--only", nargs="*", help="evaluate only these tasks")
+    parser.add_argument("--out", required=True, help="output folder: results.json, results.md, results.png")
+    parser.add_argument("--cache", help="embedding cache folder (default: OUT/cache)")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--memory-mb", type=float, default=256, help="score-matrix budget per block")
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args(argv)
+    specs = read_task_list(args.tasks, args.root, args.only)
+    embedder = load_item_embedder(ModelSpec(args.model, args.config, args.ckpt, args.device))
+    results = run_benchmark(embedder, specs, args.out, args.cache or Path(args.out) / "cache", args.batch_size, args.memory_mb)
+    sys.stdout.write(markdown_table(results))
+    return 0

@@ -1,0 +1,44 @@
+"""On-disk cache of embeddings, keyed by the embedder's fingerprint, the items' content and the
+instruction: a changed model, file, prompt or preprocessing gives another key, so a stale entry is
+never reused. Entries are written atomically (temporary file, then rename)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lit_retrieval.models.gve import MediaItem
+from lit_retrieval.search.embedders import ItemEmbedder, digest, file_identity
+
+
+def items_identity(items: list[MediaItem]) -> str:
+    """Content of the items, including size and mtime of every media file they name."""
+    media = sorted({p for i in items for p in (i.image, i.video) if p})
+    return digest([i.key for i in items], [file_identity(p) if os.path.exists(p) else [p, "missing"] for p in media])
+
+
+class EmbeddingCache:
+    def __init__(self, root: str | Path | None) -> None:
+        self.root = Path(root) if root else None
+        self.hits = self.misses = 0
+
+    def embed(self, embedder: ItemEmbedder, items: list[MediaItem], instruction: str | None, batch_size: int, label: str) -> torch.Tensor:
+        if self.root is None:
+            return embedder.embed(items, instruction, batch_size)
+        key = digest(embedder.fingerprint, items_identity(items), instruction)
+        path = self.root / f"{label}-{key}.npy"
+        if path.is_file():
+            self.hits += 1
+            return torch.from_numpy(np.load(path))
+        self.misses += 1
+        vectors = embedder.embed(items, instruction, batch_size)
+        self.root.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".tmp.npy")
+        np.save(partial, vectors.numpy())
+        os.replace(partial, path)
+        path.with_suffix(".json").write_text(json.dumps({"fingerprint": embedder.fingerprint, "items": len(items), "instruction": instruction}))
+        return vectors

@@ -1,0 +1,72 @@
+"""Build an `ItemEmbedder` from what a user has: a model directory (GVE / Qwen2.5-VL, embedded as
+is) or a training config with a checkpoint of any of the project's modules (GVE, or a dual
+encoder with an indexable head). `ModelSpec` records the choice so an index can rebuild it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from lit_retrieval.models.gve import GVEEmbedder
+from lit_retrieval.search.embedders import DualEncoderEmbedder, GVEItemEmbedder, ItemEmbedder, file_identity
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    model: str | None = None  # a model directory
+    config: str | None = None  # a training config (YAML)
+    ckpt: str | None = None  # its checkpoint
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if (self.model is None) == (self.config is None):
+            raise ValueError("give exactly one of --model (a model directory) or --config (a training config)")
+        if self.ckpt is not None and self.config is None:
+            raise ValueError("a checkpoint needs the training config it was trained with (--config)")
+
+    def resolved(self) -> ModelSpec:
+        """Absolute paths, so an index remembers its model wherever search runs from."""
+        absolute = {k: str(Path(v).resolve()) if v and k != "device" else v for k, v in asdict(self).items()}
+        return ModelSpec(**absolute)
+
+
+def instantiate_module(config: str):
+    """The LightningModule a training config describes (no trainer run)."""
+    from lit_retrieval.cli import RetrievalCLI
+
+    return RetrievalCLI(args=["--config", config, "--trainer.logger", "false"], run=False).model
+
+
+def load_checkpoint_weights(module, ckpt: str) -> None:
+    state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    adapters_only = hasattr(module, "trainable_names")  # GVE checkpoints hold the LoRA weights only
+    if adapters_only:
+        module.on_load_checkpoint(state)  # refuses a checkpoint of another LoRA setting
+    result = module.load_state_dict(state["state_dict"], strict=not adapters_only)
+    if getattr(result, "unexpected_keys", None):
+        raise ValueError(f"{ckpt}: weights this model does not have: {result.unexpected_keys[:3]}")
+
+
+def load_item_embedder(spec: ModelSpec) -> ItemEmbedder:
+    if spec.model is not None:
+        if not (Path(spec.model) / "config.json").is_file():
+            raise FileNotFoundError(f"{spec.model}: not a model directory (no config.json)")
+        return GVEItemEmbedder(GVEEmbedder(spec.model, lora=None).to(spec.device), file_identity(spec.model))
+    module = instantiate_module(spec.config)
+    identity = [Path(spec.config).read_text(), file_identity(spec.ckpt) if spec.ckpt else None]
+    if spec.ckpt:
+        load_checkpoint_weights(module, spec.ckpt)
+    module = module.to(spec.device)
+    if hasattr(module, "embedder"):
+        return GVEItemEmbedder(module.embedder, identity + [file_identity(module.embedder.model_path)])
+    data = _data_settings(spec.config)
+    return DualEncoderEmbedder(module, identity, data.get("num_frames", 12), data.get("image_size", 224), data.get("mean"), data.get("std"))
+
+
+def _data_settings(config: str) -> dict:
+    import yaml
+
+    raw = yaml.safe_load(Path(config).read_text()) or {}
+    return dict((raw.get("data") or {}).get("init_args") or {})

@@ -1,0 +1,127 @@
+"""Retrieval tasks in the general corpus / queries / relevance form (any modality on either side,
+several relevant items per query), read from JSONL:
+
+    <dir>/corpus.jsonl   {"id": "v1", "video": "videos/v1.mp4"}            (any item fields)
+    <dir>/queries.jsonl  {"id": "q1", "text": "a man rides a horse"}      (or image / video / both)
+    <dir>/qrels.jsonl    {"query_id": "q1", "corpus_id": "v1", "score": 1}
+
+Field names are configurable per task (`fields`), because UVRB's own file layout could not be
+inspected here (GVE spec, section 2.2); media paths are relative to `dir` unless absolute. Relevance
+scores <= 0 are not relevant. Errors name the file, the line and the reason.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lit_retrieval.data.records import AnnotationError
+from lit_retrieval.models.gve.inputs import ItemError, MediaItem, item_from_json
+from lit_retrieval.uvrb.datasets import UVRB_DATASETS
+
+
+@dataclass
+class FieldMap:
+    """Names of the fields in the task files."""
+
+    id: str = "id"
+    text: str = "text"
+    image: str = "image"
+    video: str = "video"
+    start: str = "start"
+    end: str = "end"
+    query_id: str = "query_id"
+    corpus_id: str = "corpus_id"
+    score: str = "score"
+
+
+@dataclass
+class RetrievalTaskSpec:
+    """One evaluation dataset. `prompt` and `metric` default to UVRB's (GVE Tab. 5) for UVRB names."""
+
+    name: str
+    dir: str
+    corpus: str = "corpus.jsonl"
+    queries: str = "queries.jsonl"
+    qrels: str = "qrels.jsonl"
+    fields: FieldMap = field(default_factory=FieldMap)
+    prompt: str | None = None
+    corpus_instruction: str | None = None
+    metric: str | None = None
+
+    def __post_init__(self) -> None:
+        known = UVRB_DATASETS.get(self.name)
+        self.prompt = self.prompt if self.prompt is not None else (known.prompt if known else None)
+        self.metric = self.metric or (known.metric if known else "R@1")
+        if self.metric not in ("R@1", "R@5", "R@10", "P@1"):
+            raise ValueError(f"task {self.name!r}: metric must be R@1, R@5, R@10 or P@1, got {self.metric!r}")
+
+    def paths(self) -> tuple[Path, Path, Path]:
+        root = Path(self.dir)
+        return root / self.corpus, root / self.queries, root / self.qrels
+
+
+@dataclass
+class RetrievalData:
+    query_ids: list[str]
+    queries: list[MediaItem]
+    corpus_ids: list[str]
+    corpus: list[MediaItem]
+    relevant: list[list[int]]  # per query, corpus positions
+
+
+def _lines(path: Path):
+    if not path.is_file():
+        raise AnnotationError(str(path), path.name, "file not found")
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if line.strip():
+                try:
+                    yield number, json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise AnnotationError(str(path), f"line {number}", f"not valid JSON ({err.msg})") from None
+
+
+def _items(path: Path, fields: FieldMap, root: Path) -> tuple[list[str], list[MediaItem]]:
+    ids, items, seen = [], [], set()
+    names = {"text": fields.text, "image": fields.image, "video": fields.video, "start": fields.start, "end": fields.end}
+    for number, raw in _lines(path):
+        if not isinstance(raw, dict) or fields.id not in raw:
+            raise AnnotationError(str(path), f"line {number}", f"needs an '{fields.id}' field")
+        item_id = str(raw[fields.id])
+        if item_id in seen:
+            raise AnnotationError(str(path), f"line {number}", f"duplicate id {item_id!r}")
+        seen.add(item_id)
+        try:
+            item = item_from_json({k: raw[v] for k, v in names.items() if v in raw}, f"{path}:{number}", root)
+        except ItemError as err:
+            raise AnnotationError(str(path), f"line {number}", str(err).split(": ", 1)[-1]) from None
+        ids.append(item_id)
+        items.append(item)
+    return ids, items
+
+
+def load_retrieval_task(spec: RetrievalTaskSpec) -> RetrievalData:
+    corpus_path, queries_path, qrels_path = spec.paths()
+    root = Path(spec.dir)
+    corpus_ids, corpus = _items(corpus_path, spec.fields, root)
+    query_ids, queries = _items(queries_path, spec.fields, root)
+    where_corpus = {c: i for i, c in enumerate(corpus_ids)}
+    where_query = {q: i for i, q in enumerate(query_ids)}
+    relevant: list[list[int]] = [[] for _ in queries]
+    f = spec.fields
+    for number, raw in _lines(qrels_path):
+        try:
+            q, c, score = str(raw[f.query_id]), str(raw[f.corpus_id]), float(raw.get(f.score, 1))
+        except (KeyError, TypeError, ValueError):
+            raise AnnotationError(str(qrels_path), f"line {number}", f"needs '{f.query_id}', '{f.corpus_id}' and a numeric '{f.score}'") from None
+        if q not in where_query or c not in where_corpus:
+            missing = f"query {q!r}" if q not in where_query else f"corpus item {c!r}"
+            raise AnnotationError(str(qrels_path), f"line {number}", f"unknown {missing}")
+        if score > 0 and where_corpus[c] not in relevant[where_query[q]]:
+            relevant[where_query[q]].append(where_corpus[c])
+    without = [query_ids[i] for i, r in enumerate(relevant) if not r]
+    if without:
+        raise AnnotationError(str(qrels_path), without[0], f"{len(without)} queries have no relevant item")
+    return RetrievalData(query_ids, queries, corpus_ids, corpus, relevant)
