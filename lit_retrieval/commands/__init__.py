@@ -1,6 +1,6 @@
 """Subcommands for the jobs around training; each module exposes `run(argv) -> exit code`."""
 
-from lit_retrieval.commands import curves, gve_tasks, metrics, mine_negatives, shots, synth, tiny_qwen, uvrb
+from lit_retrieval.commands import curves, gve_tasks, index, metrics, mine_negatives, search, shots, synth, tiny_qwen, uvrb
 
 COMMANDS = {
     "synth": synth.run,
@@ -11,4 +11,6 @@ COMMANDS = {
     "mine-negatives": mine_negatives.run,
     "tiny-qwen": tiny_qwen.run,
     "uvrb": uvrb.run,
+    "index": index.run,
+    "search": search.run,
 }

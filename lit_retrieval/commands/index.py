@@ -1,0 +1,46 @@
+"""`lit-retrieval index`: embed a folder (or list) of videos and build a faiss index.
+
+    lit-retrieval index --model /models/GVE-3B --videos /data/my_videos --out runs/index/my_videos
+    lit-retrieval index --config configs/quickstart.yaml --ckpt runs/quickstart/checkpoints/last.ckpt --videos list.txt --out idx --kind hnsw
+
+Interrupted runs resume: finished chunks are kept and their videos skipped. Videos that fail to
+decode are listed in OUT/failed.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from lit_retrieval.search.index import IndexSettings, build_video_index, list_videos
+from lit_retrieval.search.loading import ModelSpec, load_item_embedder
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--model", help="model directory (GVE / Qwen2.5-VL), embedded as is")
+    source.add_argument("--config", help="training config of a GVE or dual-encoder model")
+    parser.add_argument("--ckpt", help="checkpoint to load with --config")
+    parser.add_argument("--device", default="cpu")
+
+
+def run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="lit-retrieval index", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_model_arguments(parser)
+    parser.add_argument("--videos", required=True, help="folder of videos, or a text file with one path per line")
+    parser.add_argument("--out", required=True, help="index folder")
+    parser.add_argument("--kind", choices=["flat", "ivf", "hnsw"], default="flat", help="exact inner product, IVF-Flat or HNSW")
+    parser.add_argument("--nlist", type=int, help="IVF lists (default 4 sqrt(N))")
+    parser.add_argument("--nprobe", type=int, default=32, help="IVF lists searched per query")
+    parser.add_argument("--chunk", type=int, default=16, help="videos per saved chunk")
+    parser.add_argument("--gpu", action="store_true", help="build/search with faiss-gpu")
+    args = parser.parse_args(argv)
+    if args.model is None and args.config is None:
+        parser.error("one of --model or --config is required")
+    spec = ModelSpec(args.model, args.config, args.ckpt, args.device)
+    videos = list_videos(args.videos)
+    if not videos:
+        parser.error(f"no videos found in {args.videos}")
+    settings = IndexSettings(kind=args.kind, nlist=args.nlist, nprobe=args.nprobe, gpu=args.gpu)
+    meta = build_video_index(load_item_embedder(spec), spec, videos, args.out, settings, chunk=args.chunk)
+    print(f"indexed {meta['count']} videos ({meta['failed']} failed, listed in {args.out}/failed.json) -> {args.out}")
+    return 0

@@ -1,0 +1,76 @@
+"""`lit-retrieval search`: the top-k videos of an index for text, multi-event, image or video queries.
+
+    lit-retrieval search runs/index/my_videos "a dog catches a frisbee"
+    lit-retrieval search runs/index/my_videos --event "a man opens a door" --event "he sits down" -k 5 --json
+    lit-retrieval search runs/index/my_videos --image query.jpg --instruction "Find the video according to the image."
+
+The index remembers its model; `--model`/`--config` may be given only to confirm it (a different
+model or settings is refused).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rich.console import Console
+from rich.table import Table
+
+from lit_retrieval.commands.index import add_model_arguments
+from lit_retrieval.data.queries import concat_query
+from lit_retrieval.models.gve import MediaItem
+from lit_retrieval.search.index import IndexMismatch, VideoIndex
+from lit_retrieval.search.loading import ModelSpec, load_item_embedder
+
+
+def queries_from(args: argparse.Namespace) -> list[MediaItem]:
+    queries = [MediaItem(text=q) for q in args.queries]
+    if args.event:  # a multi-event query: its events in order, concatenated (MELON Sec. 4.2)
+        queries.append(MediaItem(text=concat_query(args.event)))
+    if args.image or args.video:
+        queries.append(MediaItem(text=args.text, image=args.image, video=args.video))
+    return queries
+
+
+def run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="lit-retrieval search", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("index", help="index folder written by `lit-retrieval index`")
+    parser.add_argument("queries", nargs="*", help="text queries")
+    parser.add_argument("--event", action="append", help="one event of a multi-event query (repeat, in order)")
+    parser.add_argument("--image", help="image query (GVE)")
+    parser.add_argument("--video", help="video query (GVE)")
+    parser.add_argument("--text", help="text to compose with --image/--video")
+    parser.add_argument("--instruction", help="query instruction (GVE)")
+    parser.add_argument("-k", type=int, default=10)
+    parser.add_argument("--json", action="store_true", help="one JSON object per query")
+    add_model_arguments(parser)
+    parser.add_argument("--gpu", action="store_true")
+    args = parser.parse_args(argv)
+    queries = queries_from(args)
+    if not queries:
+        parser.error("give a query: text, --event ..., --image or --video")
+    index = VideoIndex.load(args.index, gpu=args.gpu)
+    spec = ModelSpec(**index.meta["model"])
+    if args.model or args.config:
+        given = ModelSpec(args.model, args.config, args.ckpt, args.device).resolved()
+        if (given.model, given.config, given.ckpt) != (spec.model, spec.config, spec.ckpt):
+            raise SystemExit(f"lit-retrieval search: {args.index} was built with {index.meta['model']}, not {given}")
+    spec = ModelSpec(spec.model, spec.config, spec.ckpt, args.device)
+    embedder = load_item_embedder(spec)
+    try:
+        index.check(embedder)
+    except IndexMismatch as err:
+        raise SystemExit(f"lit-retrieval search: {err}") from None
+    results = index.search(embedder.embed(queries, args.instruction).numpy(), args.k)
+    for query, hits in zip(queries, results):
+        label = query.text or query.image or query.video
+        if args.json:
+            print(json.dumps({"query": label, "results": [{"video": v, "score": s} for v, s in hits]}))
+        else:
+            table = Table(title=f"{label}")
+            for column in ("rank", "score", "video"):
+                table.add_column(column)
+            for rank, (video, score) in enumerate(hits, 1):
+                table.add_row(str(rank), f"{score:.4f}", video)
+            Console().print(table)
+    return 0

@@ -1,0 +1,173 @@
+"""A folder of a user's videos as a searchable faiss index.
+
+`build_video_index` embeds videos in chunks, writing each finished chunk atomically under
+`OUT/parts/` (so a crash keeps every finished chunk and a re-run skips those videos), lists videos
+that fail to decode in `OUT/failed.json` instead of stopping, and then builds the index:
+exact inner product (`flat`, default), `ivf` (IVF-Flat, `nlist` lists, `nprobe` at search) or
+`hnsw` for large collections, on the GPU when faiss-gpu is installed and asked for. `meta.json`
+records the model (`ModelSpec`), its fingerprint and the index settings; searching with another
+model or settings is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import faiss
+import numpy as np
+from rich.progress import Progress
+
+from lit_retrieval.data.video import VideoDecodeError
+from lit_retrieval.models.gve import MediaItem
+from lit_retrieval.models.gve.inputs import ItemError
+from lit_retrieval.search.embedders import ItemEmbedder
+from lit_retrieval.search.loading import ModelSpec
+
+VIDEO_SUFFIXES = {".mp4", ".mkv", ".avi", ".mov", ".webm", ".m4v", ".mpg", ".mpeg"}
+
+
+class IndexMismatch(RuntimeError):
+    """An index was built with another model or other settings."""
+
+
+@dataclass
+class IndexSettings:
+    kind: str = "flat"  # flat | ivf | hnsw
+    nlist: int | None = None  # IVF lists (default 4 sqrt(N))
+    nprobe: int = 32  # IVF lists searched
+    hnsw_m: int = 32
+    ef_search: int = 128
+    gpu: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("flat", "ivf", "hnsw"):
+            raise ValueError(f"index kind must be flat, ivf or hnsw, got {self.kind!r}")
+
+
+def list_videos(source: str | Path) -> list[str]:
+    """Video files under a folder (recursively, sorted) or listed one per line in a text file."""
+    source = Path(source)
+    if source.is_dir():
+        return sorted(str(p.resolve()) for p in source.rglob("*") if p.suffix.lower() in VIDEO_SUFFIXES)
+    if source.is_file():
+        base = source.parent
+        lines = [line.strip() for line in source.read_text().splitlines() if line.strip() and not line.startswith("#")]
+        return [str((base / line).resolve()) if not os.path.isabs(line) else line for line in lines]
+    raise FileNotFoundError(f"{source}: neither a folder of videos nor a list file")
+
+
+def make_index(vectors: np.ndarray, settings: IndexSettings) -> faiss.Index:
+    dim = vectors.shape[1]
+    if settings.kind == "flat":
+        index = faiss.IndexFlatIP(dim)
+    elif settings.kind == "hnsw":
+        index = faiss.IndexHNSWFlat(dim, settings.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efSearch = settings.ef_search
+    else:
+        nlist = settings.nlist or max(1, min(len(vectors) // 39, int(4 * math.sqrt(len(vectors)))))
+        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
+        index.train(vectors)
+        index.nprobe = min(settings.nprobe, nlist)
+    index.add(vectors)
+    return index
+
+
+def to_gpu(index: faiss.Index) -> faiss.Index:
+    if not hasattr(faiss, "StandardGpuResources") or faiss.get_num_gpus() == 0:
+        raise RuntimeError("--gpu needs faiss-gpu and a visible GPU")
+    return faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index)
+
+
+def _write_atomic(path: Path, write) -> None:
+    partial = path.with_name(path.name + ".partial")
+    write(partial)
+    os.replace(partial, path)
+
+
+def _save_array(path: Path, array: np.ndarray) -> None:
+    with open(path, "wb") as handle:
+        np.save(handle, array)
+
+
+def _done_parts(parts: Path) -> tuple[list[str], list[np.ndarray]]:
+    videos, vectors = [], []
+    for meta in sorted(parts.glob("part-*.json")):
+        array = meta.with_suffix(".npy")
+        if array.is_file():  # a chunk counts only once both files exist
+            videos += json.loads(meta.read_text())
+            vectors.append(np.load(array))
+    return videos, vectors
+
+
+def build_video_index(embedder: ItemEmbedder, spec: ModelSpec, videos: list[str], out: str | Path,
+                      settings: IndexSettings | None = None, chunk: int = 16, batch_size: int = 8, progress: bool = True) -> dict:
+    settings = settings or IndexSettings()
+    out = Path(out)
+    parts = out / "parts"
+    parts.mkdir(parents=True, exist_ok=True)
+    owner = out / "embedder.json"
+    if owner.is_file() and json.loads(owner.read_text())["fingerprint"] != embedder.fingerprint:
+        raise IndexMismatch(f"{out} holds embeddings of another model or settings; use a new --out folder")
+    owner.write_text(json.dumps({"fingerprint": embedder.fingerprint, "model": asdict(spec.resolved())}))
+    done_videos, _ = _done_parts(parts)
+    failed_path = out / "failed.json"
+    failed: dict[str, str] = json.loads(failed_path.read_text()) if failed_path.is_file() else {}
+    todo = [v for v in videos if v not in set(done_videos) and v not in failed]
+    with Progress(disable=not progress) as bar:
+        task = bar.add_task("embedding videos", total=len(videos), completed=len(videos) - len(todo))
+        for start in range(0, len(todo), chunk):
+            names, vectors = [], []
+            for video in todo[start : start + chunk]:
+                try:
+                    vectors.append(embedder.embed([MediaItem(video=video)], None, 1).numpy())
+                    names.append(video)
+                except (VideoDecodeError, ItemError) as err:
+                    failed[video] = str(err)
+                    _write_atomic(failed_path, lambda p: p.write_text(json.dumps(failed, indent=1)))
+                bar.advance(task)
+            if names:
+                stem = parts / f"part-{len(list(parts.glob('part-*.npy'))):05d}"
+                _write_atomic(stem.with_suffix(".npy"), lambda p: _save_array(p, np.concatenate(vectors).astype(np.float32)))
+                _write_atomic(stem.with_suffix(".json"), lambda p: p.write_text(json.dumps(names)))
+    all_videos, arrays = _done_parts(parts)
+    if not all_videos:
+        raise RuntimeError(f"no video could be embedded ({len(failed)} failed; see {failed_path})")
+    vectors = np.ascontiguousarray(np.concatenate(arrays), dtype=np.float32)
+    index = make_index(vectors, settings)
+    faiss.write_index(index, str(out / "index.faiss"))
+    meta = {"fingerprint": embedder.fingerprint, "model": asdict(spec.resolved()), "settings": asdict(settings),
+            "dim": int(vectors.shape[1]), "count": len(all_videos), "failed": len(failed)}
+    (out / "videos.json").write_text(json.dumps(all_videos))
+    (out / "meta.json").write_text(json.dumps(meta, indent=2))
+    return meta
+
+
+@dataclass
+class VideoIndex:
+    index: faiss.Index
+    videos: list[str]
+    meta: dict
+
+    @classmethod
+    def load(cls, path: str | Path, gpu: bool = False) -> VideoIndex:
+        path = Path(path)
+        if not (path / "meta.json").is_file() or not (path / "index.faiss").is_file():
+            raise FileNotFoundError(f"{path}: not a finished index (no meta.json / index.faiss); run `lit-retrieval index` again")
+        meta = json.loads((path / "meta.json").read_text())
+        index = faiss.read_index(str(path / "index.faiss"))
+        return cls(to_gpu(index) if gpu else index, json.loads((path / "videos.json").read_text()), meta)
+
+    def check(self, embedder: ItemEmbedder) -> None:
+        if embedder.fingerprint != self.meta["fingerprint"]:
+            raise IndexMismatch(
+                "this index was built by another model or with other settings "
+                f"(index: {self.meta['model']}, fingerprint {self.meta['fingerprint']}; query model fingerprint {embedder.fingerprint})"
+            )
+
+    def search(self, queries: np.ndarray, k: int) -> list[list[tuple[str, float]]]:
+        scores, found = self.index.search(np.ascontiguousarray(queries, dtype=np.float32), min(k, len(self.videos)))
+        return [[(self.videos[j], float(s)) for j, s in zip(row_ids, row_scores) if j >= 0] for row_ids, row_scores in zip(found, scores)]
