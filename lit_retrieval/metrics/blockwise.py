@@ -66,7 +66,7 @@ def blockwise_search(
     if relevance is not None and relevance.items.numel() and (relevance.items.min() < 0 or relevance.items.max() >= m):
         raise ValueError(f"relevant items must index the {m} gallery rows")
     k = min(k, m)
-    rows = max(1, int(memory_mb * 2**20 // (m * 5)))  # float scores + a bool comparison per entry
+    rows = max(1, int(memory_mb * 2**20 // (m * 10)))  # scores, two bool comparisons, a gathered copy
     topk = torch.empty(n, k, dtype=torch.long)
     topk_scores = torch.empty(n, k, dtype=queries.dtype)
     ranks = torch.empty(0 if relevance is None else relevance.items.numel(), dtype=torch.float64)
@@ -81,11 +81,12 @@ def blockwise_search(
         if relevance is None:
             continue
         lo, hi = int(relevance.offsets[start]), int(relevance.offsets[stop])
+        one_each = hi - lo == stop - start and bool((relevance.offsets[start : stop + 1].diff() == 1).all())
         for chunk in range(lo, hi, rows):
             end = min(hi, chunk + rows)
             owners = relevance.owners[chunk:end] - start
             items = relevance.items[chunk:end].to(scores.device)
-            mine = scores[owners.to(scores.device)]
+            mine = scores if one_each else scores[owners.to(scores.device)]  # one relevant item per row: no copy
             own = mine.gather(1, items[:, None])
             greater = (mine > own).sum(1).double()
             ranks[chunk:end] = tie_rank(greater, (mine == own).sum(1).double() - 1, ties).cpu()
