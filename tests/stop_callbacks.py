@@ -12,3 +12,14 @@ class StopAfterEpoch(L.Callback):
     def on_train_epoch_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         if trainer.current_epoch == self.epoch:
             trainer.should_stop = True
+
+
+class CrashAtStep(L.Callback):
+    """Raises when training reaches `step` (a simulated crash after the last saved checkpoint)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer: L.Trainer, module: L.LightningModule, batch, batch_idx: int) -> None:
+        if trainer.global_step == self.step:
+            raise RuntimeError(f"simulated crash at step {self.step}")

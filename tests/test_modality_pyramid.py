@@ -29,11 +29,15 @@ def test_probabilities_are_a_softmax_of_alignment_over_sigma():
     assert sharp[2] > flat[2] and sharp[0] < flat[0]  # low sigma favours well-aligned tasks
 
 
-def write_config(path, tiny_qwen, gve_tasks, run_dir, epochs=2, steps=3, workers=0, stop_after=None):
+def write_config(path, tiny_qwen, gve_tasks, run_dir, epochs=2, steps=3, workers=0, stop_after=None, crash_at=None, every_n_steps=None):
     config = yaml.safe_load(open("configs/gve/tiny_cpu.yaml"))
     config["trainer"].update(max_epochs=epochs, default_root_dir=str(run_dir))
     if stop_after is not None:
         config["trainer"]["callbacks"].append({"class_path": "stop_callbacks.StopAfterEpoch", "init_args": {"epoch": stop_after}})
+    if crash_at is not None:
+        config["trainer"]["callbacks"].append({"class_path": "stop_callbacks.CrashAtStep", "init_args": {"step": crash_at}})
+    if every_n_steps is not None:
+        config["trainer"]["callbacks"][0]["init_args"]["every_n_train_steps"] = every_n_steps
     config["trainer"]["logger"]["init_args"]["save_dir"] = str(run_dir)
     config["trainer"]["callbacks"][0]["init_args"]["dirpath"] = str(run_dir / "checkpoints")
     config["trainer"]["callbacks"][1]["init_args"]["num_probe_pairs"] = 6
@@ -92,6 +96,24 @@ def test_resumed_fit_applies_the_same_curriculum_and_weights(tmp_path, tiny_qwen
     final = [torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"] for run in (whole, parts)]
     for name, value in final[0].items():  # LoRA weights (dropout RNG included) continue exactly
         torch.testing.assert_close(final[1][name], value, atol=1e-6, rtol=0)
+
+
+@pytest.mark.slow
+def test_resume_in_the_middle_of_an_epoch_continues_the_same_batches(tmp_path, tiny_qwen, gve_tasks):
+    whole = tmp_path / "whole"
+    main(["fit", "--config", str(write_config(tmp_path / "a.yaml", tiny_qwen, gve_tasks, whole, epochs=2, steps=4))])
+    parts = tmp_path / "parts"
+    crashing = write_config(tmp_path / "b.yaml", tiny_qwen, gve_tasks, parts, epochs=2, steps=4, crash_at=6, every_n_steps=1)
+    with pytest.raises(RuntimeError, match="simulated crash at step 6"):
+        main(["fit", "--config", str(crashing)])
+    saved = torch.load(parts / "checkpoints" / "last.ckpt", weights_only=False)
+    assert saved["global_step"] == 6 and saved["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]["ready"] == 2
+    resumed = write_config(tmp_path / "c.yaml", tiny_qwen, gve_tasks, parts, epochs=2, steps=4)
+    main(["fit", "--config", str(resumed), "--ckpt_path", str(parts / "checkpoints" / "last.ckpt")])
+    final = [torch.load(run / "checkpoints" / "last.ckpt", weights_only=True) for run in (whole, parts)]
+    assert final[0]["global_step"] == final[1]["global_step"] == 8
+    for name, value in final[0]["state_dict"].items():  # same batches, dropout and schedule after the resume
+        torch.testing.assert_close(final[1]["state_dict"][name], value, atol=1e-6, rtol=0)
 
 
 def test_checkpoint_of_another_lora_setting_is_refused(tmp_path, tiny_qwen):

@@ -196,6 +196,20 @@ class MultiTaskDataModule(L.LightningDataModule):
         self.sampler: TaskBatchSampler | None = None
         self.eval_set: EvalBatches | None = None
         self.pending_probabilities: dict[str, float] | None = None
+        self.resume_position: tuple[int, int] | None = None
+
+    def state_dict(self) -> dict[str, int]:
+        """Where training stands in its epoch, saved in checkpoints: a resumed run continues
+        the interrupted epoch with the batches that would have come next (Lightning restores
+        its loops only after it has built the training loader, so the position is kept here)."""
+        trainer = self.trainer
+        if trainer is None:
+            return {}
+        return {"epoch": trainer.current_epoch, "batches": trainer.fit_loop.epoch_loop.batch_progress.current.ready}
+
+    def load_state_dict(self, state_dict: dict[str, int]) -> None:
+        if state_dict:
+            self.resume_position = (int(state_dict["epoch"]), int(state_dict["batches"]))
 
     @property
     def task_names(self) -> list[str]:
@@ -235,11 +249,14 @@ class MultiTaskDataModule(L.LightningDataModule):
             [len(d.records) for d in self.train_data], [d.spec.batch_size for d in self.train_data],
             self.steps_per_epoch, self._initial_probabilities(), self.seed, rank, world,
         )
-        if trainer is not None:
+        if self.resume_position is not None:  # set before the loops are restored: trust the checkpoint
+            epoch, done = self.resume_position
+            finished = done >= len(self.sampler)
+            self.sampler.set_epoch(epoch + 1 if finished else epoch)
+            self.sampler.start_step = 0 if finished else done
+            self.resume_position = None
+        elif trainer is not None:
             self.sampler.set_epoch(trainer.current_epoch)
-            loop = trainer.fit_loop
-            if loop.restarted_mid_epoch:
-                self.sampler.start_step = loop.epoch_loop.batch_progress.current.ready
         dataset = TrainBatches(self.train_data, self.processing, self.on_bad_video)
         return DataLoader(dataset, sampler=self.sampler, batch_size=None, **self._worker_settings())
 
@@ -252,7 +269,10 @@ class MultiTaskDataModule(L.LightningDataModule):
     def _worker_settings(self) -> dict[str, Any]:
         """Workers are spawned, not forked, and kept across epochs: forking a process that has run
         the model (curriculum probing, training steps) crashed workers in torch's thread pools
-        here. The sampler runs in the main process, so kept workers still see new probabilities."""
+        here. The sampler runs in the main process, so kept workers still see new probabilities.
+        Each loader draws its worker seeds from its own generator, never from the global random
+        state, so a resumed run's dropout continues exactly wherever its iterators are created."""
+        own = {"generator": torch.Generator().manual_seed(self.seed)}
         if self.num_workers == 0:
-            return {"num_workers": 0}
-        return {"num_workers": self.num_workers, "multiprocessing_context": "spawn", "persistent_workers": True}
+            return {"num_workers": 0, **own}
+        return {"num_workers": self.num_workers, "multiprocessing_context": "spawn", "persistent_workers": True, **own}
