@@ -1,6 +1,6 @@
 """Subcommands for the jobs around training; each module exposes `run(argv) -> exit code`."""
 
-from lit_retrieval.commands import curves, gve_tasks, index, metrics, mine_negatives, search, shots, synth, tiny_qwen, uvrb
+from lit_retrieval.commands import curves, gve_tasks, index, metrics, mine_negatives, search, shots, slurm, synth, tiny_qwen, uvrb
 
 COMMANDS = {
     "synth": synth.run,
@@ -13,4 +13,5 @@ COMMANDS = {
     "uvrb": uvrb.run,
     "index": index.run,
     "search": search.run,
+    "slurm": slurm.run,
 }

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 
+from lit_retrieval.commands.sharding import add_shard_arguments, check_shard
 from lit_retrieval.search.index import IndexSettings, build_video_index, list_videos
 from lit_retrieval.search.loading import ModelSpec, load_item_embedder
 
@@ -33,14 +34,21 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--nprobe", type=int, default=32, help="IVF lists searched per query")
     parser.add_argument("--chunk", type=int, default=16, help="videos per saved chunk")
     parser.add_argument("--gpu", action="store_true", help="build/search with faiss-gpu")
+    add_shard_arguments(parser)
+    parser.add_argument("--embed-only", action="store_true", help="embed this shard's videos, do not build the index (array jobs)")
     args = parser.parse_args(argv)
     if args.model is None and args.config is None:
         parser.error("one of --model or --config is required")
+    check_shard(parser, args)
     spec = ModelSpec(args.model, args.config, args.ckpt, args.device)
     videos = list_videos(args.videos)
     if not videos:
         parser.error(f"no videos found in {args.videos}")
     settings = IndexSettings(kind=args.kind, nlist=args.nlist, nprobe=args.nprobe, gpu=args.gpu)
-    meta = build_video_index(load_item_embedder(spec), spec, videos, args.out, settings, chunk=args.chunk)
-    print(f"indexed {meta['count']} videos ({meta['failed']} failed, listed in {args.out}/failed.json) -> {args.out}")
+    shard = (args.shard, args.num_shards) if args.num_shards > 1 else None
+    meta = build_video_index(load_item_embedder(spec), spec, videos, args.out, settings, chunk=args.chunk, shard=shard, embed_only=args.embed_only)
+    if meta is None:
+        print(f"embedded shard {args.shard} of {args.num_shards} into {args.out}/parts")
+    else:
+        print(f"indexed {meta['count']} videos ({meta['failed']} failed, listed in {args.out}/failed*.json) -> {args.out}")
     return 0

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from lit_retrieval.commands.sharding import add_shard_arguments, check_shard
 from lit_retrieval.data.shots import ShotDetectorConfig, ShotOptions, detect_many
 from lit_retrieval.data.video import VideoDecodeError
 
@@ -63,7 +64,9 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--workers", type=int, help="detection processes (default 1)")
     parser.add_argument("--on-error", choices=["raise", "skip"], default="skip", help="undecodable videos: stop or list and go on")
     parser.add_argument("--out", help="write all shots as JSON here")
+    add_shard_arguments(parser)
     args = parser.parse_args(argv)
+    check_shard(parser, args)
     try:
         options = options_from_config(args.config) if args.config else ShotOptions()
     except (OSError, ValueError, TypeError, yaml.YAMLError) as err:
@@ -75,7 +78,7 @@ def run(argv: list[str]) -> int:
         parser.error(str(err))
     cache = args.cache or options.cache_dir
     workers = args.workers or options.workers
-    videos = _videos(args)
+    videos = _videos(args)[args.shard :: args.num_shards]
     if not videos:
         parser.error("no videos given (positional paths, --dir or --list)")
     start = time.perf_counter()

@@ -93,9 +93,16 @@ def _save_array(path: Path, array: np.ndarray) -> None:
         np.save(handle, array)
 
 
+def _failed(out: Path) -> dict[str, str]:
+    failed: dict[str, str] = {}
+    for path in sorted(out.glob("failed*.json")):
+        failed.update(json.loads(path.read_text()))
+    return failed
+
+
 def _done_parts(parts: Path) -> tuple[list[str], list[np.ndarray]]:
     videos, vectors = [], []
-    for meta in sorted(parts.glob("part-*.json")):
+    for meta in sorted(parts.glob("part-*.json")):  # part-00003 or, from array shards, part-s2-00003
         array = meta.with_suffix(".npy")
         if array.is_file():  # a chunk counts only once both files exist
             videos += json.loads(meta.read_text())
@@ -104,7 +111,11 @@ def _done_parts(parts: Path) -> tuple[list[str], list[np.ndarray]]:
 
 
 def build_video_index(embedder: ItemEmbedder, spec: ModelSpec, videos: list[str], out: str | Path,
-                      settings: IndexSettings | None = None, chunk: int = 16, batch_size: int = 8, progress: bool = True) -> dict:
+                      settings: IndexSettings | None = None, chunk: int = 16, batch_size: int = 8, progress: bool = True,
+                      shard: tuple[int, int] | None = None, embed_only: bool = False) -> dict | None:
+    """Embed `videos` (this shard's share when `shard` = (k, n): every n-th from k) and, unless
+    `embed_only`, build the index over everything embedded so far. Shards of an array job write
+    their own chunk and failure files, so they never race."""
     settings = settings or IndexSettings()
     out = Path(out)
     parts = out / "parts"
@@ -114,11 +125,15 @@ def build_video_index(embedder: ItemEmbedder, spec: ModelSpec, videos: list[str]
         raise IndexMismatch(f"{out} holds embeddings of another model or settings; use a new --out folder")
     owner.write_text(json.dumps({"fingerprint": embedder.fingerprint, "model": asdict(spec.resolved())}))
     done_videos, _ = _done_parts(parts)
-    failed_path = out / "failed.json"
+    tag = f"s{shard[0]}-" if shard else ""
+    failed_path = out / f"failed{'-' + tag.rstrip('-') if shard else ''}.json"
+    known_failures = _failed(out)
     failed: dict[str, str] = json.loads(failed_path.read_text()) if failed_path.is_file() else {}
-    todo = [v for v in videos if v not in set(done_videos) and v not in failed]
+    mine = videos[shard[0] :: shard[1]] if shard else videos
+    done = set(done_videos)
+    todo = [v for v in mine if v not in done and v not in known_failures]
     with Progress(disable=not progress) as bar:
-        task = bar.add_task("embedding videos", total=len(videos), completed=len(videos) - len(todo))
+        task = bar.add_task("embedding videos", total=len(mine), completed=len(mine) - len(todo))
         for start in range(0, len(todo), chunk):
             names, vectors = [], []
             for video in todo[start : start + chunk]:
@@ -130,12 +145,15 @@ def build_video_index(embedder: ItemEmbedder, spec: ModelSpec, videos: list[str]
                     _write_atomic(failed_path, lambda p: p.write_text(json.dumps(failed, indent=1)))
                 bar.advance(task)
             if names:
-                stem = parts / f"part-{len(list(parts.glob('part-*.npy'))):05d}"
+                stem = parts / f"part-{tag}{len(list(parts.glob(f'part-{tag}*.npy'))):05d}"
                 _write_atomic(stem.with_suffix(".npy"), lambda p: _save_array(p, np.concatenate(vectors).astype(np.float32)))
                 _write_atomic(stem.with_suffix(".json"), lambda p: p.write_text(json.dumps(names)))
+    if embed_only:
+        return None
     all_videos, arrays = _done_parts(parts)
+    failed = _failed(out)
     if not all_videos:
-        raise RuntimeError(f"no video could be embedded ({len(failed)} failed; see {failed_path})")
+        raise RuntimeError(f"no video could be embedded ({len(failed)} failed; see {out}/failed*.json)")
     vectors = np.ascontiguousarray(np.concatenate(arrays), dtype=np.float32)
     index = make_index(vectors, settings)
     faiss.write_index(index, str(out / "index.faiss"))

@@ -1,0 +1,141 @@
+"""Slurm templates rendered and run under a fake `srun`/`scontrol`: the launch command, the
+variables Lightning's SLURMEnvironment reads, resume arguments, and the SIGUSR1 requeue path."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import lightning as L
+import torch
+import pytest
+import yaml
+
+from lit_retrieval.commands.slurm import render_template, template_variables
+
+ROOT = Path(__file__).resolve().parents[1]
+FIT = dict(CONFIG="configs/gve/train.yaml", ACCOUNT="proj", PARTITION="a100")
+
+
+def fake_tools(tmp_path: Path) -> dict[str, str]:
+    """`srun` and `scontrol` that record their arguments, and an empty venv to activate."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("srun", "scontrol"):
+        script = bin_dir / tool
+        script.write_text(f'#!/bin/bash\necho "$@" >> "{tmp_path}/{tool}.log"\n')
+        script.chmod(0o755)
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin" / "activate").write_text("")
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "gpu[01-02]"}
+
+
+def run_job(tmp_path: Path, template: str, values: dict) -> list[str]:
+    job = tmp_path / "job.sbatch"
+    job.write_text(render_template((ROOT / "slurm" / template).read_text(), {**values, "VENV": str(tmp_path / "venv")}))
+    log = tmp_path / "srun.log"
+    log.unlink(missing_ok=True)
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "gpu[01-02]"}
+    subprocess.run(["bash", str(job)], env=env, check=True, capture_output=True)
+    return log.read_text().split() if log.exists() else []
+
+
+def test_every_template_declares_what_it_uses_and_renders():
+    for template in sorted((ROOT / "slurm").glob("*.sbatch")):
+        declared = template_variables(template.read_text())
+        required = {k: "x" for k, v in declared.items() if v is None}
+        script = render_template(template.read_text(), required)
+        assert "{{" not in script and "#@" not in script and script.startswith("#!/bin/bash")
+
+
+def test_renderer_errors_name_the_variables():
+    text = (ROOT / "slurm" / "fit.sbatch").read_text()
+    with pytest.raises(ValueError, match=r"missing required variable\(s\) \['RUN_DIR'\]"):
+        render_template(text, FIT)
+    with pytest.raises(ValueError, match="unknown variable"):
+        render_template(text, {**FIT, "RUN_DIR": "r", "GPU": "4"})
+    array = render_template((ROOT / "slurm" / "array.sbatch").read_text(), {"COMMAND": "shots --list v.txt", "ACCOUNT": "a", "PARTITION": "p", "LOG_DIR": "l", "SHARDS": "12"})
+    assert "#SBATCH --array=0-11" in array
+
+
+def test_fit_job_launches_one_task_per_gpu_and_resumes(tmp_path):
+    run_dir = tmp_path / "run"
+    values = {**FIT, "RUN_DIR": str(run_dir), "NODES": "2", "GPUS": "4", "EXTRA": "--trainer.max_epochs 3"}
+    script = render_template((ROOT / "slurm" / "fit.sbatch").read_text(), values)
+    assert "#SBATCH --nodes=2" in script and "#SBATCH --ntasks-per-node=4" in script and "#SBATCH --gres=gpu:4" in script
+    assert "#SBATCH --signal=SIGUSR1@300" in script and "#SBATCH --requeue" in script
+    fake_tools(tmp_path)
+    args = run_job(tmp_path, "fit.sbatch", values)
+    assert args[:6] == ["--kill-on-bad-exit=1", "lit-retrieval", "fit", "--config", "configs/gve/train.yaml", "--trainer.num_nodes"]
+    assert args[6:13] == ["2", "--trainer.devices", "4", "--trainer.accelerator", "gpu", "--trainer.default_root_dir", str(run_dir)]
+    assert "--ckpt_path" not in args and args[-2:] == ["--trainer.max_epochs", "3"]
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"x")
+    assert run_job(tmp_path, "fit.sbatch", values)[13:15] == ["--ckpt_path", str(run_dir / "checkpoints" / "last.ckpt")]
+    (run_dir / "hpc_ckpt_1.ckpt").write_bytes(b"x")  # a requeued job: Lightning resumes from it itself
+    assert "--ckpt_path" not in run_job(tmp_path, "fit.sbatch", values)
+
+
+def test_slurm_environment_reads_rank_and_world_size(monkeypatch):
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
+    env = {"SLURM_NTASKS": "8", "SLURM_NTASKS_PER_NODE": "4", "SLURM_PROCID": "5", "SLURM_LOCALID": "1", "SLURM_NODEID": "1",
+           "SLURM_NODELIST": "gpu[01-02]", "SLURM_JOB_NAME": "lit-retrieval-fit", "SLURM_JOB_ID": "4242"}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert SLURMEnvironment.detect()
+    slurm = SLURMEnvironment()
+    assert (slurm.world_size(), slurm.global_rank(), slurm.local_rank(), slurm.node_rank()) == (8, 5, 1, 1)
+    assert slurm.main_address == "gpu01" and 10000 <= slurm.main_port <= 20000
+
+
+class RecordStart(L.Callback):
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def on_train_start(self, trainer, module):
+        Path(self.path).write_text(str(trainer.global_step))
+
+
+class SendRequeueSignal(L.Callback):
+    """What Slurm does `--signal` seconds before the time limit."""
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if trainer.global_step == 2 and not getattr(self, "sent", False):
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+
+@pytest.mark.slow
+def test_sigusr1_saves_an_hpc_checkpoint_requeues_and_the_requeued_job_resumes(tmp_path, tiny_clip, corpus, monkeypatch):
+    from lit_retrieval.cli import main
+
+    env = fake_tools(tmp_path)
+    monkeypatch.setenv("PATH", env["PATH"])
+    for key, value in {"SLURM_NTASKS": "1", "SLURM_NTASKS_PER_NODE": "1", "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0",
+                       "SLURM_NODELIST": "gpu01", "SLURM_JOB_NAME": "lit-retrieval-fit", "SLURM_JOB_ID": "4242"}.items():
+        monkeypatch.setenv(key, value)
+    run = tmp_path / "run"
+    config = {
+        "seed_everything": 0,
+        "trainer": {"accelerator": "cpu", "devices": 1, "max_epochs": 2, "limit_val_batches": 0, "default_root_dir": str(run), "logger": False,
+                    "callbacks": [{"class_path": "test_slurm.SendRequeueSignal"}]},
+        "model": {"class_path": "lit_retrieval.modules.DualEncoderRetrieval",
+                  "init_args": {"encoder": {"class_path": "lit_retrieval.models.encoders.CLIPEncoder", "init_args": {"pretrained": str(tiny_clip)}},
+                                "head": {"class_path": "lit_retrieval.models.heads.MeanPHead"}}},
+        "data": {"class_path": "lit_retrieval.data.MultiEventDataModule",
+                 "init_args": {"annotation": str(corpus / "annotations.json"), "num_frames": 4, "image_size": 32, "batch_size": 4}},
+    }
+    path = tmp_path / "fit.yaml"
+    path.write_text(yaml.safe_dump(config))
+    main(["fit", "--config", str(path)])
+    assert (run / "hpc_ckpt_1.ckpt").is_file()
+    assert (tmp_path / "scontrol.log").read_text().split() == ["requeue", "4242"]
+    assert torch.load(run / "hpc_ckpt_1.ckpt", weights_only=False)["global_step"] == 2
+    start = tmp_path / "start.txt"
+    config["trainer"]["callbacks"] = [{"class_path": "test_slurm.RecordStart", "init_args": {"path": str(start)}}]
+    path.write_text(yaml.safe_dump(config))
+    main(["fit", "--config", str(path)])  # the requeued job: no --ckpt_path, Lightning finds the hpc checkpoint
+    assert start.read_text() == "2"
