@@ -11,13 +11,16 @@ Models and data modules are chosen by `class_path` in YAML (subclass mode).
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import lightning as L
 from jsonargparse import ActionConfigFile
 from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from lit_retrieval import __version__
 from lit_retrieval.callbacks.metrics_report import MetricsReport
+from lit_retrieval.checkpoint_io import SafeCheckpointIO, check_checkpoint_file
 from lit_retrieval.commands import COMMANDS
 from lit_retrieval.config_errors import ExplainingArgumentParser
 
@@ -39,6 +42,24 @@ class RetrievalCLI(LightningCLI):
             args=args,
             run=run,
         )
+
+    def instantiate_trainer(self, **kwargs) -> L.Trainer:
+        """The configured trainer, with `SafeCheckpointIO` wherever the strategy uses Lightning's
+        default checkpoint IO (atomic writes, clear errors for corrupt files)."""
+        trainer = super().instantiate_trainer(**kwargs)
+        strategy = trainer.strategy
+        if type(getattr(strategy, "checkpoint_io", None)) is TorchCheckpointIO:
+            strategy.checkpoint_io = SafeCheckpointIO()
+        return trainer
+
+    def _parse_ckpt_path(self) -> None:
+        # LightningCLI reads the checkpoint's hyper-parameters before any trainer exists: check the
+        # file first, so a truncated or corrupt one gets a clear error instead of a zip traceback.
+        subcommand = self.config.get("subcommand")
+        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if ckpt_path and Path(ckpt_path).is_file():
+            check_checkpoint_file(ckpt_path)
+        super()._parse_ckpt_path()
 
     def _prepare_subcommand_parser(self, klass: type, subcommand: str, **kwargs):
         # MetricsReport prints the retrieval table; Lightning's own one-row-per-key table of the

@@ -38,11 +38,12 @@ from lit_retrieval.models.features import TextFeatures
 from lit_retrieval.models.heads.base import SimilarityHead, cat_reps, map_rep
 from lit_retrieval.modules.gather import gather_variable
 from lit_retrieval.modules.multi_event import MEAConfig, MultiEventObjective
+from lit_retrieval.modules.nonfinite import NonFiniteGuard, NonFinitePolicy
 from lit_retrieval.modules.optim import OptimConfig, build_optimizer, build_scheduler, parameter_groups
 
 # The config dataclasses sit in the checkpoint's hyper-parameters; allow them under torch.load's
 # default weights_only=True, so resuming needs no unsafe unpickling.
-torch.serialization.add_safe_globals([OptimConfig, MEAConfig, EvalAnalyses, RelationalEval, SpanSplitter])
+torch.serialization.add_safe_globals([OptimConfig, MEAConfig, EvalAnalyses, RelationalEval, SpanSplitter, NonFinitePolicy])
 
 
 def pool_event_features(features: TextFeatures, counts: list[int]) -> TextFeatures:
@@ -91,6 +92,8 @@ class DualEncoderRetrieval(L.LightningModule):
         warm_start: a checkpoint of this module with a CLIP4Clip-meanP head: its encoder and logit
             scale initialise this model before training (SALI's warm start; also "train meanP
             longer" controls, and any other head). A resumed fit still loads its own checkpoint.
+        nonfinite: skip (and count) or stop on a NaN/infinite loss; skipped batches' video ids
+            are logged.
     """
 
     def __init__(
@@ -110,6 +113,7 @@ class DualEncoderRetrieval(L.LightningModule):
         eval_memory_mb: int = 2048,
         frozen: list[str] | None = None,
         warm_start: str | None = None,
+        nonfinite: NonFinitePolicy | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["encoder", "head", "event_loss"])
@@ -135,6 +139,7 @@ class DualEncoderRetrieval(L.LightningModule):
         self.skipped_videos = 0
         self.eval_results: dict[str, dict[str, float]] = {}
         self._eval_cache: dict[str, list] = {}
+        self.nonfinite = NonFiniteGuard(nonfinite)
         self.freeze_prefixes(frozen or [])
         if warm_start:
             self.warm_start_from(warm_start)
@@ -219,8 +224,9 @@ class DualEncoderRetrieval(L.LightningModule):
             mea = self.mea(self.head, similarity, map_rep(text_all, lambda t: t[size:]), video, partial)
             loss = loss_std + self.mea.config.weight * mea.loss
             out.update({f"mea_{k}": getattr(mea, k).detach() for k in ("loss", "push", "pull", "theta", "delta", "xi")})
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"non-finite loss at epoch {self.current_epoch} batch {batch_idx}: {out}")
+        if not self.nonfinite.allows(self, loss, batch["video_id"]):
+            self.log("train/nonfinite_skipped", float(self.nonfinite.skipped), batch_size=size)
+            return None
         self.log("train/loss", loss, prog_bar=True, batch_size=size)
         self.log("train/logit_scale", self.head.logit_scale.detach(), batch_size=size)
         return {"loss": loss, **out}

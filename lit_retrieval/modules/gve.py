@@ -26,6 +26,7 @@ from lit_retrieval.metrics.ranking import retrieval_metrics
 from lit_retrieval.models.gve.embedder import GVEEmbedder, LoRASettings
 from lit_retrieval.models.gve.processing import GVEProcessing, InputConfig
 from lit_retrieval.modules.gather import gather_variable
+from lit_retrieval.modules.nonfinite import NonFiniteGuard, NonFinitePolicy
 from lit_retrieval.modules.optim import OptimConfig, build_optimizer, build_scheduler, parameter_groups
 
 def rng_states() -> dict[str, Any]:
@@ -82,6 +83,8 @@ class GVERetrieval(L.LightningModule):
             negative of the global batch).
         cross_device: gather embeddings of all ranks as extra negatives (GVE A.8).
         optim: AdamW settings (`head_lr` is the LoRA learning rate); default GVE Tab. 9.
+        nonfinite: skip (and count) or stop on a NaN/infinite loss; skipped batches' record ids
+            are logged.
     """
 
     def __init__(
@@ -91,12 +94,14 @@ class GVERetrieval(L.LightningModule):
         hard_negatives: HardNegatives = "own",
         cross_device: bool = True,
         optim: OptimConfig | None = None,
+        nonfinite: NonFinitePolicy | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.embedder = embedder.build()
         self.loss_fn = MultimodalInfoNCE(temperature, hard_negatives, cross_device)
         self.optim = optim or gve_optim()
+        self.nonfinite = NonFiniteGuard(nonfinite)
         self.strict_loading = False  # checkpoints carry the trainable weights only
         self.eval_results: dict[str, dict[str, float]] = {}
         self._eval_parts: list[dict[str, torch.Tensor]] = []
@@ -106,12 +111,15 @@ class GVERetrieval(L.LightningModule):
         return self.embedder.processing
 
     # ---- training ----------------------------------------------------------------------------
-    def training_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, torch.Tensor]:
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, torch.Tensor] | None:
         query = self.embedder(batch["query"])
         target = self.embedder(batch["target"])
         size, k = query.shape[0], int(batch["num_negatives"])
         negatives = target[size:].reshape(size, k, -1) if k else None
         out = self.loss_fn(query, target[:size], negatives, batch["target_keys"])
+        if not self.nonfinite.allows(self, out["loss"], batch["ids"]):
+            self.log("train/nonfinite_skipped", float(self.nonfinite.skipped), batch_size=size)
+            return None
         stats = {f"train/{name.removesuffix('_value')}": out[name] for name in TRAIN_STATS}
         self.log_dict(stats, on_step=True, on_epoch=False, prog_bar=False, batch_size=size)
         self.log(f"train/task/{batch['task']}/loss", out["loss_value"], on_step=True, on_epoch=False, batch_size=size)

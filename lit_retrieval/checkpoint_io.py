@@ -1,0 +1,81 @@
+"""`SafeCheckpointIO`: checkpoints that are never left half-written, and a clear error for one that is.
+
+Saving writes `<name>.partial` next to the target, flushes it to disk and renames it over the
+target in one step, so a crash or a full disk while writing keeps the previous checkpoint of that
+name intact (Lightning's default writes into the target directly). Loading turns a truncated or
+corrupt file into a `CorruptCheckpointError` naming the file and the reason, instead of a pickle
+or zip traceback. `lit-retrieval` installs it on every strategy that uses a checkpoint IO
+(DeepSpeed writes its own directories).
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import pickle
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.fabric.utilities.types import _PATH
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+
+class CorruptCheckpointError(RuntimeError):
+    """A checkpoint file that cannot be read; the message names it and says why."""
+
+
+REQUIRED_KEYS = ("state_dict",)
+
+
+def read_checkpoint(path: _PATH, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: checkpoint not found")
+    if path.stat().st_size == 0:
+        raise CorruptCheckpointError(f"{path}: empty checkpoint file (an interrupted write?)")
+    try:
+        checkpoint = torch.load(path, map_location=map_location, weights_only=bool(weights_only))
+    except (EOFError, RuntimeError, zipfile.BadZipFile, pickle.UnpicklingError, ValueError) as err:
+        if isinstance(err, pickle.UnpicklingError) and "Weights only load failed" in str(err):
+            raise
+        raise CorruptCheckpointError(f"{path}: corrupt or partial checkpoint ({type(err).__name__}: {str(err)[:200]}); resume from an earlier one") from None
+    missing = [k for k in REQUIRED_KEYS if not isinstance(checkpoint, dict) or k not in checkpoint]
+    if missing:
+        raise CorruptCheckpointError(f"{path}: not a Lightning checkpoint (missing {missing})")
+    return checkpoint
+
+
+def check_checkpoint_file(path: _PATH) -> None:
+    """Raise `CorruptCheckpointError` unless `path` is a complete torch zip archive (checked
+    without unpickling: the central directory is read, which a truncated file lacks)."""
+    path = Path(path)
+    if path.stat().st_size == 0:
+        raise CorruptCheckpointError(f"{path}: empty checkpoint file (an interrupted write?)")
+    if not zipfile.is_zipfile(path):
+        raise CorruptCheckpointError(f"{path}: corrupt or partial checkpoint (not a complete torch archive); resume from an earlier one")
+
+
+class SafeCheckpointIO(TorchCheckpointIO):
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: _PATH, storage_options: Any | None = None) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(path.name + ".partial")
+        buffer = io.BytesIO()
+        torch.save(checkpoint, buffer)
+        try:
+            with open(partial, "wb") as handle:
+                handle.write(buffer.getbuffer())
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as err:
+            partial.unlink(missing_ok=True)
+            reason = "the disk is full" if err.errno == errno.ENOSPC else str(err)
+            kept = f"; the previous {path.name} is intact" if path.exists() else ""
+            raise OSError(err.errno, f"could not write checkpoint {path}: {reason}{kept}") from err
+        os.replace(partial, path)
+
+    def load_checkpoint(self, path: _PATH, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
+        return read_checkpoint(path, map_location=map_location or (lambda storage, loc: storage), weights_only=weights_only)
