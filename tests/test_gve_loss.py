@@ -112,3 +112,58 @@ def test_cross_device_negatives_give_the_full_batch_gradient(tmp_path, hard):
         assert result["loss"] == pytest.approx(full, rel=1e-6)
         for got, want in zip(result["grads"], (p.grad for p in model.parameters())):
             torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+
+
+def _dual_encoder(tiny_clip: str):
+    from lit_retrieval.models.encoders import CLIPEncoder
+    from lit_retrieval.models.heads import MeanPHead
+    from lit_retrieval.modules import DualEncoderRetrieval, MEAConfig
+
+    torch.manual_seed(0)
+    module = DualEncoderRetrieval(CLIPEncoder(pretrained=tiny_clip), MeanPHead(), mea=MEAConfig(weight=0.5, num_partial=2), cross_device=True)
+    from lit_retrieval.data.queries import PartialBatch
+
+    def first_events(events, *stream):  # the same partial queries however the batch is split
+        owner = [i for i, e in enumerate(events) for _ in range(2)]
+        return PartialBatch(events=[e[: k + 1] for e in events for k in range(2)], owner=owner, slot=[k for _ in events for k in range(2)], num_slots=2)
+
+    module.mea.partial_queries = first_events
+    return module
+
+
+def _video_batch(rows):
+    g = torch.Generator().manual_seed(5)
+    frames = torch.randn(8, 3, 3, 32, 32, generator=g)
+    events = [[f"a shape number {i} moves", f"then it turns {i}", f"and stops {i}"] for i in range(8)]
+    return {"frames": frames[rows], "frame_mask": torch.ones(len(rows), 3, dtype=torch.bool), "events": [events[i] for i in rows],
+            "video_id": [f"v{i}" for i in rows], "skipped": []}
+
+
+def _dual_worker(rank: int, world: int, init: str, out_dir: str, tiny_clip: str) -> None:
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    module = _dual_encoder(tiny_clip)
+    out = module.training_step(_video_batch(list(range(rank * 4, rank * 4 + 4))), 0)
+    out["loss"].backward()
+    grads = []
+    for param in module.parameters():
+        if param.grad is not None:
+            dist.all_reduce(param.grad)
+            grads.append(param.grad / world)
+    torch.save({"loss": out["loss_value"].item(), "theta": out["mea_theta"].item(), "grads": grads}, os.path.join(out_dir, f"dual{rank}.pt"))
+    dist.destroy_process_group()
+
+
+@pytest.mark.distributed
+def test_dual_encoder_cross_device_infonce_and_mea_match_one_process(tmp_path, tiny_clip):
+    mp.spawn(_dual_worker, args=(2, f"file://{tmp_path / 'rendezvous'}", str(tmp_path), str(tiny_clip)), nprocs=2, join=True)
+    module = _dual_encoder(str(tiny_clip))
+    out = module.training_step(_video_batch(list(range(8))), 0)
+    out["loss"].backward()
+    want = [p.grad for p in module.parameters() if p.grad is not None]
+    for rank in range(2):
+        got = torch.load(tmp_path / f"dual{rank}.pt")
+        assert got["loss"] == pytest.approx(out["loss_value"].item(), rel=1e-5)
+        assert got["theta"] == pytest.approx(out["mea_theta"].item(), rel=1e-5)  # delta, xi over the global batch
+        assert len(got["grads"]) == len(want)
+        for a, b in zip(got["grads"], want):
+            torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)

@@ -49,6 +49,8 @@ class TrainingCurves(L.Callback):
         for key in STEP_KEYS:
             if key in outputs:
                 row[key] = float(outputs[key])
+        if "loss_value" in outputs:  # the loss itself, not the world-size-scaled one back-propagated
+            row["loss"] = float(outputs["loss_value"])
         self.steps.append(row)
         size = len(batch["index"]) if isinstance(batch, dict) and "index" in batch else None
         for key, name in LOG_NAMES.items():

@@ -12,11 +12,11 @@ written (each query sees its own H_i); `shared` lets every query see every hard 
 global batch, as the released training code does. Pairs whose targets are the same item
 (`target_keys`) are not negatives of one another.
 
-Cross-device negatives (GVE A.8): embeddings of every rank are all-gathered and the local slice is
-put back with its gradient, so each rank computes the loss of the *whole* global batch; `loss` is
-then multiplied by the world size, because DDP (and DeepSpeed) average gradients over ranks while
-each rank's gradient only reaches its own slice. The sum over ranks of these slice gradients is
-exactly the gradient of the global-batch loss (tested against one process with the whole batch).
+Cross-device negatives (GVE A.8): embeddings of every rank are all-gathered (`gather_global`) and
+each rank computes the loss of the *whole* global batch. The gather's backward sums, for each
+rank's slice, the gradients every rank computed there, so after DDP's (or DeepSpeed's) gradient
+averaging each parameter holds exactly the gradient of the global-batch loss (tested against one
+process holding the whole batch).
 """
 
 from __future__ import annotations
@@ -35,9 +35,29 @@ def distributed_world() -> int:
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
-def gather_keep_local(tensor: torch.Tensor) -> torch.Tensor:
-    """Concatenate `tensor` from every rank along dim 0; this rank's slice keeps its autograd
-    graph. Every rank must pass the same shape (the task sampler gives all ranks the same task)."""
+class _GatherWithGradient(torch.autograd.Function):
+    """All-gather along dim 0 whose backward sums every rank's gradient for this rank's slice."""
+
+    @staticmethod
+    def forward(ctx, tensor: torch.Tensor) -> torch.Tensor:
+        parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, tensor.contiguous())
+        ctx.rank, ctx.rows = dist.get_rank(), tensor.shape[0]
+        return torch.cat(parts)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad)  # all_reduce rather than reduce_scatter: gloo has only the former
+        return grad[ctx.rank * ctx.rows : (ctx.rank + 1) * ctx.rows]
+
+
+def gather_global(tensor: torch.Tensor) -> torch.Tensor:
+    """Concatenate `tensor` from every rank along dim 0. For floating tensors the gradient of each
+    rank's slice is the sum over ranks of the gradients it receives there, so when every rank
+    computes the same global loss, DDP's averaging yields exactly that loss's gradient for every
+    parameter (also those applied after the gather, like a logit scale). Every rank must pass the
+    same shape (the task sampler gives all ranks the same task and batch size)."""
     world = distributed_world()
     if world == 1:
         return tensor
@@ -46,15 +66,16 @@ def gather_keep_local(tensor: torch.Tensor) -> torch.Tensor:
     dist.all_gather(shapes, shape)
     if any(not torch.equal(s, shape) for s in shapes):
         raise RuntimeError(f"cross-device negatives need equal shapes on every rank, got {[s.tolist() for s in shapes]}")
+    if tensor.is_floating_point():
+        return _GatherWithGradient.apply(tensor)
     parts = [torch.empty_like(tensor) for _ in range(world)]
-    dist.all_gather(parts, tensor.detach().contiguous())
-    parts[dist.get_rank()] = tensor
+    dist.all_gather(parts, tensor.contiguous())
     return torch.cat(parts)
 
 
 class MultimodalInfoNCE(nn.Module):
-    """Returns `loss` (to back-propagate; world-size scaled) and the GVE A.10 training metrics:
-    `loss_value` (the global-batch loss), `positive` (mean positive cosine), `mean_score` (mean
+    """Returns `loss` (the global-batch loss, to back-propagate) and the GVE A.10 training metrics:
+    `loss_value` (the same, detached), `positive` (mean positive cosine), `mean_score` (mean
     cosine over all query-candidate pairs) and `margin` (mean over queries of the positive cosine
     minus the hardest negative's)."""
 
@@ -80,7 +101,7 @@ class MultimodalInfoNCE(nn.Module):
         if query.shape != target.shape or query.ndim != 2:
             raise ValueError(f"query and target must both be [B, d], got {tuple(query.shape)} and {tuple(target.shape)}")
         world = distributed_world() if self.cross_device else 1
-        gather = gather_keep_local if world > 1 else (lambda t: t)
+        gather = gather_global if world > 1 else (lambda t: t)
         q = gather(F.normalize(query.float(), dim=-1))
         t = gather(F.normalize(target.float(), dim=-1))
         n = gather(F.normalize(negatives.float(), dim=-1)) if negatives is not None and negatives.shape[1] else None
@@ -113,4 +134,4 @@ class MultimodalInfoNCE(nn.Module):
                 "mean_score": candidates[finite].mean(),
                 "margin": margin.mean() if margin.numel() else positive.new_tensor(float("nan")),
             }
-        return {"loss": loss * world, "loss_value": loss.detach(), **stats}
+        return {"loss": loss, "loss_value": loss.detach(), **stats}

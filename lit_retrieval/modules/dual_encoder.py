@@ -38,6 +38,7 @@ from lit_retrieval.models.features import TextFeatures
 from lit_retrieval.models.heads.base import SimilarityHead, cat_reps, map_rep
 from lit_retrieval.modules.gather import gather_variable
 from lit_retrieval.modules.multi_event import MEAConfig, MultiEventObjective
+from lit_retrieval.losses.contrastive import distributed_world, gather_global
 from lit_retrieval.modules.nonfinite import NonFiniteGuard, NonFinitePolicy
 from lit_retrieval.modules.optim import OptimConfig, build_optimizer, build_scheduler, parameter_groups
 
@@ -94,6 +95,9 @@ class DualEncoderRetrieval(L.LightningModule):
             longer" controls, and any other head). A resumed fit still loads its own checkpoint.
         nonfinite: skip (and count) or stop on a NaN/infinite loss; skipped batches' video ids
             are logged.
+        cross_device: under DDP, contrast against every rank's batch (InfoNCE and MEA; MEA's
+            delta and xi then come from the global batch); indexable heads only. Every rank must
+            present the same batch size.
     """
 
     def __init__(
@@ -114,6 +118,7 @@ class DualEncoderRetrieval(L.LightningModule):
         frozen: list[str] | None = None,
         warm_start: str | None = None,
         nonfinite: NonFinitePolicy | None = None,
+        cross_device: bool = False,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["encoder", "head", "event_loss"])
@@ -140,6 +145,9 @@ class DualEncoderRetrieval(L.LightningModule):
         self.eval_results: dict[str, dict[str, float]] = {}
         self._eval_cache: dict[str, list] = {}
         self.nonfinite = NonFiniteGuard(nonfinite)
+        if cross_device and not head.indexable:
+            raise ValueError(f"cross_device needs an indexable head (one vector per text and video); {type(head).__name__} is not")
+        self.cross_device = cross_device
         self.freeze_prefixes(frozen or [])
         if warm_start:
             self.warm_start_from(warm_start)
@@ -213,7 +221,10 @@ class DualEncoderRetrieval(L.LightningModule):
         text = map_rep(text_all, lambda t: t[:size])
         video = self.encode_videos(batch)
         similarity = self.head.score(text, video)
-        loss_std = self.loss_fn(self.head.logits(similarity))
+        world = distributed_world() if self.cross_device else 1
+        # cross-device negatives: every rank scores the global batch (its own rows keep their graph)
+        contrast = self.head.score(map_rep(text, gather_global), map_rep(video, gather_global)) if world > 1 else similarity
+        loss_std = self.loss_fn(self.head.logits(contrast))
         loss = loss_std
         out: dict[str, Any] = {"loss_std": loss_std.detach()}
         for name, term in self.head.auxiliary_losses(text, video, similarity).items():
@@ -221,15 +232,18 @@ class DualEncoderRetrieval(L.LightningModule):
             out[f"aux_{name}"] = term.detach()
             self.log(f"train/aux/{name}", term.detach(), batch_size=size)
         if partial is not None:
-            mea = self.mea(self.head, similarity, map_rep(text_all, lambda t: t[size:]), video, partial)
-            loss = loss_std + self.mea.config.weight * mea.loss
+            partial_sim, mask = self.mea.partial_scores(self.head, map_rep(text_all, lambda t: t[size:]), video, partial, size)
+            if world > 1:  # delta and xi then come from the global batch, identical on every rank
+                partial_sim, mask = gather_global(partial_sim), gather_global(mask.to(torch.uint8)).bool()
+            mea = self.mea.loss(contrast, partial_sim.to(contrast.dtype), mask)
+            loss = loss + self.mea.config.weight * mea.loss
             out.update({f"mea_{k}": getattr(mea, k).detach() for k in ("loss", "push", "pull", "theta", "delta", "xi")})
         if not self.nonfinite.allows(self, loss, batch["video_id"]):
             self.log("train/nonfinite_skipped", float(self.nonfinite.skipped), batch_size=size)
             return None
         self.log("train/loss", loss, prog_bar=True, batch_size=size)
         self.log("train/logit_scale", self.head.logit_scale.detach(), batch_size=size)
-        return {"loss": loss, **out}
+        return {"loss": loss, "loss_value": loss.detach(), **out}
 
     def _event_caption_step(self, batch: dict[str, Any], size: int) -> dict[str, Any]:
         """Every event description is a caption of its video (MeVTR's training setting)."""
