@@ -76,11 +76,16 @@ class Interrupt(L.Callback):
             trainer.should_stop = True
 
 
-def run_fit(tmp_path, corpus, tiny_clip, max_epochs=3, ckpt_path=None, logger=False, stop_after=None):
+def run_fit(tmp_path, corpus, tiny_clip, max_epochs=3, ckpt_path=None, logger=False, stop_after=None, crash_at=None):
     module = make_module(tiny_clip, mea=MEAConfig(weight=0.5))
     curves = TrainingCurves()
-    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True, save_top_k=0)
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True, save_top_k=0, every_n_train_steps=1 if crash_at else None,
+                                 enable_version_counter=False)
     extra = [Interrupt(stop_after)] if stop_after else []
+    if crash_at:
+        from stop_callbacks import CrashAtStep
+
+        extra.append(CrashAtStep(crash_at))
     trainer = L.Trainer(accelerator="cpu", max_epochs=max_epochs, default_root_dir=tmp_path, logger=logger, log_every_n_steps=1,
                         callbacks=[curves, checkpoint, *extra], enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(module, make_data(corpus), ckpt_path=ckpt_path)
@@ -109,6 +114,17 @@ def test_resumed_run_continues_with_the_same_threshold(tmp_path, corpus, tiny_cl
     with pytest.raises(SystemExit) as code:
         main(["curves", str(run_dir), str(run_dir / "training_curves.json"), "--labels", "a", "b", "--out", str(out)])
     assert code.value.code == 0 and out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_resume_mid_epoch_continues_with_the_same_batches_threshold_and_weights(tmp_path, corpus, tiny_clip):
+    whole, whole_curves = run_fit(tmp_path / "whole", corpus, tiny_clip)
+    with pytest.raises(RuntimeError, match="simulated crash at step 3"):  # epoch 2 of 3, after its first batch
+        run_fit(tmp_path / "split", corpus, tiny_clip, crash_at=3)
+    resumed, resumed_curves = run_fit(tmp_path / "split", corpus, tiny_clip, ckpt_path=tmp_path / "split" / "ckpt" / "last.ckpt")
+    assert [s["mea_theta"] for s in resumed_curves.steps] == pytest.approx([s["mea_theta"] for s in whole_curves.steps], abs=1e-6)
+    assert [s["loss"] for s in resumed_curves.steps] == pytest.approx([s["loss"] for s in whole_curves.steps], abs=1e-5)
+    for (name, a), b in zip(whole.state_dict().items(), resumed.state_dict().values()):
+        assert torch.allclose(a, b, atol=1e-5), name
 
 
 def test_curves_reach_tensorboard(tmp_path, corpus, tiny_clip):

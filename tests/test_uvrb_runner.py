@@ -159,3 +159,14 @@ def test_uvrb_command_with_a_dual_encoder_checkpoint(tmp_path, tiny_clip, corpus
     assert results["datasets"]["MSRVTT"]["queries"] == 12 and 0 <= results["datasets"]["MSRVTT"]["score"] <= 1
     assert results["datasets"]["MS-TI"]["metric"] == "P@1"
     assert "| MSRVTT | R@1 |" in capsys.readouterr().out
+
+
+def test_shipped_uvrb_task_list_names_the_16_datasets(tmp_path):
+    from pathlib import Path
+
+    from lit_retrieval.commands.uvrb import read_task_list
+    from lit_retrieval.uvrb.datasets import UVRB_DATASETS
+
+    specs = read_task_list(str(Path(__file__).resolve().parents[1] / "configs" / "uvrb" / "uvrb.yaml"), str(tmp_path), None)
+    assert [s.name for s in specs] == list(UVRB_DATASETS)
+    assert all(Path(s.dir).parent == tmp_path and s.prompt == UVRB_DATASETS[s.name].prompt for s in specs)

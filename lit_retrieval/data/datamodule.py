@@ -10,6 +10,7 @@ worker processes; `"raise"` stops with the `VideoDecodeError`.
 from __future__ import annotations
 
 import logging
+import math
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -18,11 +19,12 @@ from typing import Any, Literal
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from lit_retrieval.data.annotations import load_annotations
 from lit_retrieval.data.bad_records import BadRecordPolicy, RecordCollector
 from lit_retrieval.data.records import AnnotationError, VideoRecord
+from lit_retrieval.data.resume import EpochPosition
 from lit_retrieval.data.shots import ShotOptions, Shots, detect_many, frame_shot_index
 from lit_retrieval.data.synthetic import SynthConfig, generate_corpus
 from lit_retrieval.data.transforms import CLIP_MEAN, CLIP_STD, NormalizeFrames
@@ -109,25 +111,34 @@ def collate_items(items: list[dict[str, Any]]) -> dict[str, Any]:
     return batch
 
 
-class EpochShuffle(Sampler[int]):
-    """A random order that depends only on (seed, epoch), so a resumed run sees the same batches
-    as an uninterrupted one. Lightning calls `set_epoch` at every epoch start; under DDP it shards
-    this order with its `DistributedSamplerWrapper`, which forwards `set_epoch` here."""
+class EpochShuffle(DistributedSampler):
+    """A random order that depends only on (seed, epoch), sharded by rank like PyTorch's
+    `DistributedSampler` (padded to a multiple of the world size, rank r takes every W-th item
+    from r), so a resumed run sees the same batches as an uninterrupted one, and `start` resumes
+    inside an epoch. It subclasses `DistributedSampler` only so that Lightning does not wrap it:
+    it shards itself. Lightning calls `set_epoch` at every epoch start."""
 
-    def __init__(self, size: int, seed: int = 0) -> None:
+    def __init__(self, size: int, seed: int = 0, rank: int = 0, world_size: int = 1) -> None:
         self.size = size
         self.seed = seed
+        self.rank = rank
+        self.num_replicas = world_size
         self.epoch = 0
+        self.start = 0  # items of this rank's share to skip, once (a mid-epoch resume)
+        self.num_samples = math.ceil(size / world_size)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
     def __iter__(self):
         generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
-        return iter(torch.randperm(self.size, generator=generator).tolist())
+        order = torch.randperm(self.size, generator=generator).tolist()
+        order += order[: self.num_samples * self.num_replicas - self.size]
+        start, self.start = self.start, 0
+        return iter(order[self.rank :: self.num_replicas][start:])
 
     def __len__(self) -> int:
-        return self.size
+        return self.num_samples
 
 
 @dataclass
@@ -142,7 +153,7 @@ class SyntheticSpec:
     relational_fraction: float = 0.0
 
 
-class VideoTextDataModule(L.LightningDataModule, ABC):
+class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
     """Train/val/test splits of text-video records; subclasses read one annotation format each.
 
     Args:
@@ -290,14 +301,23 @@ class VideoTextDataModule(L.LightningDataModule, ABC):
         if role not in self.datasets:
             raise ValueError(f"no {role} split configured (set data.{role}_split)")
         dataset = self.datasets[role]
+        sampler = None
+        if train:
+            trainer = self.trainer
+            rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+            sampler = EpochShuffle(len(dataset), self.shuffle_seed, rank, world)
+            epoch, batches = self.start_of_training(trainer, len(sampler) // self.batch_size)
+            sampler.set_epoch(epoch)
+            sampler.start = batches * self.batch_size
         return DataLoader(
             dataset,
             batch_size=self.batch_size if train else self.eval_batch_size,
-            sampler=EpochShuffle(len(dataset), self.shuffle_seed) if train else None,
+            sampler=sampler,
             drop_last=train,
             num_workers=self.num_workers,
             collate_fn=collate_items,
             persistent_workers=self.num_workers > 0,
+            generator=torch.Generator().manual_seed(self.shuffle_seed),  # worker seeds never touch the global RNG
         )
 
     def train_dataloader(self) -> DataLoader:

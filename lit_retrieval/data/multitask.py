@@ -22,6 +22,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from lit_retrieval.data.bad_records import BadRecordPolicy
+from lit_retrieval.data.resume import EpochPosition
 from lit_retrieval.data.task_sampler import TaskBatchSampler
 from lit_retrieval.data.tasks import TaskRecord, TaskSpec, read_task
 from lit_retrieval.data.video import VideoDecodeError
@@ -143,7 +144,7 @@ class EvalBatches(Dataset):
         return len(self.batches)
 
 
-class MultiTaskDataModule(L.LightningDataModule):
+class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
     """Training tasks mixed one task per batch; validation tasks ranked per task.
 
     Args:
@@ -196,20 +197,6 @@ class MultiTaskDataModule(L.LightningDataModule):
         self.sampler: TaskBatchSampler | None = None
         self.eval_set: EvalBatches | None = None
         self.pending_probabilities: dict[str, float] | None = None
-        self.resume_position: tuple[int, int] | None = None
-
-    def state_dict(self) -> dict[str, int]:
-        """Where training stands in its epoch, saved in checkpoints: a resumed run continues
-        the interrupted epoch with the batches that would have come next (Lightning restores
-        its loops only after it has built the training loader, so the position is kept here)."""
-        trainer = self.trainer
-        if trainer is None:
-            return {}
-        return {"epoch": trainer.current_epoch, "batches": trainer.fit_loop.epoch_loop.batch_progress.current.ready}
-
-    def load_state_dict(self, state_dict: dict[str, int]) -> None:
-        if state_dict:
-            self.resume_position = (int(state_dict["epoch"]), int(state_dict["batches"]))
 
     @property
     def task_names(self) -> list[str]:
@@ -249,14 +236,8 @@ class MultiTaskDataModule(L.LightningDataModule):
             [len(d.records) for d in self.train_data], [d.spec.batch_size for d in self.train_data],
             self.steps_per_epoch, self._initial_probabilities(), self.seed, rank, world,
         )
-        if self.resume_position is not None:  # set before the loops are restored: trust the checkpoint
-            epoch, done = self.resume_position
-            finished = done >= len(self.sampler)
-            self.sampler.set_epoch(epoch + 1 if finished else epoch)
-            self.sampler.start_step = 0 if finished else done
-            self.resume_position = None
-        elif trainer is not None:
-            self.sampler.set_epoch(trainer.current_epoch)
+        epoch, self.sampler.start_step = self.start_of_training(trainer, len(self.sampler))
+        self.sampler.set_epoch(epoch)
         dataset = TrainBatches(self.train_data, self.processing, self.on_bad_video)
         return DataLoader(dataset, sampler=self.sampler, batch_size=None, **self._worker_settings())
 

@@ -27,6 +27,7 @@ import numpy as np
 
 from lit_retrieval.data.queries import QueryMode, concat_query, reorder_events
 from lit_retrieval.data.spans import SpanSplitter
+from lit_retrieval.losses.contrastive import distributed_world, gather_global
 from lit_retrieval.losses.infonce import SymmetricInfoNCE
 from lit_retrieval.losses.mevtr import MeVTRLoss
 from lit_retrieval.metrics.analyses import EvalAnalyses, avg_event_hits, avg_event_metrics, sliced_metrics
@@ -38,9 +39,9 @@ from lit_retrieval.models.features import TextFeatures
 from lit_retrieval.models.heads.base import SimilarityHead, cat_reps, map_rep
 from lit_retrieval.modules.gather import gather_variable
 from lit_retrieval.modules.multi_event import MEAConfig, MultiEventObjective
-from lit_retrieval.losses.contrastive import distributed_world, gather_global
 from lit_retrieval.modules.nonfinite import NonFiniteGuard, NonFinitePolicy
 from lit_retrieval.modules.optim import OptimConfig, build_optimizer, build_scheduler, parameter_groups
+from lit_retrieval.modules.rng import rng_states, set_rng_states
 
 # The config dataclasses sit in the checkpoint's hyper-parameters; allow them under torch.load's
 # default weights_only=True, so resuming needs no unsafe unpickling.
@@ -382,6 +383,13 @@ class DualEncoderRetrieval(L.LightningModule):
 
     def on_test_epoch_end(self) -> None:
         self._eval_end("test")
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["rng_states"] = rng_states()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if "rng_states" in checkpoint:  # dropout and sampling continue as in an uninterrupted run
+            set_rng_states(checkpoint["rng_states"])
 
     def configure_optimizers(self):
         backbone = {f"encoder.{n}" for n in self.encoder.backbone_parameter_names()}

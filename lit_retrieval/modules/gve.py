@@ -13,12 +13,10 @@ refused with the names that differ.
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field
 from typing import Any
 
 import lightning as L
-import numpy as np
 import torch
 
 from lit_retrieval.losses.contrastive import HardNegatives, MultimodalInfoNCE
@@ -28,26 +26,7 @@ from lit_retrieval.models.gve.processing import GVEProcessing, InputConfig
 from lit_retrieval.modules.gather import gather_variable
 from lit_retrieval.modules.nonfinite import NonFiniteGuard, NonFinitePolicy
 from lit_retrieval.modules.optim import OptimConfig, build_optimizer, build_scheduler, parameter_groups
-
-def rng_states() -> dict[str, Any]:
-    """Python, numpy and torch (CPU and CUDA) random states, kept in checkpoints (as types that
-    `torch.load(weights_only=True)` accepts)."""
-    kind, keys, position, has_gauss, gauss = np.random.get_state()
-    numpy_state = [kind, torch.from_numpy(keys.astype(np.int64)), int(position), int(has_gauss), float(gauss)]
-    states = {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        states["cuda"] = torch.cuda.get_rng_state_all()
-    return states
-
-
-def set_rng_states(states: dict[str, Any]) -> None:
-    random.setstate(states["python"])
-    kind, keys, position, has_gauss, gauss = states["numpy"]
-    np.random.set_state((kind, keys.numpy().astype(np.uint32), position, has_gauss, gauss))
-    torch.set_rng_state(states["torch"])
-    if "cuda" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["cuda"])
-
+from lit_retrieval.modules.rng import rng_states, set_rng_states
 
 TRAIN_STATS = ("loss_value", "positive", "mean_score", "margin")
 

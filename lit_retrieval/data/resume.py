@@ -1,0 +1,33 @@
+"""Where an interrupted epoch stood, kept in checkpoints by the data modules.
+
+Lightning restores its loop counters only after it has built the training loader, and it does not
+fast-forward a map-style loader; so a data module saves (epoch, batches done) itself and, when a
+run resumes inside an epoch, its sampler starts at the next batch of the same order."""
+
+from __future__ import annotations
+
+import lightning as L
+
+
+class EpochPosition:
+    """Mixin for a `LightningDataModule` whose training sampler can start mid-epoch."""
+
+    resume_position: tuple[int, int] | None = None
+
+    def state_dict(self) -> dict[str, int]:
+        trainer = getattr(self, "trainer", None)
+        if trainer is None:
+            return {}
+        return {"epoch": trainer.current_epoch, "batches": trainer.fit_loop.epoch_loop.batch_progress.current.ready}
+
+    def load_state_dict(self, state_dict: dict[str, int]) -> None:
+        if state_dict:
+            self.resume_position = (int(state_dict["epoch"]), int(state_dict["batches"]))
+
+    def start_of_training(self, trainer: L.Trainer | None, batches_per_epoch: int) -> tuple[int, int]:
+        """(epoch, batches to skip) for the loader about to be built; uses up a resume position."""
+        if self.resume_position is not None:
+            epoch, done = self.resume_position
+            self.resume_position = None
+            return (epoch + 1, 0) if done >= batches_per_epoch else (epoch, done)
+        return (trainer.current_epoch if trainer is not None else 0), 0
