@@ -23,3 +23,25 @@ class CrashAtStep(L.Callback):
     def on_train_batch_start(self, trainer: L.Trainer, module: L.LightningModule, batch, batch_idx: int) -> None:
         if trainer.global_step == self.step:
             raise RuntimeError(f"simulated crash at step {self.step}")
+
+
+class RecordBatches(L.Callback):
+    """Writes each rank's (global step, task, sample ids) to `<out>/rank<r>.json` at the end of fit."""
+
+    def __init__(self, out: str) -> None:
+        self.out = out
+        self.rows: list = []
+
+    def on_train_batch_start(self, trainer: L.Trainer, module: L.LightningModule, batch, batch_idx: int) -> None:
+        self.rows.append([trainer.global_step, batch.get("task"), list(batch.get("ids") or batch.get("video_id"))])
+
+    def on_fit_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        import json
+        from pathlib import Path
+
+        Path(self.out).mkdir(parents=True, exist_ok=True)
+        history = trainer.callbacks
+        curriculum = next((c.history for c in history if type(c).__name__ == "ModalityPyramid"), None)
+        (Path(self.out) / f"rank{trainer.global_rank}.json").write_text(
+            json.dumps({"batches": self.rows, "curriculum": curriculum, "val": getattr(module, "eval_results", {}).get("val")})
+        )

@@ -43,10 +43,13 @@ class MetricsReport(L.Callback):
         return Path(trainer.log_dir or trainer.default_root_dir)
 
     def _report(self, trainer: L.Trainer, module: L.LightningModule, stage: str) -> None:
-        results = getattr(module, "eval_results", {}).get(stage)
-        if trainer.sanity_checking or not results or not trainer.is_global_zero:
+        if trainer.sanity_checking:
             return
-        path = self.run_dir(trainer) / self.filename
+        run_dir = self.run_dir(trainer)  # `log_dir` is a broadcast under DDP: every rank must ask
+        results = getattr(module, "eval_results", {}).get(stage)
+        if not results or not trainer.is_global_zero:
+            return
+        path = run_dir / self.filename
         path.parent.mkdir(parents=True, exist_ok=True)
         existing = json.loads(path.read_text()) if path.exists() else {}
         existing[stage] = {**results, "epoch": trainer.current_epoch, "global_step": trainer.global_step}

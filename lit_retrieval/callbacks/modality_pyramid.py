@@ -146,9 +146,9 @@ class ModalityPyramid(L.Callback):
         self.history = [dict(e) for e in state_dict["history"]]
 
     def on_fit_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        out_dir = Path(trainer.log_dir or trainer.default_root_dir)  # a broadcast under DDP: every rank asks
         if not trainer.is_global_zero or not self.history:
             return
-        out_dir = Path(trainer.log_dir or trainer.default_root_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / f"{self.filename}.json").write_text(json.dumps(self.history, indent=2))
         plot_curriculum(self.history, out_dir / f"{self.filename}.png")

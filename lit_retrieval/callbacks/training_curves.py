@@ -66,9 +66,9 @@ class TrainingCurves(L.Callback):
         self.epochs.append(row)
 
     def on_fit_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        out_dir = Path(trainer.log_dir or trainer.default_root_dir)  # a broadcast under DDP: every rank asks
         if not trainer.is_global_zero or not self.steps:
             return
-        out_dir = Path(trainer.log_dir or trainer.default_root_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         history = {"steps": self.steps, "epochs": self.epochs}
         (out_dir / f"{self.filename}.json").write_text(json.dumps(history))
