@@ -130,3 +130,15 @@ def test_index_and_search_commands_with_a_tiny_gve(tmp_path, tiny_qwen, videos, 
     (tmp_path / "model" / "config.json").touch()  # the model changed since indexing
     with pytest.raises(SystemExit, match="another model or with other settings"):
         COMMANDS["search"]([str(tmp_path / "idx"), "noise"])
+
+
+def test_array_shards_embed_apart_then_one_run_builds_the_index(tmp_path, videos):
+    paths = list_videos(videos)
+    embedders = [KnownVectors() for _ in range(3)]
+    for k, embedder in enumerate(embedders):
+        assert build_video_index(embedder, SPEC, paths, tmp_path / "idx", shard=(k, 3), embed_only=True, progress=False) is None
+    assert sorted(v for e in embedders for v in e.embedded) == sorted(p for p in paths if "broken" not in p)
+    assert len({tuple(e.embedded) for e in embedders}) == 3  # each shard did its own share
+    final = KnownVectors()
+    meta = build_video_index(final, SPEC, paths, tmp_path / "idx", progress=False)
+    assert final.embedded == [] and meta["count"] == 7 and meta["failed"] == 1

@@ -115,3 +115,18 @@ def test_data_module_items_carry_frame_shots_matching_the_ground_truth_cuts(corp
     assert found >= 0.8 * total  # ground-truth cuts; consecutive look-alike scenes may merge
     batch = next(iter(dm.train_dataloader()))
     assert batch["frame_shots"].shape == (dm.batch_size, 16) and batch["num_shots"].dtype == torch.long
+
+
+def test_shots_command_takes_its_shard_only(tmp_path):
+    from lit_retrieval.commands import COMMANDS
+
+    videos = []
+    for i in range(4):
+        path = tmp_path / f"v{i}.mp4"
+        write_shots_video(path, [10], 20, size=48)
+        videos.append(str(path))
+    out = tmp_path / "shard1.json"
+    assert COMMANDS["shots"]([*videos, "--cache", str(tmp_path / "cache"), "--shard", "1", "--num-shards", "2", "--out", str(out)]) == 0
+    assert sorted(json.loads(out.read_text())) == sorted(videos[1::2])
+    with pytest.raises(SystemExit):
+        COMMANDS["shots"]([*videos, "--shard", "2", "--num-shards", "2"])

@@ -1,6 +1,6 @@
 """Subcommands for the jobs around training; each module exposes `run(argv) -> exit code`."""
 
-from lit_retrieval.commands import curves, gve_tasks, index, metrics, mine_negatives, search, shots, slurm, synth, tiny_qwen, uvrb
+from lit_retrieval.commands import convert_checkpoint, curves, gve_tasks, index, metrics, mine_negatives, search, shots, slurm, synth, tiny_qwen, uvrb
 
 COMMANDS = {
     "synth": synth.run,
@@ -14,4 +14,5 @@ COMMANDS = {
     "index": index.run,
     "search": search.run,
     "slurm": slurm.run,
+    "convert-checkpoint": convert_checkpoint.run,
 }
