@@ -23,6 +23,7 @@ from lit_retrieval.models.encoders import CLIPEncoder
 from lit_retrieval.models.heads import MeanPHead
 from lit_retrieval.modules import DualEncoderRetrieval
 from lit_retrieval.modules.nonfinite import NonFinitePolicy
+from fit_configs import clip_fit_config
 
 
 class NaNOnCall(torch.nn.Module):
@@ -78,15 +79,10 @@ def test_nonfinite_loss_stops_the_run_under_raise(tmp_path, tiny_clip, corpus):
 
 
 def test_corrupt_or_partial_checkpoints_are_refused_clearly(tmp_path, tiny_clip, corpus):
-    config = {
-        "trainer": {"accelerator": "cpu", "max_epochs": 1, "limit_train_batches": 2, "limit_val_batches": 0, "logger": False, "default_root_dir": str(tmp_path / "run"),
-                    "callbacks": [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint", "init_args": {"dirpath": str(tmp_path / "ckpt"), "save_last": True}}]},
-        "model": {"class_path": "lit_retrieval.modules.DualEncoderRetrieval",
-                  "init_args": {"encoder": {"class_path": "lit_retrieval.models.encoders.CLIPEncoder", "init_args": {"pretrained": str(tiny_clip)}},
-                                "head": {"class_path": "lit_retrieval.models.heads.MeanPHead"}}},
-        "data": {"class_path": "lit_retrieval.data.MultiEventDataModule",
-                 "init_args": {"annotation": str(corpus / "annotations.json"), "num_frames": 2, "image_size": 32, "batch_size": 4}},
-    }
+    config = clip_fit_config(tiny_clip, corpus, {
+        "max_epochs": 1, "limit_train_batches": 2, "limit_val_batches": 0, "logger": False, "default_root_dir": str(tmp_path / "run"),
+        "callbacks": [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint", "init_args": {"dirpath": str(tmp_path / "ckpt"), "save_last": True}}],
+    })
     path = tmp_path / "fit.yaml"
     path.write_text(yaml.safe_dump(config))
     main(["fit", "--config", str(path)])

@@ -136,6 +136,8 @@ def test_two_process_ddp_fit_shares_tasks_splits_samples_and_agrees(tmp_path, ti
     import subprocess
     import sys
 
+    from fit_configs import clean_launch_env
+
     run = tmp_path / "ddp"
     config = write_config(tmp_path / "ddp.yaml", tiny_qwen, gve_tasks, run, epochs=2, steps=3)
     raw = yaml.safe_load(config.read_text())
@@ -143,7 +145,7 @@ def test_two_process_ddp_fit_shares_tasks_splits_samples_and_agrees(tmp_path, ti
     raw["trainer"]["callbacks"].append({"class_path": "stop_callbacks.RecordBatches", "init_args": {"out": str(tmp_path / "record")}})
     config.write_text(yaml.safe_dump(raw))
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(root, "tests"), os.environ.get("PYTHONPATH", "")])}
+    env = clean_launch_env(os.path.join(root, "tests"))
     done = subprocess.run([sys.executable, "-m", "lit_retrieval", "fit", "--config", str(config)], cwd=root, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     ranks = [json.loads((tmp_path / "record" / f"rank{r}.json").read_text()) for r in range(2)]

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from lit_retrieval.commands.slurm import render_template, template_variables
+from fit_configs import clip_fit_config
 
 ROOT = Path(__file__).resolve().parents[1]
 FIT = dict(CONFIG="configs/gve/train.yaml", ACCOUNT="proj", PARTITION="a100")
@@ -118,16 +119,10 @@ def test_sigusr1_saves_an_hpc_checkpoint_requeues_and_the_requeued_job_resumes(t
                        "SLURM_NODELIST": "gpu01", "SLURM_JOB_NAME": "lit-retrieval-fit", "SLURM_JOB_ID": "4242"}.items():
         monkeypatch.setenv(key, value)
     run = tmp_path / "run"
-    config = {
-        "seed_everything": 0,
-        "trainer": {"accelerator": "cpu", "devices": 1, "max_epochs": 2, "limit_val_batches": 0, "default_root_dir": str(run), "logger": False,
-                    "callbacks": [{"class_path": "test_slurm.SendRequeueSignal"}]},
-        "model": {"class_path": "lit_retrieval.modules.DualEncoderRetrieval",
-                  "init_args": {"encoder": {"class_path": "lit_retrieval.models.encoders.CLIPEncoder", "init_args": {"pretrained": str(tiny_clip)}},
-                                "head": {"class_path": "lit_retrieval.models.heads.MeanPHead"}}},
-        "data": {"class_path": "lit_retrieval.data.MultiEventDataModule",
-                 "init_args": {"annotation": str(corpus / "annotations.json"), "num_frames": 4, "image_size": 32, "batch_size": 4}},
-    }
+    config = clip_fit_config(tiny_clip, corpus, {
+        "devices": 1, "max_epochs": 2, "limit_val_batches": 0, "default_root_dir": str(run), "logger": False,
+        "callbacks": [{"class_path": "test_slurm.SendRequeueSignal"}],
+    }, data={"num_frames": 4})
     path = tmp_path / "fit.yaml"
     path.write_text(yaml.safe_dump(config))
     main(["fit", "--config", str(path)])

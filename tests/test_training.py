@@ -14,6 +14,7 @@ from lit_retrieval.data import MultiEventDataModule, VideoDecodeError
 from lit_retrieval.models.encoders import CLIPEncoder
 from lit_retrieval.models.heads import MeanPHead
 from lit_retrieval.modules import DualEncoderRetrieval, OptimConfig
+from fit_configs import clip_fit_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,17 +80,11 @@ def test_bad_video_raise_policy_names_the_file(tmp_path, corpus, tiny_clip):
 
 
 def test_cli_fit_then_test_writes_metrics(tmp_path, corpus, tiny_clip):
-    config = {
-        "seed_everything": 0,
-        "trainer": {"accelerator": "cpu", "max_epochs": 1, "default_root_dir": str(tmp_path / "run"), "enable_progress_bar": False,
-                    "logger": {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": str(tmp_path / "run"), "name": "logs", "version": "v"}},
-                    "callbacks": [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint", "init_args": {"dirpath": str(tmp_path / "ckpt"), "save_last": True}}]},
-        "model": {"class_path": "lit_retrieval.modules.DualEncoderRetrieval",
-                  "init_args": {"encoder": {"class_path": "lit_retrieval.models.encoders.CLIPEncoder", "init_args": {"pretrained": str(tiny_clip)}},
-                                "head": {"class_path": "lit_retrieval.models.heads.MeanPHead"}}},
-        "data": {"class_path": "lit_retrieval.data.MultiEventDataModule",
-                 "init_args": {"annotation": str(corpus / "annotations.json"), "num_frames": 4, "image_size": 32, "batch_size": 8, "val_split": "test"}},
-    }
+    config = clip_fit_config(tiny_clip, corpus, {
+        "max_epochs": 1, "default_root_dir": str(tmp_path / "run"), "enable_progress_bar": False,
+        "logger": {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": str(tmp_path / "run"), "name": "logs", "version": "v"}},
+        "callbacks": [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint", "init_args": {"dirpath": str(tmp_path / "ckpt"), "save_last": True}}],
+    }, data={"num_frames": 4, "batch_size": 8, "val_split": "test"})
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     main(["fit", "--config", str(path)])

@@ -18,6 +18,7 @@ from lit_retrieval.search.cache import EmbeddingCache
 from lit_retrieval.search.embedders import GVEItemEmbedder, MTEBEncoderEmbedder
 from lit_retrieval.uvrb.runner import run_benchmark
 from lit_retrieval.uvrb.tasks import FieldMap, RetrievalTaskSpec, load_retrieval_task
+from fit_configs import clip_fit_config
 
 SMALL = InputConfig(max_frames=2, video_min_pixels=3136, video_max_pixels=3136, image_min_pixels=3136, image_max_pixels=3136, max_tokens=1024)
 
@@ -137,17 +138,11 @@ def test_uvrb_command_with_a_dual_encoder_checkpoint(tmp_path, tiny_clip, corpus
 
     from lit_retrieval.cli import main
 
-    config = {
-        "seed_everything": 0,
-        "trainer": {"accelerator": "cpu", "max_epochs": 1, "limit_train_batches": 2, "limit_val_batches": 0, "default_root_dir": str(tmp_path / "run"),
-                    "logger": False, "enable_checkpointing": True,
-                    "callbacks": [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint", "init_args": {"dirpath": str(tmp_path / "ckpt"), "save_last": True}}]},
-        "model": {"class_path": "lit_retrieval.modules.DualEncoderRetrieval",
-                  "init_args": {"encoder": {"class_path": "lit_retrieval.models.encoders.CLIPEncoder", "init_args": {"pretrained": str(tiny_clip)}},
-                                "head": {"class_path": "lit_retrieval.models.heads.MeanPHead"}}},
-        "data": {"class_path": "lit_retrieval.data.MultiEventDataModule",
-                 "init_args": {"annotation": str(corpus / "annotations.json"), "num_frames": 4, "image_size": 32, "batch_size": 8}},
-    }
+    config = clip_fit_config(tiny_clip, corpus, {
+        "max_epochs": 1, "limit_train_batches": 2, "limit_val_batches": 0, "default_root_dir": str(tmp_path / "run"), "logger": False,
+        "enable_checkpointing": True,
+        "callbacks": [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint", "init_args": {"dirpath": str(tmp_path / "ckpt"), "save_last": True}}],
+    }, data={"num_frames": 4, "batch_size": 8})
     path = tmp_path / "clip.yaml"
     path.write_text(yaml.safe_dump(config))
     main(["fit", "--config", str(path)])
