@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 import torch
@@ -165,3 +166,21 @@ def test_content_key_is_stable_across_processes_and_distinguishes_windows():
     assert other == [content_key(a)]  # unlike hash(), the same on every rank and run
     assert content_key(a) != content_key(MediaItem(video="v.mp4", start=0.0, end=3.0))
     assert 0 <= content_key(a) < 2**63 and torch.tensor([content_key(a)]).dtype == torch.int64
+
+
+def test_undecodable_pair_raises_or_is_replaced(tmp_path, gve_tasks, processing):
+    from lit_retrieval.data.multitask import TaskData, TrainBatches
+    from lit_retrieval.data.video import VideoDecodeError
+
+    spec = next(s for s in gve_tasks["train"] if s.name == "syn_t2v")
+    records = read_task(spec)[:4]
+    broken = tmp_path / "broken.mp4"
+    broken.write_bytes(b"\x00" * 64)
+    records[1] = replace(records[1], positive=replace(records[1].positive, video=str(broken)))
+    batch = [(0, i) for i in range(3)]
+    with pytest.raises(VideoDecodeError, match="broken.mp4"):
+        TrainBatches([TaskData(spec, records)], processing, "raise")[batch]
+    replacing = TrainBatches([TaskData(spec, records)], processing, "replace")
+    out = replacing[batch]
+    assert replacing.replaced == 1 and out["ids"] == [records[0].record_id, records[2].record_id, records[2].record_id]
+    assert out["query"]["input_ids"].shape[0] == 3

@@ -118,6 +118,9 @@ class EpochShuffle(DistributedSampler):
     inside an epoch. It subclasses `DistributedSampler` only so that Lightning does not wrap it:
     it shards itself. Lightning calls `set_epoch` at every epoch start."""
 
+    shuffle = True  # the attributes code expecting a DistributedSampler reads
+    drop_last = False
+
     def __init__(self, size: int, seed: int = 0, rank: int = 0, world_size: int = 1) -> None:
         self.size = size
         self.seed = seed

@@ -63,27 +63,32 @@ class TrainBatches(Dataset):
         }
 
     def _usable(self, task: int, index: int) -> TaskRecord:
-        """The record, or under `replace` the next one whose media decode (counted, logged)."""
+        """The record at `index`, or the next one whose media decode (each replacement counted
+        and logged). Only called once a batch has failed, so good batches are decoded once."""
         data = self.tasks[task]
         for attempt in range(len(data.records)):
             record = data.records[(index + attempt) % len(data.records)]
-            if self.on_bad_video == "raise" or attempt == len(data.records) - 1:
-                return record
             try:
                 self._process(data.spec, [record])
                 return record
             except (VideoDecodeError, ItemError) as err:
                 self.replaced += 1
                 log.warning("task %s: record %s replaced (%s); %d replaced so far", data.spec.name, record.record_id, err, self.replaced)
-        raise AssertionError("unreachable")
+        raise VideoDecodeError(data.spec.path, f"no record of task {data.spec.name!r} has decodable media")
 
     def __getitem__(self, batch: list[tuple[int, int]]) -> dict[str, Any]:
         task = batch[0][0]
         if any(t != task for t, _ in batch):
             raise ValueError("a training batch must come from one task")
         spec = self.tasks[task].spec
-        records = [self._usable(task, i) for _, i in batch] if self.on_bad_video == "replace" else [self.tasks[task].records[i] for _, i in batch]
-        out = self._process(spec, records)  # decode errors name the file
+        records = [self.tasks[task].records[i] for _, i in batch]
+        try:
+            out = self._process(spec, records)  # decode errors name the file
+        except (VideoDecodeError, ItemError):
+            if self.on_bad_video == "raise":
+                raise
+            records = [self._usable(task, i) for _, i in batch]
+            out = self._process(spec, records)
         out.update(
             task=spec.name,
             task_index=task,

@@ -32,6 +32,9 @@ class TaskBatchSampler(DistributedSampler):
         rank, world_size: this process and the number of processes.
     """
 
+    shuffle = True  # the attributes code expecting a DistributedSampler reads
+    drop_last = False
+
     def __init__(
         self,
         sizes: list[int],

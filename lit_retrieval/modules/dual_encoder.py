@@ -221,10 +221,13 @@ class DualEncoderRetrieval(L.LightningModule):
         text_all = self.head.encode_text(self.encode_queries(events + (partial.events if partial else [])))
         text = map_rep(text_all, lambda t: t[:size])
         video = self.encode_videos(batch)
-        similarity = self.head.score(text, video)
         world = distributed_world() if self.cross_device else 1
-        # cross-device negatives: every rank scores the global batch (its own rows keep their graph)
-        contrast = self.head.score(map_rep(text, gather_global), map_rep(video, gather_global)) if world > 1 else similarity
+        if world > 1:  # cross-device negatives: every rank scores the global batch, its own block is the local one
+            contrast = self.head.score(map_rep(text, gather_global), map_rep(video, gather_global))
+            own = slice(self.global_rank * size, (self.global_rank + 1) * size)
+            similarity = contrast[own, own]
+        else:
+            contrast = similarity = self.head.score(text, video)
         loss_std = self.loss_fn(self.head.logits(contrast))
         loss = loss_std
         out: dict[str, Any] = {"loss_std": loss_std.detach()}
@@ -233,10 +236,10 @@ class DualEncoderRetrieval(L.LightningModule):
             out[f"aux_{name}"] = term.detach()
             self.log(f"train/aux/{name}", term.detach(), batch_size=size)
         if partial is not None:
-            partial_sim, mask = self.mea.partial_scores(self.head, map_rep(text_all, lambda t: t[size:]), video, partial, size)
+            partial_sim, mask = self.mea.partial_scores(self.head, map_rep(text_all, lambda t: t[size:]), video, partial, similarity)
             if world > 1:  # delta and xi then come from the global batch, identical on every rank
                 partial_sim, mask = gather_global(partial_sim), gather_global(mask.to(torch.uint8)).bool()
-            mea = self.mea.loss(contrast, partial_sim.to(contrast.dtype), mask)
+            mea = self.mea.loss(contrast, partial_sim, mask)
             loss = loss + self.mea.config.weight * mea.loss
             out.update({f"mea_{k}": getattr(mea, k).detach() for k in ("loss", "push", "pull", "theta", "delta", "xi")})
         if not self.nonfinite.allows(self, loss, batch["video_id"]):

@@ -59,23 +59,22 @@ class MultiEventObjective(nn.Module):
     def partial_queries(self, events: list[list[str]], *stream: int) -> PartialBatch:
         return self.sampler.sample(events, *stream)
 
-    def partial_scores(self, head: SimilarityHead, partial_text: Any, video: Any, partial: PartialBatch, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """`[B, L]` scores of each video against its own partial queries, and the mask of the
-        slots that hold one. `partial_text` are the head's representations of `partial.events`."""
-        dtype = torch.float32
-        device = next(iter(head.parameters()), torch.zeros(())).device
-        partial_sim = torch.zeros(batch, partial.num_slots, dtype=dtype, device=device)
-        mask = torch.zeros(batch, partial.num_slots, dtype=torch.bool, device=device)
+    def partial_scores(self, head: SimilarityHead, partial_text: Any, video: Any, partial: PartialBatch, similarity: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`[B, L]` scores of each video against its own partial queries (dtype and device of the
+        batch's `similarity` [B, B]), and the mask of the slots that hold one. `partial_text` are
+        the head's representations of `partial.events`."""
+        batch = similarity.shape[0]
+        partial_sim = similarity.new_zeros(batch, partial.num_slots)
+        mask = torch.zeros(batch, partial.num_slots, dtype=torch.bool, device=similarity.device)
         if partial.events:
-            owner = torch.tensor(partial.owner, device=device)
-            slot = torch.tensor(partial.slot, device=device)
+            owner = torch.tensor(partial.owner, device=similarity.device)
+            slot = torch.tensor(partial.slot, device=similarity.device)
             scores = head.score_pairs(partial_text, map_rep(video, lambda t: t[owner]))
-            partial_sim = partial_sim.index_put((owner, slot), scores.to(dtype))
+            partial_sim = partial_sim.index_put((owner, slot), scores.to(partial_sim.dtype))
             mask[owner, slot] = True
         return partial_sim, mask
 
     def forward(self, head: SimilarityHead, similarity: torch.Tensor, partial_text: Any, video: Any, partial: PartialBatch) -> MEAOutput:
         """`similarity` [B, B] of the full queries; `partial_text` the head's representations of
         `partial.events` (one row each, from the same text forward as the full queries)."""
-        partial_sim, mask = self.partial_scores(head, partial_text, video, partial, similarity.shape[0])
-        return self.loss(similarity, partial_sim.to(similarity.dtype), mask)
+        return self.loss(similarity, *self.partial_scores(head, partial_text, video, partial, similarity))

@@ -1,4 +1,5 @@
-"""One interface over every embedder the benchmark, the index and search use:
+"""One interface over every embedder the benchmark, the index and search use (UVR as GVE
+Definition 1 states it: relevance s = cos(E(q), E(v)) of one embedding per side):
 `embed(items, instruction, batch_size) -> [N, d]` L2-normalised float32 CPU tensors, a
 `fingerprint` naming the model and its preprocessing (caches and indexes are keyed by it), and the
 item `modalities` it accepts.
@@ -76,7 +77,7 @@ class DualEncoderEmbedder:
             raise ValueError(f"{type(module.head).__name__} is not indexable (its score is not a dot product of one vector per side)")
         self.module = module.eval()
         self.num_frames, self.image_size = num_frames, image_size
-        self.normalize = NormalizeFrames(*(x for x in (mean, std) if x is not None))
+        self.normalize = NormalizeFrames(**{k: v for k, v in (("mean", mean), ("std", std)) if v is not None})
         self.fingerprint = digest("dual", identity, num_frames, image_size, mean, std)
 
     @torch.no_grad()

@@ -136,14 +136,19 @@ def build_video_index(embedder: ItemEmbedder, spec: ModelSpec, videos: list[str]
         task = bar.add_task("embedding videos", total=len(mine), completed=len(mine) - len(todo))
         for start in range(0, len(todo), chunk):
             names, vectors = [], []
-            for video in todo[start : start + chunk]:
-                try:
-                    vectors.append(embedder.embed([MediaItem(video=video)], None, 1).numpy())
-                    names.append(video)
-                except (VideoDecodeError, ItemError) as err:
-                    failed[video] = str(err)
-                    _write_atomic(failed_path, lambda p: p.write_text(json.dumps(failed, indent=1)))
-                bar.advance(task)
+            group = todo[start : start + chunk]
+            try:  # the whole chunk in batches; on a decode error, video by video to find the bad ones
+                vectors.append(embedder.embed([MediaItem(video=v) for v in group], None, batch_size).numpy())
+                names = list(group)
+            except (VideoDecodeError, ItemError):
+                for video in group:
+                    try:
+                        vectors.append(embedder.embed([MediaItem(video=video)], None, 1).numpy())
+                        names.append(video)
+                    except (VideoDecodeError, ItemError) as err:
+                        failed[video] = str(err)
+                        _write_atomic(failed_path, lambda p: p.write_text(json.dumps(failed, indent=1)))
+            bar.advance(task, len(group))
             if names:
                 stem = parts / f"part-{tag}{len(list(parts.glob(f'part-{tag}*.npy'))):05d}"
                 _write_atomic(stem.with_suffix(".npy"), lambda p: _save_array(p, np.concatenate(vectors).astype(np.float32)))
