@@ -146,6 +146,8 @@ class GVEProcessing:
         """The prompt with the item's text cut so the whole input fits `max_tokens`."""
         cap = self.config.max_tokens
         prompt = self.prompt(item, item.text, instruction)
+        if len(prompt) + visual <= cap:  # every token covers at least one character: no need to count
+            return prompt
         placeholders = (item.image is not None) + (item.video is not None)
         length = len(self.tokenizer(prompt, add_special_tokens=False)["input_ids"]) - placeholders + visual
         if length <= cap:
