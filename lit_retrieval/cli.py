@@ -5,75 +5,17 @@
     lit-retrieval synth --out data/synthetic --num-videos 1200 --seed 0
     lit-retrieval metrics SIM.npy [--text-video IDX.npy]
 
-Models and data modules are chosen by `class_path` in YAML (subclass mode).
+A subcommand's module is imported only when it is dispatched (`commands.COMMANDS`), so `fit` does
+not import faiss, PySceneDetect or the HTTP stack.
 """
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-import lightning as L
-from jsonargparse import ActionConfigFile
-from lightning.pytorch.cli import LightningCLI
-from lightning.pytorch.plugins.io import TorchCheckpointIO
-
-from lit_retrieval import __version__
-from lit_retrieval.callbacks.metrics_report import MetricsReport
-from lit_retrieval.checkpoint_io import SafeCheckpointIO, check_checkpoint_file
-from lit_retrieval.commands import COMMANDS
-from lit_retrieval.config_errors import ExplainingArgumentParser
+from lit_retrieval.commands import COMMANDS, run_command
 
 TRAINER_COMMANDS = ("fit", "validate", "test", "predict")
-
-
-class RetrievalCLI(LightningCLI):
-    """LightningCLI with every LightningModule/DataModule selectable by `class_path`, a metrics
-    report after evaluation, and a saved config that may be overwritten (resumed/requeued runs)."""
-
-    def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
-        super().__init__(
-            L.LightningModule,
-            L.LightningDataModule,
-            subclass_mode_model=True,
-            subclass_mode_data=True,
-            save_config_kwargs={"overwrite": True},
-            trainer_defaults={"callbacks": [MetricsReport()]},
-            args=args,
-            run=run,
-        )
-
-    def instantiate_trainer(self, **kwargs) -> L.Trainer:
-        """The configured trainer, with `SafeCheckpointIO` wherever the strategy uses Lightning's
-        default checkpoint IO (atomic writes, clear errors for corrupt files)."""
-        trainer = super().instantiate_trainer(**kwargs)
-        strategy = trainer.strategy
-        if type(getattr(strategy, "checkpoint_io", None)) is TorchCheckpointIO:
-            strategy.checkpoint_io = SafeCheckpointIO()
-        return trainer
-
-    def _parse_ckpt_path(self) -> None:
-        # LightningCLI reads the checkpoint's hyper-parameters before any trainer exists: check the
-        # file first, so a truncated or corrupt one gets a clear error instead of a zip traceback.
-        subcommand = self.config.get("subcommand")
-        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
-        if ckpt_path and Path(ckpt_path).is_file():
-            check_checkpoint_file(ckpt_path)
-        super()._parse_ckpt_path()
-
-    def _prepare_subcommand_parser(self, klass: type, subcommand: str, **kwargs):
-        # MetricsReport prints the retrieval table; Lightning's own one-row-per-key table of the
-        # same numbers (dozens of rows with the analyses) is off unless `--verbose true`.
-        parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
-        if subcommand in ("validate", "test"):
-            parser.set_defaults(verbose=False)
-        return parser
-
-    def init_parser(self, **kwargs) -> ExplainingArgumentParser:
-        kwargs.setdefault("dump_header", [f"lit-retrieval {__version__}"])
-        parser = ExplainingArgumentParser(**kwargs)
-        parser.add_argument("-c", "--config", action=ActionConfigFile, help="YAML config file(s); later ones override earlier ones.")
-        return parser
 
 
 def _usage() -> str:
@@ -85,8 +27,10 @@ def main(argv: list[str] | None = None) -> None:
     given = argv
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in COMMANDS:
-        sys.exit(COMMANDS[argv[0]](argv[1:]))
+        sys.exit(run_command(argv[0], argv[1:]))
     if argv and not argv[0].startswith("-") and argv[0] not in TRAINER_COMMANDS:
         print(f"lit-retrieval: unknown command {argv[0]!r}\n{_usage()}", file=sys.stderr)
         sys.exit(2)
+    from lit_retrieval.retrieval_cli import RetrievalCLI
+
     RetrievalCLI(args=given)

@@ -156,13 +156,13 @@ def test_metrics_synchronise_to_the_single_process_values(tmp_path):
 def test_convert_checkpoint_explains_what_it_needs(tmp_path, capsys):
     import importlib.util
 
-    from lit_retrieval.commands import COMMANDS
+    from lit_retrieval.commands import run_command
 
     with pytest.raises(SystemExit):
-        COMMANDS["convert-checkpoint"]([str(tmp_path / "missing"), str(tmp_path / "out.ckpt")])
+        run_command("convert-checkpoint", [str(tmp_path / "missing"), str(tmp_path / "out.ckpt")])
     assert "not a DeepSpeed checkpoint directory" in capsys.readouterr().err
     if importlib.util.find_spec("deepspeed") is None:  # CI: DeepSpeed is in the `gpu` extra only
         (tmp_path / "ds").mkdir()
         with pytest.raises(SystemExit):
-            COMMANDS["convert-checkpoint"]([str(tmp_path / "ds"), str(tmp_path / "out.ckpt")])
+            run_command("convert-checkpoint", [str(tmp_path / "ds"), str(tmp_path / "out.ckpt")])
         assert "converting needs DeepSpeed" in capsys.readouterr().err

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from lit_retrieval.commands import COMMANDS
+from lit_retrieval.commands import run_command
 from lit_retrieval.models.gve import MediaItem
 from lit_retrieval.search.index import IndexMismatch, IndexSettings, VideoIndex, build_video_index, list_videos, make_index
 from lit_retrieval.search.loading import ModelSpec
@@ -114,8 +114,8 @@ def test_approximate_indexes_find_near_duplicates(kind):
 
 def test_index_and_search_commands_with_a_tiny_gve(tmp_path, tiny_qwen, videos, capsys):
     shutil.copytree(tiny_qwen, tmp_path / "model")
-    assert COMMANDS["index"](["--model", str(tmp_path / "model"), "--videos", str(videos), "--out", str(tmp_path / "idx")]) == 0
-    assert COMMANDS["search"]([str(tmp_path / "idx"), "noise", "--event", "first", "--event", "second", "-k", "3", "--json"]) == 0
+    assert run_command("index", ["--model", str(tmp_path / "model"), "--videos", str(videos), "--out", str(tmp_path / "idx")]) == 0
+    assert run_command("search", [str(tmp_path / "idx"), "noise", "--event", "first", "--event", "second", "-k", "3", "--json"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     assert [line["query"] for line in lines] == ["noise", "first second"] and all(len(line["results"]) == 3 for line in lines)
     from lit_retrieval.search.loading import load_item_embedder
@@ -126,10 +126,10 @@ def test_index_and_search_commands_with_a_tiny_gve(tmp_path, tiny_qwen, videos, 
     assert [r["video"] for r in lines[0]["results"]] == [index.videos[j] for j in brute[0].argsort(descending=True)[:3].tolist()]
     shutil.copytree(tiny_qwen, tmp_path / "other")
     with pytest.raises(SystemExit, match="was built with"):
-        COMMANDS["search"]([str(tmp_path / "idx"), "noise", "--model", str(tmp_path / "other")])
+        run_command("search", [str(tmp_path / "idx"), "noise", "--model", str(tmp_path / "other")])
     (tmp_path / "model" / "config.json").touch()  # the model changed since indexing
     with pytest.raises(SystemExit, match="another model or with other settings"):
-        COMMANDS["search"]([str(tmp_path / "idx"), "noise"])
+        run_command("search", [str(tmp_path / "idx"), "noise"])
 
 
 def test_array_shards_embed_apart_then_one_run_builds_the_index(tmp_path, videos):

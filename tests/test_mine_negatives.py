@@ -23,9 +23,9 @@ def test_mine_returns_top_k_without_positives():
 def test_mine_negatives_command_matches_brute_force(tmp_path, tiny_qwen, gve_tasks):
     spec = next(s for s in gve_tasks["train"] if s.name == "syn_t2v")
     out = tmp_path / "mined.jsonl"
-    from lit_retrieval.commands import COMMANDS
+    from lit_retrieval.commands import run_command
 
-    assert COMMANDS["mine-negatives"](["--model", str(tiny_qwen), "--task", spec.path, "--format", "T->V", "--out", str(out), "--k", "2"]) == 0
+    assert run_command("mine-negatives", ["--model", str(tiny_qwen), "--task", spec.path, "--format", "T->V", "--out", str(out), "--k", "2"]) == 0
     mined = read_task(TaskSpec("mined", str(out), "T->V", num_negatives=2))
     source = read_task(TaskSpec("src", spec.path, "T->V"))
     assert [r.record_id for r in mined] == [r.record_id for r in source]

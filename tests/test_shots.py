@@ -118,7 +118,7 @@ def test_data_module_items_carry_frame_shots_matching_the_ground_truth_cuts(corp
 
 
 def test_shots_command_takes_its_shard_only(tmp_path):
-    from lit_retrieval.commands import COMMANDS
+    from lit_retrieval.commands import run_command
 
     videos = []
     for i in range(4):
@@ -126,7 +126,7 @@ def test_shots_command_takes_its_shard_only(tmp_path):
         write_shots_video(path, [10], 20, size=48)
         videos.append(str(path))
     out = tmp_path / "shard1.json"
-    assert COMMANDS["shots"]([*videos, "--cache", str(tmp_path / "cache"), "--shard", "1", "--num-shards", "2", "--out", str(out)]) == 0
+    assert run_command("shots", [*videos, "--cache", str(tmp_path / "cache"), "--shard", "1", "--num-shards", "2", "--out", str(out)]) == 0
     assert sorted(json.loads(out.read_text())) == sorted(videos[1::2])
     with pytest.raises(SystemExit):
-        COMMANDS["shots"]([*videos, "--shard", "2", "--num-shards", "2"])
+        run_command("shots", [*videos, "--shard", "2", "--num-shards", "2"])

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from lit_retrieval.commands import COMMANDS
+from lit_retrieval.commands import run_command
 from lit_retrieval.data.annotations import load_annotations
 from lit_retrieval.models.gve import GVEEmbedder, InputConfig, MediaItem
 from lit_retrieval.search.cache import EmbeddingCache
@@ -99,7 +99,7 @@ def test_report_command_prints_abilities(tmp_path, capsys):
     scores = {name: 0.5 for name in UVRB_DATASETS} | {"MSRVTT": 0.8}
     path = tmp_path / "scores.json"
     path.write_text(json.dumps(scores))
-    assert COMMANDS["uvrb"](["report", str(path), "--json"]) == 0
+    assert run_command("uvrb", ["report", str(path), "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["CG"] == pytest.approx(0.6) and out["AVG_datasets"] == pytest.approx((15 * 0.5 + 0.8) / 16)
 
@@ -148,7 +148,7 @@ def test_uvrb_command_with_a_dual_encoder_checkpoint(tmp_path, tiny_clip, corpus
     main(["fit", "--config", str(path)])
     tasks = tmp_path / "tasks.yaml"
     tasks.write_text(yaml.safe_dump({"root": str(t2v_task.parent), "tasks": [{"name": "MSRVTT", "dir": "MSRVTT"}, {"name": "MS-TI", "dir": "MSRVTT"}]}))
-    code = COMMANDS["uvrb"](["--config", str(path), "--ckpt", str(tmp_path / "ckpt" / "last.ckpt"), "--tasks", str(tasks), "--out", str(tmp_path / "uvrb")])
+    code = run_command("uvrb", ["--config", str(path), "--ckpt", str(tmp_path / "ckpt" / "last.ckpt"), "--tasks", str(tasks), "--out", str(tmp_path / "uvrb")])
     assert code == 0
     results = json.loads((tmp_path / "uvrb" / "results.json").read_text())
     assert results["datasets"]["MSRVTT"]["queries"] == 12 and 0 <= results["datasets"]["MSRVTT"]["score"] <= 1

@@ -1,18 +1,26 @@
-"""Subcommands for the jobs around training; each module exposes `run(argv) -> exit code`."""
+"""Subcommands for the jobs around training; each module exposes `run(argv) -> exit code`.
 
-from lit_retrieval.commands import convert_checkpoint, curves, gve_tasks, index, metrics, mine_negatives, search, shots, slurm, synth, tiny_qwen, uvrb
+`COMMANDS` maps a command name to its module, imported only when that command runs (`cli.main`).
+"""
 
 COMMANDS = {
-    "synth": synth.run,
-    "metrics": metrics.run,
-    "curves": curves.run,
-    "shots": shots.run,
-    "gve-tasks": gve_tasks.run,
-    "mine-negatives": mine_negatives.run,
-    "tiny-qwen": tiny_qwen.run,
-    "uvrb": uvrb.run,
-    "index": index.run,
-    "search": search.run,
-    "slurm": slurm.run,
-    "convert-checkpoint": convert_checkpoint.run,
+    "synth": "lit_retrieval.commands.synth",
+    "metrics": "lit_retrieval.commands.metrics",
+    "curves": "lit_retrieval.commands.curves",
+    "shots": "lit_retrieval.commands.shots",
+    "gve-tasks": "lit_retrieval.commands.gve_tasks",
+    "mine-negatives": "lit_retrieval.commands.mine_negatives",
+    "tiny-qwen": "lit_retrieval.commands.tiny_qwen",
+    "uvrb": "lit_retrieval.commands.uvrb",
+    "index": "lit_retrieval.commands.index",
+    "search": "lit_retrieval.commands.search",
+    "slurm": "lit_retrieval.commands.slurm",
+    "convert-checkpoint": "lit_retrieval.commands.convert_checkpoint",
 }
+
+
+def run_command(name: str, argv: list[str]) -> int:
+    """Import the subcommand `name` and run it with `argv`; its exit code."""
+    import importlib
+
+    return importlib.import_module(COMMANDS[name]).run(argv)

@@ -34,7 +34,7 @@ class ModelSpec:
 
 def instantiate_module(config: str):
     """The LightningModule a training config describes (no trainer run)."""
-    from lit_retrieval.cli import RetrievalCLI
+    from lit_retrieval.retrieval_cli import RetrievalCLI
 
     return RetrievalCLI(args=["--config", config, "--trainer.logger", "false"], run=False).model
 

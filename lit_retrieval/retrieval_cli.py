@@ -1,0 +1,69 @@
+"""`RetrievalCLI`: the LightningCLI behind `lit-retrieval fit/validate/test/predict`.
+
+Every LightningModule / LightningDataModule is selectable by `class_path` in YAML (subclass mode);
+library code that builds a module from a training config (search, UVRB) uses this class, never the
+`lit-retrieval` entry point in `cli.py`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+from jsonargparse import ActionConfigFile
+from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+from lit_retrieval import __version__
+from lit_retrieval.callbacks.metrics_report import MetricsReport
+from lit_retrieval.checkpoint_io import SafeCheckpointIO, check_checkpoint_file
+from lit_retrieval.config_errors import ExplainingArgumentParser
+
+
+class RetrievalCLI(LightningCLI):
+    """LightningCLI with every LightningModule/DataModule selectable by `class_path`, a metrics
+    report after evaluation, and a saved config that may be overwritten (resumed/requeued runs)."""
+
+    def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
+        super().__init__(
+            L.LightningModule,
+            L.LightningDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            save_config_kwargs={"overwrite": True},
+            trainer_defaults={"callbacks": [MetricsReport()]},
+            args=args,
+            run=run,
+        )
+
+    def instantiate_trainer(self, **kwargs) -> L.Trainer:
+        """The configured trainer, with `SafeCheckpointIO` wherever the strategy uses Lightning's
+        default checkpoint IO (atomic writes, clear errors for corrupt files)."""
+        trainer = super().instantiate_trainer(**kwargs)
+        strategy = trainer.strategy
+        if type(getattr(strategy, "checkpoint_io", None)) is TorchCheckpointIO:
+            strategy.checkpoint_io = SafeCheckpointIO()
+        return trainer
+
+    def _parse_ckpt_path(self) -> None:
+        # LightningCLI reads the checkpoint's hyper-parameters before any trainer exists: check the
+        # file first, so a truncated or corrupt one gets a clear error instead of a zip traceback.
+        subcommand = self.config.get("subcommand")
+        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if ckpt_path and Path(ckpt_path).is_file():
+            check_checkpoint_file(ckpt_path)
+        super()._parse_ckpt_path()
+
+    def _prepare_subcommand_parser(self, klass: type, subcommand: str, **kwargs):
+        # MetricsReport prints the retrieval table; Lightning's own one-row-per-key table of the
+        # same numbers (dozens of rows with the analyses) is off unless `--verbose true`.
+        parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
+        if subcommand in ("validate", "test"):
+            parser.set_defaults(verbose=False)
+        return parser
+
+    def init_parser(self, **kwargs) -> ExplainingArgumentParser:
+        kwargs.setdefault("dump_header", [f"lit-retrieval {__version__}"])
+        parser = ExplainingArgumentParser(**kwargs)
+        parser.add_argument("-c", "--config", action=ActionConfigFile, help="YAML config file(s); later ones override earlier ones.")
+        return parser
