@@ -21,8 +21,9 @@ from pathlib import Path
 import torch
 from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
+from lit_retrieval.data.media import MediaItem
 from lit_retrieval.losses.contrastive import MultimodalInfoNCE
-from lit_retrieval.models.gve import GVEEmbedder, InputConfig, LoRASettings, MediaItem
+from lit_retrieval.models.gve import GVEEmbedder, InputConfig, LoRASettings
 from lit_retrieval.models.gve.tiny import SPECIAL_TOKENS, tiny_config, tiny_processor
 
 

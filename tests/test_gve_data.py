@@ -9,11 +9,12 @@ from dataclasses import replace
 import pytest
 import torch
 
+from lit_retrieval.data.media import parse_format
 from lit_retrieval.data.multitask import MultiTaskDataModule, content_key
 from lit_retrieval.data.records import AnnotationError
 from lit_retrieval.data.task_sampler import TaskBatchSampler
 from lit_retrieval.data.tasks import TaskSpec, read_task, write_task
-from lit_retrieval.models.gve import GVEProcessing, InputConfig, parse_format
+from lit_retrieval.models.gve import GVEProcessing, InputConfig
 from transformers import AutoProcessor
 
 
@@ -158,10 +159,10 @@ def test_content_key_is_stable_across_processes_and_distinguishes_windows():
     import subprocess
     import sys
 
-    from lit_retrieval.models.gve import MediaItem
+    from lit_retrieval.data.media import MediaItem
 
     a = MediaItem(video="v.mp4", start=0.0, end=2.0)
-    code = "from lit_retrieval.data.multitask import content_key; from lit_retrieval.models.gve import MediaItem; print(content_key(MediaItem(video='v.mp4', start=0.0, end=2.0)))"
+    code = "from lit_retrieval.data.multitask import content_key; from lit_retrieval.data.media import MediaItem; print(content_key(MediaItem(video='v.mp4', start=0.0, end=2.0)))"
     other = [int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PYTHONHASHSEED": seed}).stdout) for seed in ("1",)]
     assert other == [content_key(a)]  # unlike hash(), the same on every rank and run
     assert content_key(a) != content_key(MediaItem(video="v.mp4", start=0.0, end=3.0))

@@ -10,9 +10,9 @@ import torch.nn.functional as F
 from PIL import Image
 from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
 
+from lit_retrieval.data.media import ItemError, MediaItem
 from lit_retrieval.data.video import VideoDecodeError
-from lit_retrieval.models.gve import GVEEmbedder, InputConfig, LoRASettings, MediaItem, last_token_pool
-from lit_retrieval.models.gve.inputs import ItemError
+from lit_retrieval.models.gve import GVEEmbedder, InputConfig, LoRASettings, last_token_pool
 from media import write_noise_video
 
 SMALL = InputConfig(max_frames=4, video_min_pixels=4 * 784, video_max_pixels=16 * 784,
@@ -140,7 +140,7 @@ def test_bad_media_errors_name_the_file(tiny_qwen, media, tmp_path):
 
 
 def plain_transformers_embeddings(path, texts_and_videos, instruction):
-    """The released-model recipe with transformers alone (GVE spec, section 1.2-1.5)."""
+    """The released-model recipe with transformers alone (prompt, <|endoftext|>, last token: GVE A.7)."""
     from transformers.video_utils import VideoMetadata
 
     from lit_retrieval.data.video import sample_frames

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from lit_retrieval.commands import run_command
-from lit_retrieval.models.gve import MediaItem
+from lit_retrieval.data.media import MediaItem
 from lit_retrieval.search.index import IndexMismatch, IndexSettings, VideoIndex, build_video_index, list_videos, make_index
 from lit_retrieval.search.loading import ModelSpec
 from media import write_noise_video

@@ -6,7 +6,7 @@ faiss inner-product index, drops the query's positive (and any candidate with th
 and writes the task file again with `negatives` filled.
 
     lit-retrieval mine-negatives --model /models/gme-7b --task t2v.jsonl --format T->V --out t2v_neg.jsonl --k 3
-    lit-retrieval mine-negatives --config configs/gve/gve_3b.yaml --ckpt last.ckpt --task ... --out ...
+    lit-retrieval mine-negatives --config RUN_DIR/config.yaml --ckpt last.ckpt --task ... --out ...
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from pathlib import Path
 import faiss
 import numpy as np
 
+from lit_retrieval.data.media import MediaItem, item_from_json, parse_format
 from lit_retrieval.data.tasks import TaskSpec, read_task, write_task
-from lit_retrieval.models.gve.inputs import MediaItem, item_from_json, parse_format
 from lit_retrieval.search.loading import ModelSpec, load_item_embedder
 
 

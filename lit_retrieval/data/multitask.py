@@ -15,21 +15,18 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 from lit_retrieval.data.bad_records import BadRecordPolicy
+from lit_retrieval.data.media import ItemError, ItemProcessing, MediaItem
 from lit_retrieval.data.resume import EpochPosition
 from lit_retrieval.data.task_sampler import TaskBatchSampler
 from lit_retrieval.data.tasks import TaskRecord, TaskSpec, read_task
 from lit_retrieval.data.video import VideoDecodeError
-from lit_retrieval.models.gve.inputs import ItemError, MediaItem
-
-if TYPE_CHECKING:  # the processing comes from the model at setup
-    from lit_retrieval.models.gve.processing import GVEProcessing
 
 log = logging.getLogger(__name__)
 BadVideoPolicy = Literal["raise", "replace"]
@@ -49,7 +46,7 @@ class TaskData:
 class TrainBatches(Dataset):
     """`dataset[[(task, record), ...]]` -> the processed batch of those pairs."""
 
-    def __init__(self, tasks: list[TaskData], processing: GVEProcessing, on_bad_video: BadVideoPolicy = "raise") -> None:
+    def __init__(self, tasks: list[TaskData], processing: ItemProcessing, on_bad_video: BadVideoPolicy = "raise") -> None:
         self.tasks = tasks
         self.processing = processing
         self.on_bad_video = on_bad_video
@@ -112,7 +109,7 @@ class EvalEntry:
 class EvalBatches(Dataset):
     """Pre-formed batches of one task and one side (queries or distinct targets) for evaluation."""
 
-    def __init__(self, tasks: list[TaskData], processing: GVEProcessing, batch_size: int) -> None:
+    def __init__(self, tasks: list[TaskData], processing: ItemProcessing, batch_size: int) -> None:
         self.tasks = tasks
         self.processing = processing
         self.targets: list[list[MediaItem]] = []
@@ -196,7 +193,7 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
         self.on_bad_record = on_bad_record
         self.on_bad_video = on_bad_video
         self.seed = seed
-        self.processing: GVEProcessing | None = None
+        self.processing: ItemProcessing | None = None
         self.train_data: list[TaskData] = []
         self.val_data: list[TaskData] = []
         self.sampler: TaskBatchSampler | None = None

@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from lit_retrieval.data.bad_records import BadRecordPolicy, RecordCollector
+from lit_retrieval.data.media import ItemError, MediaItem, item_from_json, parse_format
 from lit_retrieval.data.records import AnnotationError
-from lit_retrieval.models.gve.inputs import ItemError, MediaItem, item_from_json, parse_format
 
 
 @dataclass

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lit_retrieval.models.gve import MediaItem
+from lit_retrieval.data.media import MediaItem
 from lit_retrieval.search.embedders import ItemEmbedder, digest, file_identity
 
 

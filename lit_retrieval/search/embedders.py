@@ -25,9 +25,10 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from lit_retrieval.data.media import MediaItem
 from lit_retrieval.data.transforms import NormalizeFrames
 from lit_retrieval.data.video import sample_frames
-from lit_retrieval.models.gve import GVEEmbedder, MediaItem
+from lit_retrieval.models.gve import GVEEmbedder
 
 
 class ItemEmbedder(Protocol):

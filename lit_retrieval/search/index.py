@@ -21,9 +21,8 @@ import faiss
 import numpy as np
 from rich.progress import Progress
 
+from lit_retrieval.data.media import ItemError, MediaItem
 from lit_retrieval.data.video import VideoDecodeError
-from lit_retrieval.models.gve import MediaItem
-from lit_retrieval.models.gve.inputs import ItemError
 from lit_retrieval.search.embedders import ItemEmbedder
 from lit_retrieval.search.loading import ModelSpec
 

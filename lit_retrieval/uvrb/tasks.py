@@ -6,7 +6,7 @@ several relevant items per query), read from JSONL:
     <dir>/qrels.jsonl    {"query_id": "q1", "corpus_id": "v1", "score": 1}
 
 Field names are configurable per task (`fields`), because UVRB's own file layout could not be
-inspected here (GVE spec, section 2.2); media paths are relative to `dir` unless absolute. Relevance
+inspected here; media paths are relative to `dir` unless absolute. Relevance
 scores <= 0 are not relevant. Errors name the file, the line and the reason.
 """
 
@@ -16,8 +16,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lit_retrieval.data.media import ItemError, MediaItem, item_from_json
 from lit_retrieval.data.records import AnnotationError
-from lit_retrieval.models.gve.inputs import ItemError, MediaItem, item_from_json
 from lit_retrieval.uvrb.datasets import UVRB_DATASETS
 
 

@@ -1,7 +1,6 @@
 """GVE: Qwen2.5-VL as a universal video embedder (GVE Sec. 3.3, A.7-A.8)."""
 
 from lit_retrieval.models.gve.embedder import GVEEmbedder, LoRASettings, last_token_pool
-from lit_retrieval.models.gve.inputs import MediaItem, item_from_json, parse_format
 from lit_retrieval.models.gve.processing import GVEProcessing, InputConfig
 
-__all__ = ["GVEEmbedder", "GVEProcessing", "InputConfig", "LoRASettings", "MediaItem", "item_from_json", "last_token_pool", "parse_format"]
+__all__ = ["GVEEmbedder", "GVEProcessing", "InputConfig", "LoRASettings", "last_token_pool"]

@@ -3,7 +3,7 @@
 Per item: a chat prompt (an optional task instruction as the system turn, then the image/video
 placeholders and the text as the user turn, then the assistant header) with `<|endoftext|>`
 appended: that token's final hidden state is the embedding (the released model's processor
-appends it; see the GVE spec, sections 1.3 and 1.5). Videos are decoded with the project's PyAV
+appends it; GVE, arXiv:2510.27571, A.7). Videos are decoded with the project's PyAV
 sampler: `fps` frames per second up to `max_frames` (GVE A.8: 8 frames at 1 fps), the count rounded
 down to the temporal patch size and spread uniformly over the clip, as qwen-vl-utils does. The
 sampled rate goes to the processor as `VideoMetadata` so the temporal M-RoPE spacing is right
@@ -28,8 +28,8 @@ from transformers import BatchFeature
 from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
 from transformers.video_utils import VideoMetadata
 
+from lit_retrieval.data.media import ItemError, MediaItem
 from lit_retrieval.data.video import VideoDecodeError, sample_frames, video_duration
-from lit_retrieval.models.gve.inputs import ItemError, MediaItem
 
 END_OF_TEXT = "<|endoftext|>"
 

@@ -3,6 +3,9 @@
 GVE Definition 1 / Sec. 3.3: queries and targets may be text (T), image (I), video (V) or their
 compositions (TI, TV). `MediaItem.modality` spells an item's combination in that notation, and task
 files declare theirs as `"T->V"`, `"TI->V"`, ... (GVE Tab. 6-7).
+
+These types belong to the data layer: data modules, task files and the index read them, and models
+(`models/gve`) consume them.
 """
 
 from __future__ import annotations
@@ -10,7 +13,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 MODALITY_LETTERS = ("T", "I", "V")
 
@@ -90,3 +94,10 @@ def parse_format(spec: str) -> tuple[str, str]:
             raise ValueError(f"a task format uses the letters T, I, V once per side, got {spec!r}")
         sides.append("".join(c for c in MODALITY_LETTERS if c in side))
     return sides[0], sides[1]
+
+
+class ItemProcessing(Protocol):
+    """Turns items (and an optional instruction) into one batch of model inputs; the model provides
+    it (e.g. `models.gve.GVEProcessing`) and data modules call it in their workers."""
+
+    def __call__(self, items: list[MediaItem], instruction: str | None = None) -> Mapping[str, Any]: ...
