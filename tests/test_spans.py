@@ -1,23 +1,33 @@
-"""Subject/object span splitting and relational queries (SALI Sec. 2-3)."""
+"""Subject/object span splitting and relational queries (SALI Sec. 2-3).
+
+Expected flags are worked by hand from the paper's rule: relational = one of the 11 interpersonal
+verbs plus two person nouns or pronouns (Sec. 2), names being capitalised non-initial tokens (Sec. 4),
+each sentence having its own initial token."""
 
 import pytest
 
-from lit_retrieval.data.spans import SpanSplitter
+from lit_retrieval.data.spans import SpanSplitter, sentences
 from lit_retrieval.data.synthetic import CHARACTER_WORDS
 
 TABLE = [
     # query, subject, object, verb, relational
     ("The woman confronts Mark about the ledger.", "The woman", "Mark about the ledger", "confronts", True),
-    ("Anna talks to her father in the kitchen", "Anna", "her father in the kitchen", "talks to", False),  # initial name
+    # "Anna" starts the sentence (not a name), but "her" and "father" are two person words
+    ("Anna talks to her father in the kitchen", "Anna", "her father in the kitchen", "talks to", True),
     ("Then Anna talks to her father", "Then Anna", "her father", "talks to", True),
     ("He looked at the stranger, then left.", "He", "the stranger, then left", "looked at", True),
     ("A boy is hugging his sister", "A boy is", "his sister", "hugging", True),
-    ("The detective argues with Sam", "The detective", "Sam", "argues with", False),  # detective: no person word
+    ("The detective argues with Sam", "The detective", "Sam", "argues with", False),  # detective: no person word, Sam: 1
     ("She told Jake the truth", "She", "Jake the truth", "told", True),
     ("The dog looks at the ball", "The dog", "the ball", "looks at", False),  # verb, but no people
     ("A man rides a horse across the field", None, None, None, False),  # no verb: spans = full
-    ("Confronts him at the door", None, "him at the door", "Confronts", False),  # empty subject -> full
-    ("The man and the woman kiss.", "The man and the woman", None, "kiss", False),  # empty object -> full
+    ("Confronts him at the door", None, "him at the door", "Confronts", False),  # empty subject -> full; 1 person
+    # empty object -> full; the paper's rule asks for two persons anywhere, not one on each side
+    ("The man and the woman kiss.", "The man and the woman", None, "kiss", True),
+    # Anna: initial; Mark (non-initial capital) and she: two mentions
+    ("Anna tells Mark that she is leaving", "Anna", "Mark that she is leaving", "tells", True),
+    # "The" is initial and "waiter" is no person word, but Anna and Mark are two names
+    ("The waiter talks to Anna and Mark", "The waiter", "Anna and Mark", "talks to", True),
 ]
 
 
@@ -49,3 +59,35 @@ def test_default_list_has_eleven_patterns_and_bad_patterns_are_refused():
     assert len(SpanSplitter().verbs) == 11
     with pytest.raises(ValueError, match="not a valid regular expression"):
         SpanSplitter(verbs=["talk(s to"])
+
+
+PARAGRAPH = "A man is seen on a pier. The camera looks at the lake. Then it pans to the boats."
+
+
+def test_later_sentence_starts_are_not_names():
+    # sentence 1: man (1); sentence 2: "The" initial, camera and lake are no persons (0);
+    # sentence 3: "Then" initial, "it" is no person pronoun of the list (0) -> one mention only
+    assert SpanSplitter().split(PARAGRAPH).relational is False
+    # two persons in different sentences: the paper counts per query, `scope: sentence` per sentence
+    across = "A woman walks in. She talks to the camera."  # woman + She = 2; sentence 2 alone: She = 1
+    assert SpanSplitter().split(across).relational is True
+    assert SpanSplitter(scope="sentence").split(across).relational is False
+    within = "The room is dark. Then Anna talks to Mark."  # sentence 2: "Then" initial, Anna, Mark = 2
+    assert SpanSplitter(scope="sentence").split(within).relational is True
+
+
+def test_sentences_and_name_runs():
+    assert sentences(PARAGRAPH) == ["A man is seen on a pier. ", "The camera looks at the lake. ", "Then it pans to the boats."]
+    assert sentences("Mr. Smith looks at J. Doe! Why?") == ["Mr. Smith looks at J. Doe! ", "Why?"]
+    # "Mr. Smith" and "Harry Potter" are one name each: 2 mentions; "Mr" alone at the start is initial
+    assert SpanSplitter().person_mentions("Mr. Smith looks at Harry Potter") == 2
+    assert SpanSplitter().person_mentions("Mr. Smith talks to the camera.") == 1
+    assert SpanSplitter().split("Mr. Smith talks to the camera.").relational is False
+
+
+def test_bad_scope_is_refused_and_old_pickles_load():
+    with pytest.raises(ValueError, match="scope must be"):
+        SpanSplitter(scope="paragraph")
+    restored = SpanSplitter.__new__(SpanSplitter)
+    restored.__setstate__({"verbs": ["greet(?:s)?"], "person_words": ["man"], "extra_person_words": [], "initial_names": False})
+    assert restored.scope == "query" and restored.split("The man greets Ann").relational

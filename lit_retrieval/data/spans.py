@@ -1,24 +1,37 @@
-"""Subject/object spans of a query around an interpersonal verb (SALI Sec. 2 and 3).
+"""Subject/object spans of a query around an interpersonal verb, and relational queries (SALI
+Sec. 2, 3 and 4).
 
 SALI splits a query at an interpersonal verb: the words before it form the subject span, the words
-after it the object span. A query is *relational* when it has such a verb and both spans name a
-person (a person noun or pronoun, or a capitalised token that does not start the sentence, i.e. a
-name). Queries without a verb use subject = object = the full query.
+after it the object span (Sec. 3). Queries without a verb use subject = object = the full query.
+
+A query is *relational* when it has "a verb from a list of 11 interpersonal verbs and two person
+nouns or pronouns" (Sec. 2), where "person nouns include capitalized non-initial tokens" (Sec. 4).
+The query is first split into sentences, so each sentence's first token is the initial one (in an
+ActivityNet paragraph "The", "Then" or "It" opening a later sentence is not a name).
 
 The paper names three of its 11 verb patterns (confronts, talks to, looks at). The other eight are
 our choice of common interpersonal verbs in movie descriptions: kisses, hugs, argues with, fights,
 slaps, threatens, tells, asks. Each pattern is a regular expression over the lower-cased sentence
 covering the verb's inflections; the list and the person words are configurable.
 
-Where the paper is silent we chose: the first verb match splits the sentence; a span that would be
-empty (verb at the start or the end) falls back to the full query; punctuation at the span edges
-is stripped.
+Where the paper is silent we chose:
+- person mentions: each person noun or pronoun of the list counts once; a run of consecutive
+  capitalised tokens is one mention ("Harry Potter", "Officer Diaz") when it holds a non-initial
+  capital or a person word. Pronouns are counted as written, so a mention and its pronoun
+  ("A man looks at his phone") make two, as in the paper's wording.
+- `scope: query` (default, the paper's wording) counts the verb and the two mentions anywhere in
+  the query; `scope: sentence` needs them in one sentence (stricter for paragraph queries).
+- sentences end at `.`, `!` or `?` followed by white space, except after the titles in
+  `TITLES` and single capitals ("Mr. Smith", "J. Doe" stay in one sentence).
+- the first verb match of the query splits it; a span that would be empty (verb at the start or
+  the end) falls back to the full query; punctuation at the span edges is stripped.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Literal
 
 DEFAULT_VERBS: tuple[str, ...] = (
     r"confront(?:s|ed|ing)?",
@@ -40,14 +53,29 @@ DEFAULT_PERSON_WORDS: tuple[str, ...] = (
     "brother", "sister", "child", "kid", "kids", "boyfriend", "girlfriend", "officer", "cop", "doctor", "boss",
     "king", "queen", "soldier", "stranger", "family",
 )
+TITLES: tuple[str, ...] = ("Mr", "Mrs", "Ms", "Dr", "Prof", "St", "Jr", "Sr")
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z'\-]*")
+_SENTENCE_END = re.compile(r"[.!?][\"')\]]*\s+")
+
+
+def sentences(text: str) -> list[str]:
+    """`text` cut after each `.`, `!` or `?` that white space follows (not after a title such as "Mr.")."""
+    out, start = [], 0
+    for end in _SENTENCE_END.finditer(text):
+        words = _WORD.findall(text[start : end.start() + 1])
+        if words and text[end.start()] == "." and (words[-1] in TITLES or (len(words[-1]) == 1 and words[-1].isupper())):
+            continue
+        out.append(text[start : end.end()])
+        start = end.end()
+    out.append(text[start:])
+    return [s for s in out if s.strip()]
 
 
 @dataclass(frozen=True)
 class QuerySpans:
     """A query, its subject and object spans (equal to `full` without a verb), the verb found,
-    and whether the query is relational (verb plus a person on each side)."""
+    and whether the query is relational (verb plus two person mentions)."""
 
     full: str
     subject: str
@@ -58,27 +86,33 @@ class QuerySpans:
 
 @dataclass
 class SpanSplitter:
-    """Split queries at the first interpersonal verb (SALI Sec. 3 "Shot and query embeddings").
+    """Split queries at the first interpersonal verb (SALI Sec. 3 "Shot and query embeddings") and
+    flag relational queries (Sec. 2: an interpersonal verb and two person nouns or pronouns).
 
     Args:
         verbs: regular expressions of the verb patterns (11 by default; see the module notes).
         person_words: lower-case nouns and pronouns that denote a person. Capitalised tokens that
-            do not start the sentence always count (names).
+            do not start their sentence always count (names; Sec. 4).
         extra_person_words: added to `person_words` (e.g. the shape nouns that play the characters
             of the synthetic relational scenes).
         initial_names: also count a capitalised sentence-initial token as a name. Off by default:
             the paper counts only non-initial capitalised tokens, since every sentence starts with
-            a capital ("Nora confronts Eli" is then relational only if "Nora" is a person word).
+            a capital ("Nora confronts Eli" then has one mention unless "Nora" is a person word).
+        scope: `query` (the paper's wording) finds the verb and two mentions anywhere in the query;
+            `sentence` needs both in the same sentence.
     """
 
     verbs: list[str] = field(default_factory=lambda: list(DEFAULT_VERBS))
     person_words: list[str] = field(default_factory=lambda: list(DEFAULT_PERSON_WORDS))
     extra_person_words: list[str] = field(default_factory=list)
     initial_names: bool = False
+    scope: Literal["query", "sentence"] = "query"
 
     def __post_init__(self) -> None:
         if not self.verbs:
             raise ValueError("SpanSplitter needs at least one verb pattern")
+        if self.scope not in ("query", "sentence"):
+            raise ValueError(f"scope must be 'query' or 'sentence', got {self.scope!r}")
         for pattern in self.verbs:
             try:
                 re.compile(pattern)
@@ -90,21 +124,36 @@ class SpanSplitter:
     def __getstate__(self) -> dict[str, object]:
         # Only the settings travel (checkpoints load with weights_only=True, which refuses
         # compiled patterns); the matchers are rebuilt on load.
-        return {f: getattr(self, f) for f in ("verbs", "person_words", "extra_person_words", "initial_names")}
+        return {f: getattr(self, f) for f in ("verbs", "person_words", "extra_person_words", "initial_names", "scope")}
 
     def __setstate__(self, state: dict[str, object]) -> None:
+        state.setdefault("scope", "query")  # checkpoints written before the option existed
         self.__dict__.update(state)
         self.__post_init__()
 
-    def names_person(self, text: str, sentence_start: bool) -> bool:
-        """Does `text` contain a person word or a name (a capitalised, non-sentence-initial token)?"""
-        for i, match in enumerate(_WORD.finditer(text)):
+    def person_mentions(self, sentence: str) -> int:
+        """Person mentions in one sentence: person words, and runs of capitalised tokens that hold a
+        non-initial capital or a person word (one mention per run; "Mr. Smith" is one run)."""
+        count, run, previous_end = 0, None, 0
+        for i, match in enumerate(_WORD.finditer(sentence)):
             word = match.group()
-            if word.lower() in self._people:
-                return True
-            if word[0].isupper() and (self.initial_names or not (i == 0 and sentence_start)):
-                return True
-        return False
+            person = word.lower() in self._people
+            capital = word[0].isupper()
+            gap = sentence[previous_end : match.start()]
+            if run is not None and not (capital and gap and not gap.replace(".", "", 1).strip()):
+                count, run = count + run, None
+            if capital:
+                run = bool(run) or person or self.initial_names or i > 0
+            else:
+                count += person
+            previous_end = match.end()
+        return count + bool(run)
+
+    def _relational(self, query: str) -> bool:
+        parts = sentences(query)
+        if self.scope == "sentence":
+            return any(self._verb.search(s) and self.person_mentions(s) >= 2 for s in parts)
+        return bool(self._verb.search(query)) and sum(self.person_mentions(s) for s in parts) >= 2
 
     def split(self, query: str) -> QuerySpans:
         match = self._verb.search(query)
@@ -112,5 +161,4 @@ class SpanSplitter:
             return QuerySpans(query, query, query, None, False)
         before = query[: match.start()].strip(" ,;:.!?")
         after = query[match.end() :].strip(" ,;:.!?")
-        relational = bool(before and after) and self.names_person(before, True) and self.names_person(after, False)
-        return QuerySpans(query, before or query, after or query, match.group(), relational)
+        return QuerySpans(query, before or query, after or query, match.group(), self._relational(query))
