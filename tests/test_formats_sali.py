@@ -95,3 +95,39 @@ def test_msrvtt_unknown_test_video_is_a_bad_record(tmp_path):
     collector = RecordCollector("skip")
     records = MSRVTTDataModule(str(tmp_path), num_frames=4, val_fraction=0.0).load_records(collector)
     assert len(collector.dropped) == 1 and {r.split for r in records} == {"train"}
+
+
+def test_condensed_movies_clip_split_file_overrides_the_movie_split(cmd_root, caplog):
+    # clip_split.csv moves Zz1 (test movie) to train, Ee4 (train movie) to test and Aa1 to excluded;
+    # Ii7 is unlisted (and uncaptioned), Mm0 is listed but has no video
+    split_file = FIXTURES / "condensed_movies" / "clip_split.csv"
+    records = {r.video_id: r.split for r in CondensedMoviesParser(cmd_root / "videos", split_file=split_file).load(cmd_root / "metadata")}
+    assert records == {"Zz1Yy2Xx3Ww": "train", "Aa1Bb2Cc3Dd": "excluded", "Ee4Ff5Gg6Hh": "test"}
+    dm = CondensedMoviesDataModule(str(cmd_root / "metadata"), split_file=str(split_file), num_frames=4, image_size=32)
+    dm.setup()
+    ids = {role: [r.video_id for r in ds.records] for role, ds in dm.datasets.items()}
+    assert ids == {"train": ["Zz1Yy2Xx3Ww"], "val": [], "test": ["Ee4Ff5Gg6Hh"]}  # excluded: in no split
+    # the Sec. 2 diagnosis pool: every listed clip in one split; an unlisted captioned clip is counted
+    pool = cmd_root / "pool.csv"
+    pool.write_text("videoid,split\nZz1Yy2Xx3Ww,test\nEe4Ff5Gg6Hh,test\n")
+    with caplog.at_level("WARNING"):
+        pooled = CondensedMoviesParser(cmd_root / "videos", split_file=pool).load(cmd_root / "metadata")
+    assert sorted(r.video_id for r in pooled) == ["Ee4Ff5Gg6Hh", "Zz1Yy2Xx3Ww"] and {r.split for r in pooled} == {"test"}
+    assert "2 captioned clips are not in the clip split file" in caplog.text  # Aa1 and Mm0
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("videoid,split\nZz1Yy2Xx3Ww,train\nAa1Bb2Cc3Dd,tset\n", r"bad.csv:3: split 'tset' of clip 'Aa1Bb2Cc3Dd' is not one of"),
+        ("videoid,split\nZz1Yy2Xx3Ww,train\nEe4Ff5Gg6Hh,test\nZz1Yy2Xx3Ww,test\n", r"bad.csv:4: clip 'Zz1Yy2Xx3Ww' is listed again \(first at line 2\)"),
+        ("videoid,split\nZz1Yy2Xx3Ww\n", r"bad.csv:2: expected 2 fields"),
+        ("videoid,split\n,train\n", r"bad.csv:2: empty videoid"),
+        ("clip,split\nZz1Yy2Xx3Ww,train\n", r"bad.csv:1: missing column\(s\) \['videoid'\]"),
+    ],
+)
+def test_condensed_movies_bad_clip_split_rows_name_file_and_line(cmd_root, tmp_path, text, message):
+    bad = tmp_path / "bad.csv"
+    bad.write_text(text)
+    with pytest.raises(AnnotationError, match=message):
+        CondensedMoviesParser(cmd_root / "videos", split_file=bad).load(cmd_root / "metadata")

@@ -8,6 +8,14 @@ Files of the original release's `metadata/` folder (CSV with headers):
 As in the reference loader, empty and repeated descriptions are dropped. Only about a third of the
 catalogue can still be downloaded, so clips whose video file is absent are left out (counted and
 logged) unless `require_video` is off.
+
+A *clip split file* (`split_file`) overrides the per-movie split with one split per clip: a CSV
+with the columns `videoid` and `split`, each split one of `SPLIT_NAMES`. This expresses SALI's
+protocol (SALI Sec. 4: 7,073 train / 724 val / 2,262 test clips, 562 `excluded` train-movie clips
+that share a movie with the training set) and the Sec. 2 diagnosis pool (every obtainable clip
+in one split). The paper does not publish which clips form its splits (nor how its 140 extra test
+clips and the 562 excluded ones were chosen beyond "selected by caption"), so the file is the
+user's; clips it does not list are left out (counted in a warning).
 """
 
 from __future__ import annotations
@@ -27,6 +35,36 @@ FILES = {
     "durations": ("durations.csv", ("videoid", "duration")),
     "split": ("split.csv", ("imdbid", "split")),
 }
+SPLIT_NAMES = ("train", "val", "test", "excluded")
+
+
+def read_clip_splits(path: Path) -> dict[str, str]:
+    """`{videoid: split}` of a clip split file; a bad row is an `AnnotationError` naming `file:line`."""
+    splits: dict[str, str] = {}
+    lines: dict[str, int] = {}
+    try:
+        with path.open(newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            missing = [c for c in ("videoid", "split") if c not in (reader.fieldnames or [])]
+            if missing:
+                raise AnnotationError(f"{path}:1", "-", f"missing column(s) {missing} (header: {reader.fieldnames})")
+            for row in reader:
+                where = f"{path}:{reader.line_num}"
+                if None in row or None in row.values():
+                    raise AnnotationError(where, "-", f"expected {len(reader.fieldnames)} fields, got a row of another length")
+                video_id, split = row["videoid"].strip(), row["split"].strip()
+                if not video_id:
+                    raise AnnotationError(where, "-", "empty videoid")
+                if split not in SPLIT_NAMES:
+                    raise AnnotationError(where, "-", f"split {split!r} of clip {video_id!r} is not one of {list(SPLIT_NAMES)}")
+                if video_id in splits:
+                    raise AnnotationError(where, "-", f"clip {video_id!r} is listed again (first at line {lines[video_id]})")
+                splits[video_id], lines[video_id] = split, reader.line_num
+    except FileNotFoundError:
+        raise AnnotationError(str(path), "-", "clip split file not found") from None
+    except UnicodeDecodeError as err:
+        raise AnnotationError(str(path), "-", f"not UTF-8 text ({err})") from None
+    return splits
 
 
 def read_csv(path: Path, required: tuple[str, ...]) -> list[dict[str, str]]:
@@ -43,12 +81,20 @@ def read_csv(path: Path, required: tuple[str, ...]) -> list[dict[str, str]]:
 
 
 class CondensedMoviesParser:
-    """Turns the CMD metadata CSVs into one `VideoRecord` per captioned clip."""
+    """Turns the CMD metadata CSVs into one `VideoRecord` per captioned clip (split per movie, or
+    per clip from `split_file`)."""
 
-    def __init__(self, video_root: str | Path, video_exts: tuple[str, ...] = (".mkv", ".mp4", ".webm"), require_video: bool = True) -> None:
+    def __init__(
+        self,
+        video_root: str | Path,
+        video_exts: tuple[str, ...] = (".mkv", ".mp4", ".webm"),
+        require_video: bool = True,
+        split_file: str | Path | None = None,
+    ) -> None:
         self.video_root = Path(video_root)
         self.video_exts = tuple(video_exts)
         self.require_video = require_video
+        self.split_file = Path(split_file) if split_file is not None else None
 
     def video_path(self, upload_year: str, video_id: str) -> str | None:
         for ext in self.video_exts:
@@ -60,19 +106,28 @@ class CondensedMoviesParser:
     def load(self, metadata: str | Path, collector: RecordCollector | None = None) -> list[VideoRecord]:
         collector = collector or RecordCollector()
         metadata = Path(metadata)
-        tables = {name: read_csv(metadata / file, columns) for name, (file, columns) in FILES.items()}
+        used = {name: spec for name, spec in FILES.items() if not (name == "split" and self.split_file)}
+        tables = {name: read_csv(metadata / file, columns) for name, (file, columns) in used.items()}
         clips = {row["videoid"]: row for row in tables["clips"]}
         durations = {row["videoid"]: row["duration"] for row in tables["durations"]}
-        splits = {row["imdbid"]: row["split"].strip() for row in tables["split"]}
+        if self.split_file:
+            clip_splits = read_clip_splits(self.split_file)
+            movie_splits = {}
+        else:
+            clip_splits = None
+            movie_splits = {row["imdbid"]: row["split"].strip() for row in tables["split"]}
         source = str(metadata / FILES["descriptions"][0])
-        records, seen, unavailable = [], set(), 0
+        records, seen, unavailable, unlisted = [], set(), 0, 0
         for row in tables["descriptions"]:
             video_id, text = row["videoid"].strip(), (row["description"] or "").strip()
             if not text or text.lower() == "nan" or video_id in seen:
                 continue
             seen.add(video_id)
+            if clip_splits is not None and video_id not in clip_splits:
+                unlisted += 1
+                continue
             try:
-                record = self._record(video_id, text, clips, durations, splits, source)
+                record = self._record(video_id, text, clips, durations, movie_splits, clip_splits, source)
             except AnnotationError as err:
                 collector.reject(err)
                 continue
@@ -80,15 +135,19 @@ class CondensedMoviesParser:
                 unavailable += 1
             else:
                 records.append(record)
+        if unlisted:
+            log.warning("%s: %d captioned clips are not in the clip split file %s (left out)", metadata, unlisted, self.split_file)
         if unavailable:
             log.info("%s: %d captioned clips have no video under %s (left out)", metadata, unavailable, self.video_root)
         return records
 
-    def _record(self, video_id: str, text: str, clips: dict, durations: dict, splits: dict, source: str) -> VideoRecord | None:
+    def _record(
+        self, video_id: str, text: str, clips: dict, durations: dict, movie_splits: dict, clip_splits: dict | None, source: str
+    ) -> VideoRecord | None:
         clip = clips.get(video_id)
         if clip is None:
             raise AnnotationError(source, video_id, "not in clips.csv")
-        split = splits.get(clip["imdbid"])
+        split = clip_splits[video_id] if clip_splits is not None else movie_splits.get(clip["imdbid"])
         if not split:
             raise AnnotationError(source, video_id, f"movie {clip['imdbid']!r} has no split in split.csv")
         try:

@@ -144,6 +144,9 @@ class CondensedMoviesDataModule(VideoTextDataModule):
         require_video: leave out clips whose file is absent (most of the catalogue is offline).
         trim_to_annotation: frames are sampled in [0, duration of durations.csv], which drops the
             YouTube outro (see `VideoTextDataModule`; on by default here).
+        split_file: a clip split file (CSV `videoid,split`; train / val / test / excluded) that
+            replaces the per-movie `split.csv`, e.g. SALI's 7,073 / 724 / 2,262 (+562 excluded)
+            protocol; clips it does not list are left out (see `lit_retrieval.data.condensed_movies`).
         **kwargs: the common options of `VideoTextDataModule` (SALI: 128 frames, `shots`).
     """
 
@@ -154,12 +157,14 @@ class CondensedMoviesDataModule(VideoTextDataModule):
         require_video: bool = True,
         trim_to_annotation: bool = True,
         val_split: str | None = "val",
+        split_file: str | None = None,
         **kwargs,
     ) -> None:
         super().__init__(trim_to_annotation=trim_to_annotation, val_split=val_split, **kwargs)
         self.metadata_dir = Path(metadata_dir)
         self.video_exts = tuple(video_exts or (".mkv", ".mp4", ".webm"))
         self.require_video = require_video
+        self.split_file = split_file
 
     @property
     def source(self) -> str:
@@ -169,7 +174,7 @@ class CondensedMoviesDataModule(VideoTextDataModule):
         return self.metadata_dir.parent / "videos"
 
     def load_records(self, collector: RecordCollector) -> list[VideoRecord]:
-        parser = CondensedMoviesParser(self.video_root or self.default_video_root(), self.video_exts, self.require_video)
+        parser = CondensedMoviesParser(self.video_root or self.default_video_root(), self.video_exts, self.require_video, self.split_file)
         return parser.load(self.metadata_dir, collector)
 
 
