@@ -22,8 +22,10 @@ import torch
 from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from lit_retrieval.errors import InputError
 
-class CorruptCheckpointError(RuntimeError):
+
+class CorruptCheckpointError(InputError, RuntimeError):
     """A checkpoint file that cannot be read; the message names it and says why."""
 
 

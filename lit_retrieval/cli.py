@@ -5,6 +5,10 @@
     lit-retrieval synth --out data/synthetic --num-videos 1200 --seed 0
     lit-retrieval metrics SIM.npy [--text-video IDX.npy]
 
+Bad input ends as one line on stderr, `lit-retrieval COMMAND: PATH[: record R]: reason`, exit
+status 2 (`errors.InputError`); `--debug` (anywhere on the line) or `LIT_RETRIEVAL_DEBUG=1` shows
+the traceback instead.
+
 A subcommand's module is imported only when it is dispatched (`commands.COMMANDS`), so `fit` does
 not import faiss, PySceneDetect or the HTTP stack.
 """
@@ -14,6 +18,7 @@ from __future__ import annotations
 import sys
 
 from lit_retrieval.commands import COMMANDS, run_command
+from lit_retrieval.errors import ConfigError, debug_requested, input_cause, input_error_line
 
 TRAINER_COMMANDS = ("fit", "validate", "test", "predict")
 
@@ -23,14 +28,41 @@ def _usage() -> str:
     return f"usage: lit-retrieval {{{names}}} ...\n(`lit-retrieval fit --help` for the trainer commands' options)"
 
 
-def main(argv: list[str] | None = None) -> None:
-    given = argv
-    argv = list(sys.argv[1:] if argv is None else argv)
+def _config_files(argv: list[str]) -> list[str]:
+    """The config files named on a trainer command line (`--config X`, `-c X`, `--config=X`)."""
+    found = [value for flag, value in zip(argv, argv[1:]) if flag in ("--config", "-c")]
+    return found + [arg.split("=", 1)[1] for arg in argv if arg.startswith("--config=")]
+
+
+def _dispatch(argv: list[str]) -> int | None:
     if argv and argv[0] in COMMANDS:
-        sys.exit(run_command(argv[0], argv[1:]))
+        return run_command(argv[0], argv[1:])
     if argv and not argv[0].startswith("-") and argv[0] not in TRAINER_COMMANDS:
         print(f"lit-retrieval: unknown command {argv[0]!r}\n{_usage()}", file=sys.stderr)
-        sys.exit(2)
+        return 2
     from lit_retrieval.retrieval_cli import RetrievalCLI
 
-    RetrievalCLI(args=given)
+    RetrievalCLI(args=None if argv == sys.argv[1:] else argv)  # None: LightningCLI reads sys.argv itself
+    return None
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run a command. Bad input (any `InputError`, a missing file) ends as one line on stderr,
+    `lit-retrieval COMMAND: PATH[: record R]: reason`, with exit status 2; `--debug` or
+    `LIT_RETRIEVAL_DEBUG=1` re-raises it with its traceback instead."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = debug_requested(argv)
+    argv = [arg for arg in argv if arg != "--debug"]
+    command = argv[0] if argv and not argv[0].startswith("-") else ""
+    try:
+        code = _dispatch(argv)
+    except Exception as err:  # noqa: BLE001 - only input errors are reported; the rest re-raise
+        line = input_error_line(err)
+        if line is None or debug:
+            raise
+        if isinstance(input_cause(err), ConfigError) and command in TRAINER_COMMANDS and _config_files(argv):
+            line = f"{', '.join(_config_files(argv))}: {line}"
+        print(f"lit-retrieval {command}: {line}" if command else f"lit-retrieval: {line}", file=sys.stderr)
+        sys.exit(2)
+    if code is not None:
+        sys.exit(code)

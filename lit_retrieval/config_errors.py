@@ -14,6 +14,8 @@ import re
 from jsonargparse._parameter_resolvers import get_signature_parameters
 from lightning.pytorch.cli import LightningArgumentParser
 
+from lit_retrieval.errors import ConfigError
+
 _CLASS_PROBLEM = re.compile(r"Problem with given class_path '([\w.]+)':\s*\n\s*Option '(\w+)' is not accepted")
 _NO_ATTRIBUTE = re.compile(r"module '([\w.]+)' has no attribute '(\w+)'")
 
@@ -54,4 +56,8 @@ class ExplainingArgumentParser(LightningArgumentParser):
     """LightningArgumentParser whose errors list the valid keys or classes."""
 
     def error(self, message: str, ex: Exception | None = None):
+        """Raise a `ConfigError` (printed by `lit-retrieval` as one line, exit status 2) where
+        jsonargparse would print its usage and exit; its internal, caught errors are unchanged."""
+        if self.exit_on_error:
+            raise ConfigError(explain(message)) from ex
         return super().error(explain(message), ex)

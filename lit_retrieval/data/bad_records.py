@@ -8,6 +8,7 @@ import logging
 from typing import Callable, Literal, TypeVar
 
 from lit_retrieval.data.records import AnnotationError, VideoRecord
+from lit_retrieval.errors import ConfigError
 
 BadRecordPolicy = Literal["raise", "skip"]
 T = TypeVar("T")
@@ -19,7 +20,7 @@ class RecordCollector:
 
     def __init__(self, policy: BadRecordPolicy = "raise") -> None:
         if policy not in ("raise", "skip"):
-            raise ValueError(f"on_bad_record must be 'raise' or 'skip', got {policy!r}")
+            raise ConfigError(f"on_bad_record must be 'raise' or 'skip', got {policy!r}")
         self.policy = policy
         self.dropped: list[AnnotationError] = []
 

@@ -29,6 +29,7 @@ from lit_retrieval.data.shots import ShotOptions, Shots, detect_many, frame_shot
 from lit_retrieval.data.synthetic import SynthConfig, generate_corpus
 from lit_retrieval.data.transforms import CLIP_MEAN, CLIP_STD, NormalizeFrames
 from lit_retrieval.data.video import VideoDecodeError, sample_frames
+from lit_retrieval.errors import ConfigError, check_at_least
 
 log = logging.getLogger(__name__)
 
@@ -204,15 +205,17 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
         holdout_val: float = 0.0,
     ) -> None:
         super().__init__()
+        # impossible values are refused when the config is parsed (LightningCLI builds the module then)
+        check_at_least("data", 1, num_frames=num_frames, image_size=image_size, batch_size=batch_size, min_events=min_events)
+        check_at_least("data", 1, **({"eval_batch_size": eval_batch_size} if eval_batch_size is not None else {}))
+        check_at_least("data", 0, num_workers=num_workers)
         if not 0 <= holdout_val < 1:
-            raise ValueError(f"holdout_val must lie in [0, 1), got {holdout_val}")
+            raise ConfigError(f"data.holdout_val must lie in [0, 1), got {holdout_val}")
         if holdout_val and val_split is None:
-            raise ValueError("holdout_val needs a val_split name for the held-out videos")
+            raise ConfigError("data.holdout_val needs a val_split name for the held-out videos")
         if on_bad_video not in ("raise", "skip"):
-            raise ValueError(f"on_bad_video must be 'raise' or 'skip', got {on_bad_video!r}")
+            raise ConfigError(f"data.on_bad_video must be 'raise' or 'skip', got {on_bad_video!r}")
         RecordCollector(on_bad_record)  # validates the policy now, not at setup
-        if min_events < 1:
-            raise ValueError(f"min_events must be >= 1, got {min_events}")
         self.video_root = Path(video_root) if video_root else None
         self.num_frames = num_frames
         self.image_size = image_size

@@ -1,4 +1,4 @@
-"""Records every annotation parser produces (DESIGN.md "Layers and their contracts")."""
+"""Records every annotation parser produces (docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lit_retrieval.errors import InputError
 
-class AnnotationError(ValueError):
-    """A malformed annotation record; the message names the file and the record."""
+
+class AnnotationError(InputError, ValueError):
+    """A malformed annotation record; the message names the file and the record (`"-"`: the
+    whole file)."""
 
     def __init__(self, source: str, record: str, reason: str) -> None:
-        super().__init__(f"{source}: record {record!r}: {reason}")
+        super().__init__(f"{source}: {reason}" if record == "-" else f"{source}: record {record!r}: {reason}")
         self.source = source
         self.record = record
         self.reason = reason

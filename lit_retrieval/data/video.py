@@ -21,8 +21,10 @@ from pathlib import Path
 import av
 import numpy as np
 
+from lit_retrieval.errors import InputError
 
-class VideoDecodeError(RuntimeError):
+
+class VideoDecodeError(InputError, RuntimeError):
     """A video could not be decoded; the message names the file and the reason."""
 
     def __init__(self, path: str | Path, reason: str) -> None:
