@@ -1,26 +1,107 @@
-"""`lit-retrieval metrics`: retrieval metrics of a saved score matrix, printed as one JSON object."""
+"""`lit-retrieval metrics`: retrieval metrics of a saved score matrix, or of a weighted sum of
+several (SALI Sec. 5, control (a): "average the similarity scores of each pair"), printed as one
+JSON object.
+
+A matrix `NAME.npy` written by `test` (`save_scores`) has its ids in `NAME_ids.json`
+(`text_ids`, `video_ids`, `targets`); when that file exists, its `targets` give each text row's
+video column. An ensemble needs every member's ids to agree (same queries and gallery in the same
+order), or no member to have ids (then the shapes must agree and `--text-video` or the diagonal
+gives the targets).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from lit_retrieval.metrics.ranking import retrieval_metrics
 
+ID_KEYS = ("text_ids", "video_ids", "targets")
+
+
+def ids_file(matrix: Path) -> Path:
+    """The ids file `test` writes next to `matrix` (`scores.npy` -> `scores_ids.json`)."""
+    return matrix.with_name(f"{matrix.stem}_ids.json")
+
+
+def load_ids(matrix: Path, shape: tuple[int, ...]) -> dict[str, list] | None:
+    """The ids of `matrix` (None without an ids file), checked against its shape."""
+    path = ids_file(matrix)
+    if not path.exists():
+        return None
+    try:
+        ids = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(ids, dict) or any(not isinstance(ids.get(k), list) for k in ID_KEYS):
+        raise ValueError(f"{path}: needs the lists {list(ID_KEYS)}")
+    sizes = (len(ids["text_ids"]), len(ids["video_ids"]))
+    if len(ids["targets"]) != sizes[0] or sizes != tuple(shape):
+        raise ValueError(f"{path}: {sizes[0]} text ids, {len(ids['targets'])} targets and {sizes[1]} video ids do not fit {matrix}'s shape {tuple(shape)}")
+    return ids
+
+
+def load_matrix(path: Path) -> tuple[np.ndarray, dict[str, list] | None]:
+    scores = np.load(path)
+    if scores.ndim != 2:
+        raise ValueError(f"{path}: scores must be [texts, videos], got shape {scores.shape}")
+    return scores, load_ids(path, scores.shape)
+
+
+def ensemble(paths: list[Path], weights: list[float]) -> tuple[np.ndarray, dict[str, list] | None]:
+    """sum_i weights[i] * matrix_i (float64) and the members' common ids; members whose shapes or
+    ids differ are refused, naming the first member and the one that differs."""
+    if len(weights) != len(paths):
+        raise ValueError(f"--weights has {len(weights)} value(s) for {len(paths)} matrices")
+    if not all(np.isfinite(weights)):
+        raise ValueError(f"--weights must be finite, got {weights}")
+    first, first_ids = load_matrix(paths[0])
+    total = weights[0] * first.astype(np.float64)
+    for path, weight in zip(paths[1:], weights[1:]):
+        scores, ids = load_matrix(path)
+        if scores.shape != first.shape:
+            raise ValueError(f"{path} has shape {scores.shape}, {paths[0]} has {first.shape}")
+        if (ids is None) != (first_ids is None):
+            with_ids, without = (path, paths[0]) if ids is not None else (paths[0], path)
+            raise ValueError(f"{with_ids} has an ids file but {without} has none ({ids_file(without)})")
+        if ids is not None:
+            for key in ID_KEYS:
+                if ids[key] != first_ids[key]:
+                    at = next(i for i, (a, b) in enumerate(zip(first_ids[key], ids[key])) if a != b)
+                    raise ValueError(f"{key} differ between {ids_file(paths[0])} and {ids_file(path)} (first at position {at})")
+        total += weight * scores.astype(np.float64)
+    return total, first_ids
+
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="lit-retrieval metrics", description=__doc__)
-    parser.add_argument("sim", help=".npy score matrix, rows = texts, columns = videos")
-    parser.add_argument("--text-video", help=".npy int array: video column of each text row (default: the diagonal)")
+    parser = argparse.ArgumentParser(prog="lit-retrieval metrics", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sim", nargs="?", help=".npy score matrix, rows = texts, columns = videos")
+    parser.add_argument("--ensemble", nargs="+", type=Path, metavar="NPY", help="score the weighted sum of these matrices instead")
+    parser.add_argument("--weights", nargs="+", type=float, help="one weight per --ensemble matrix (default: equal, summing to 1)")
+    parser.add_argument("--text-video", help=".npy int array: video column of each text row (default: the ids file's targets, else the diagonal)")
     parser.add_argument("--ties", choices=["optimistic", "pessimistic", "average"], default="optimistic")
     args = parser.parse_args(argv)
+    if (args.sim is None) == (args.ensemble is None):
+        parser.error("give one score matrix or --ensemble A.npy B.npy ...")
+    if args.weights is not None and args.ensemble is None:
+        parser.error("--weights goes with --ensemble")
     try:
-        scores = torch.from_numpy(np.load(args.sim)).double()
-        targets = torch.from_numpy(np.load(args.text_video)).long() if args.text_video else None
-        print(json.dumps(retrieval_metrics(scores, targets, args.ties)))
+        if args.ensemble is not None:
+            if len(args.ensemble) < 2:
+                raise ValueError("--ensemble needs at least two matrices")
+            weights = args.weights or [1.0 / len(args.ensemble)] * len(args.ensemble)
+            scores, ids = ensemble(args.ensemble, weights)
+        else:
+            scores, ids = load_matrix(Path(args.sim))
+        if args.text_video:
+            targets = torch.from_numpy(np.load(args.text_video)).long()
+        else:
+            targets = torch.tensor(ids["targets"], dtype=torch.long) if ids is not None else None
+        print(json.dumps(retrieval_metrics(torch.from_numpy(scores).double(), targets, args.ties)))
     except (OSError, ValueError) as err:
         parser.error(str(err))
     return 0
