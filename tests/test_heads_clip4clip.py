@@ -1,5 +1,5 @@
 """CLIP4Clip's sequential and tight heads and X-CLIP: shapes, masks, gradients, blockwise scoring,
-learning, and the property that defines each (baselines spec 1.2-1.4, 3)."""
+learning, and the property that defines each (CLIP4Clip arXiv:2104.08860 Sec. 3.3; X-CLIP arXiv:2207.07285)."""
 
 import pytest
 import torch
@@ -105,7 +105,7 @@ def test_head_trains_with_mea_evaluates_in_blocks_and_reloads(name, corpus, tiny
 
 
 def test_xclip_is_the_mean_of_four_aosm_terms():
-    """With identity matrices, brute force over one pair at a time (MELON's X-CLIP, spec 3.4)."""
+    """With identity matrices, brute force over one pair at a time (X-CLIP's AOSM, arXiv:2207.07285)."""
     from lit_retrieval.models.heads.xclip import aosm
 
     x = torch.tensor([[0.3, 0.1, 0.5]])

@@ -1,5 +1,5 @@
 """Baseline zoo part 2 heads: shapes, masks, gradients, blockwise scoring, learning, MEA training,
-and the property that defines each (baselines spec B)."""
+and the property that defines each (UCoFiA arXiv:2309.10091, UATVR 2301.06309, PAU 2309.17093, TempMe 2409.01156)."""
 
 import pytest
 import torch
@@ -309,7 +309,7 @@ def test_tempme_token_counts_follow_the_reference_schedule(deep_clip):
     with torch.no_grad():
         encoder.encode_video(frames, torch.ones(1, 12, dtype=torch.bool))
     image_me = [12 * (50 - 2 * (k + 1)) for k in range(8)]
-    assert head.merger.token_counts == [600, *image_me, 6 * 44, 3 * 56, 107, 97]  # spec 4.3's table
+    assert head.merger.token_counts == [600, *image_me, 6 * 44, 3 * 56, 107, 97]  # the reference's ViT-B/32 schedule
     assert head.merger.token_counts[-1] / head.merger.token_counts[0] == pytest.approx(97 / 600)
 
 

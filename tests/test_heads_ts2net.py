@@ -1,5 +1,5 @@
 """TS2-Net: token shift through the encoder hook, perturbed top-k selection, the head's masks,
-blockwise scoring, gradients and learning (baselines spec 4)."""
+blockwise scoring, gradients and learning (Liu et al., arXiv:2207.07852)."""
 
 import pytest
 import torch

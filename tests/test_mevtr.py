@@ -1,5 +1,5 @@
 """MeVTR: K-medoid key-event frames, the multi-positive loss, and event-caption training
-(baselines-B spec 5)."""
+(Zhang et al., arXiv:2308.11551)."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""ActivityNet Captions for paragraph-to-video retrieval (formats spec A2).
+"""ActivityNet Captions for paragraph-to-video retrieval (Krishna et al., arXiv:1705.00754).
 
 Each file (`train.json`, `val_1.json`, `val_2.json`) maps `"v_" + YouTube id` to `duration`,
 `timestamps` ([start, end] seconds) and `sentences` (one per timestamp). The paragraph query is

@@ -1,4 +1,4 @@
-"""Condensed Movies (CMD; formats spec A5), SALI's primary testbed: two-minute movie scenes, one
+"""Condensed Movies (CMD; Bain et al., arXiv:2005.04208), SALI's primary testbed: two-minute movie scenes, one
 caption each, split per movie.
 
 Files of the original release's `metadata/` folder (CSV with headers):

@@ -1,4 +1,4 @@
-"""DiDeMo for paragraph-to-video retrieval (formats spec A3).
+"""DiDeMo for paragraph-to-video retrieval (Hendricks et al., arXiv:1708.01641).
 
 `{train,val,test}_data.json` are lists of moment annotations: `annotation_id`, `description`,
 `video` (file name), `times` (one `[start_chunk, end_chunk]` per annotator; 5-second chunks with

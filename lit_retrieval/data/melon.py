@@ -1,4 +1,4 @@
-"""MELON annotations (Hur et al.; formats spec A1), read tolerantly.
+"""MELON annotations (Hur et al.; MELON Sec. 3), read tolerantly.
 
 No public MELON release was found, so the layout below is what the paper describes (each event a
 JSON object with Theme, Description, Timestamp; 3-5 events per video; a description may cover

@@ -1,4 +1,4 @@
-"""MSR-VTT with the 1k-A test split (formats spec A4), one of SALI's generalisation sets.
+"""MSR-VTT with the 1k-A test split (as released with CLIP4Clip, arXiv:2104.08860), one of SALI's generalisation sets.
 
 Files (CLIP4Clip's `msrvtt_data.zip`): `MSRVTT_data.json` (`videos` with `video_id`, `start time`,
 `end time`; `sentences` with `video_id`, `caption`), `MSRVTT_train.9k.csv` (column `video_id`) and

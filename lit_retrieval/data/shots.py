@@ -1,7 +1,7 @@
 """Shot boundaries with PySceneDetect, cached per video, and frames regrouped into shots (SALI Sec. 3).
 
 `detect_shots` runs one PySceneDetect detector (AdaptiveDetector by default, the best documented
-choice for movie shots; formats spec B2) over a video and returns its shots as `(start, end)`
+choice for movie shots in PySceneDetect's documentation) over a video and returns its shots as `(start, end)`
 seconds; a video without a detectable cut is one shot. `detect_many` runs it over many videos in
 parallel processes with a progress bar and a `ShotCache`: one JSON file per (video, settings),
 written atomically by the worker that finished the video, so a crash loses no finished video. A

@@ -6,7 +6,7 @@ decoder seeks to the preceding key frame (`container.seek(backward=True)`) and d
 targets close behind one another continue the same decode. While approaching a target, packets of
 non-reference frames that end before it are not decoded (`skip_frame="NONREF"`): nothing depends on
 them, so the sampled frames are identical to a full decode. Frames are indexed by their timestamps,
-never by `frame.index` (see the formats spec, section C1).
+never by `frame.index` (PyAV issue #1158).
 
 Containers are opened per call, so the sampler is safe inside DataLoader workers.
 """

@@ -12,7 +12,7 @@ class SymmetricInfoNCE(nn.Module):
     divided by tau) with matching pairs on the diagonal.
 
     `average_directions=True` gives (L_q2v + L_v2q) / 2, CLIP4Clip's reference choice
-    (baselines spec 0.2); MELON sums them, which is the default.
+    (arXiv:2104.08860, its code's `CrossEn`); MELON sums them, which is the default.
     """
 
     def __init__(self, average_directions: bool = False) -> None:

@@ -1,4 +1,4 @@
-"""MeVTR's multi-event loss (Zhang et al., ICCV 2023; baselines-B spec 5.4).
+"""MeVTR's multi-event loss (Zhang et al., ICCV 2023, arXiv:2308.11551; the reference's `CrossEnMulti`).
 
 Every event caption of a video is its own text: `logits` [N_t, B] scores the batch's N_t captions
 against its B videos, `owner[i]` is caption i's video. Video-to-text has several positives per

@@ -2,11 +2,11 @@
 
 Ranks are 1-based. Tie rule (`ties`): "optimistic" counts only strictly higher scores (rank = 1 +
 #greater), "pessimistic" also counts equal-scored negatives, "average" counts half of them. Unlike
-torchmetrics' retrieval metrics, negative scores are ordinary scores here (formats spec E4).
+torchmetrics' retrieval metrics, negative scores are ordinary scores here (docs/melon.md, "Retrieval metrics").
 
 Video-to-text with several captions per video: a video's rank is the rank of its *best-scored*
 caption among all captions (1 + #other-video captions scoring above it), the usual "first correct
-caption" rule; this is stricter than CLIP4Clip's group-maximum rule (baselines spec 2.4). Videos
+caption" rule; this is stricter than CLIP4Clip's group-maximum rule (CLIP4Clip's metrics.py). Videos
 without any caption get no video-to-text rank.
 """
 

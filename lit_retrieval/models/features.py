@@ -1,4 +1,4 @@
-"""Token-level encoder outputs shared by every head (DESIGN.md "Encoders")."""
+"""Token-level encoder outputs shared by every head (docs/architecture.md)."""
 
 from __future__ import annotations
 

@@ -9,13 +9,13 @@ over the leading dimensions and differentiable.
 - `ot_match`: the capacity-constrained entropic OT of Sec. 3: plan T >= 0 with row sums 1/R and
   column sums <= c, computed by log-domain Sinkhorn (Chizat et al. 2018, the row step an
   equality projection, the column step the inequality projection `g = min(0, ...)`); score
-  s_OT = <T, M>. It is `ot.partial.entropic_partial_wasserstein(a, b, -M, eps, m=1)` of POT (formats
-  spec D2), hand-written because POT's partial solver is not batched over pairs and not cheaply
-  differentiable (DESIGN.md's "batched differentiable Sinkhorn" exception).
+  s_OT = <T, M>. It is `ot.partial.entropic_partial_wasserstein(a, b, -M, eps, m=1)` of POT (tests/test_sali_matching.py
+  compares the plans), hand-written because POT's partial solver is not batched over pairs and not
+  cheaply differentiable.
 - `film_grammar_penalty`: our reading of SALI's shot/reverse-shot penalty (the equation is missing
   from the paper text); see its docstring.
 
-Rules we chose where the paper is silent (all documented in the README):
+Rules we chose where the paper is silent (all documented in docs/sali.md):
 - Too few shots for the capacity (S_valid * c < 1, e.g. a one-shot clip): the capacity of that
   video is raised to 1 / S_valid, the smallest value that can hold the rows' total mass, so a
   one-shot video puts all mass on its shot and OT equals greedy max there.
@@ -24,7 +24,7 @@ Rules we chose where the paper is silent (all documented in the README):
   all sit on one shot) and the row sums approach 1/R; a video whose evidence crowds one shot
   beyond c then scores lower. `finish="rows"` adds a last row step instead: rows are exactly
   1/R (the score is a weighted mean of M) and the columns approach c. Both agree at the fixed
-  point, which five sweeps reach when c = 0.89 rarely binds (formats spec D2); a strongly
+  point, which five sweeps reach when c = 0.89 rarely binds; a strongly
   binding c (e.g. 0.4 at eps = 0.05) needs tens of sweeps.
 - A pair whose video has no valid shot scores 0 under both operators.
 """

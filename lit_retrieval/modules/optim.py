@@ -2,7 +2,7 @@
 
 MELON supp. B.1: Adam, 1e-7 for the (Long-)CLIP backbone and 1e-4 for other modules, cosine
 schedule with a warm-up proportion of 0.1. CLIP4Clip's BertAdam is approximated by AdamW with
-betas (0.9, 0.98), eps 1e-6 (baselines spec 0.4 and 8).
+betas (0.9, 0.98), eps 1e-6 (CLIP4Clip, arXiv:2104.08860; its reference code's modules/optimization.py).
 """
 
 from __future__ import annotations

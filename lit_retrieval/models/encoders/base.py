@@ -1,4 +1,4 @@
-"""The encoder contract every head builds on (DESIGN.md "Encoders")."""
+"""The encoder contract every head builds on (docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -61,5 +61,5 @@ class VideoTextEncoder(nn.Module, ABC):
 
     def text_blocks(self) -> tuple[list[nn.Module], torch.Tensor] | None:
         """The text transformer's blocks and position table, for heads that copy them into their
-        temporal modules (CLIP4Clip, baselines spec 0.5); `None` when the encoder has none."""
+        temporal modules (CLIP4Clip, arXiv:2104.08860, Sec. 3.3); `None` when the encoder has none."""
         return None

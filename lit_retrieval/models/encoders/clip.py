@@ -1,6 +1,6 @@
 """CLIP / Long-CLIP video-text encoder: frame tower of Hugging Face CLIP plus a text tower.
 
-Frames go through the ViT one by one (CLIP4Clip's image-level encoding, baselines spec 0.1); the
+Frames go through the ViT one by one (CLIP4Clip's image-level encoding, arXiv:2104.08860); the
 post-LayerNorm and visual projection are applied to every token, so heads get frame CLS features
 and, on request, patch tokens. Only valid (unpadded) frames are encoded, in chunks of
 `frame_chunk` frames to bound memory.

@@ -1,7 +1,7 @@
 """Long-CLIP (Zhang et al., ECCV 2024) as a backbone: 248 text positions.
 
-`stretch_position_embedding` is knowledge-preserved stretching (KPS, Long-CLIP Sec. 3.1; exact
-rule in the baselines spec, section 5.1); `load_longclip_checkpoint` reads an OpenAI-format
+`stretch_position_embedding` is knowledge-preserved stretching (KPS, Long-CLIP arXiv:2403.15378,
+Sec. 3.1; the exact rule of its reference `load_from_clip`); `load_longclip_checkpoint` reads an OpenAI-format
 Long-CLIP `.pt` file, merging the frozen first rows of `positional_embedding` with the fine-tuned
 `positional_embedding_res`, into a Hugging Face `CLIPModel`. transformers ships no converter for
 this format (and its CLIP one does not know the split table), hence the hand-written key map.

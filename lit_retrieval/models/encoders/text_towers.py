@@ -34,7 +34,7 @@ def last_attended(mask: torch.Tensor) -> torch.Tensor:
 class CLIPTextTower(nn.Module):
     """CLIP's causal text transformer; the sentence feature is the projected EOT token, found as
     the last attended position (CLIP tokenisation ends every sequence with EOT), so it does not
-    depend on the EOT id having the largest id (baselines spec 0.1)."""
+    depend on the EOT id having the largest id (the argmax rule of OpenAI CLIP's `encode_text`)."""
 
     def __init__(self, text_model: nn.Module, projection: nn.Linear, tokenizer: PreTrainedTokenizerBase, max_len: int) -> None:
         super().__init__()

@@ -6,7 +6,7 @@ tests, the CPU quick start and benchmarks. Loading it back goes through the same
 The tokenizer maps printable ASCII characters one to one and carries Qwen's special tokens; the
 chat template reproduces Qwen2.5-VL's layout (default system turn, role headers, vision
 placeholders, generation prompt). Geometry follows the real model: 14-pixel patches, 2-frame
-temporal patches, 2 x 2 spatial merge (see the GVE spec, section 3.5).
+temporal patches, 2 x 2 spatial merge (Qwen2.5-VL's published configuration).
 """
 
 from __future__ import annotations

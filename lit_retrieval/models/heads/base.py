@@ -1,4 +1,4 @@
-"""The similarity-head contract (DESIGN.md "Similarity heads").
+"""The similarity-head contract (docs/extending.md, "Add a similarity head").
 
 A head turns encoder token features into per-side representations and scores any set of texts
 against any set of videos. `score` returns the similarity s(v, q) of the papers (cosine for the
@@ -138,5 +138,5 @@ class SimilarityHead(nn.Module, ABC):
 
     @torch.no_grad()
     def clamp_logit_scale(self) -> None:
-        """Keep 1/tau <= exp(max_logit_scale) (CLIP's clamp at 100, baselines spec 0.1)."""
+        """Keep 1/tau <= exp(max_logit_scale) (CLIP's clamp at 100, kept by CLIP4Clip's training loop)."""
         self.logit_scale.clamp_(max=self.max_logit_scale)

@@ -1,4 +1,4 @@
-"""CLIP4Clip mean pooling ("meanP", Luo et al. 2022, Sec. 3.3; baselines spec 1.1)."""
+"""CLIP4Clip mean pooling ("meanP", Luo et al. 2022, arXiv:2104.08860, Sec. 3.3)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""MeVTR / Me-Retriever's key-event video representation (Zhang et al., ICCV 2023; baselines-B
-spec 5.2, 5.3 "mean", 5.6): K-medoids over a video's raw frame features picks K key-event frames
+"""MeVTR / Me-Retriever's key-event video representation (Zhang et al., ICCV 2023;
+arXiv:2308.11551, "mean" scoring): K-medoids over a video's raw frame features picks K key-event frames
 (KKZ initialisation, Euclidean distances, at most `iterations` rounds); the medoid frames,
 L2-normalised and averaged, give one vector per video (the "mean" variant MELON evaluates), so the
 head is indexable. Medoid selection is not differentiable; gradients reach the selected frames.

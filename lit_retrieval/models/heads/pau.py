@@ -1,21 +1,21 @@
-"""PAU: prototype-based aleatoric uncertainty (Li et al., NeurIPS 2023; baselines spec B.3).
+"""PAU: prototype-based aleatoric uncertainty (Li et al., NeurIPS 2023, arXiv:2309.17093).
 
 Score (reference `_loose_similarity`): half the cosine of the sentence with the seqTransf mean
 video, half its best cosine with a single (original CLIP) frame,
 
     S_ab = 1/2 (s_a . v_b + max_j s_a . f_bj).
 
-Uncertainty (spec 3.3): K learnable prototypes per modality; a video's evidence comes from its
+Uncertainty (reference modeling_pau.py): K learnable prototypes per modality; a video's evidence comes from its
 similarity to the *text* prototypes and a text's from the *video* prototypes,
 e = exp(lambda x . P^T / tau), alpha = e + 1, U = K / sum(alpha), so U lies in (0, 1]; the
 certainty 1 - U is what the reference calls `vu`/`tu`.
 
-Auxiliary losses (spec 3.4), weights from the reference scripts: the uncertainty loss regresses
+Auxiliary losses (reference criterion.py), weights from the reference scripts: the uncertainty loss regresses
 each item's certainty onto c times its mean logit with the in-batch negatives (c = mean certainty
 / mean of those, not detached), and the diversity loss pushes the prototypes of each modality
 apart (MSE of the off-diagonal lambda-scaled cosines against 0).
 
-Test-time re-ranking (spec 3.5): S'_ab = S_ab exp(-beta_v (1 - U^v_b)) exp(-beta_t (1 - U^t_a)).
+Test-time re-ranking (reference main_pau.py): S'_ab = S_ab exp(-beta_v (1 - U^v_b)) exp(-beta_t (1 - U^t_a)).
 `rerank: fixed` uses `rerank_betas`; `rerank: fit` fits them on the *validation* split after
 each validation (grid search, then Nelder-Mead from the best point, maximising the mean of the
 t2v and v2t R@1 counts); validations score with the previous fit (none at first), and testing

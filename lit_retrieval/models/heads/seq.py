@@ -1,5 +1,5 @@
-"""CLIP4Clip seqLSTM and seqTransf (Luo et al. 2022, Sec. 3.3 "sequential type"; baselines spec
-1.2, 1.3): a temporal module over the frame features with a residual connection, F' = M(F) + F,
+"""CLIP4Clip seqLSTM and seqTransf (Luo et al. 2022, arXiv:2104.08860, Sec. 3.3
+"sequential type"): a temporal module over the frame features with a residual connection, F' = M(F) + F,
 then meanP pooling. The video side stays text-independent, so both heads are indexable."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""TempMe: temporal token merging inside the ViT (Shen et al., ICLR 2025; baselines spec B.4).
+"""TempMe: temporal token merging inside the ViT (Shen et al., ICLR 2025, arXiv:2409.01156).
 
 TempMe is an encoder-side method: the score is CLIP4Clip-meanP's cosine between the text's EOT
 feature and the mean of the frames' class tokens, but the frame tower runs with token merging
@@ -6,7 +6,7 @@ feature and the mean of the frames' class tokens, but the frame tower runs with 
 with LoRA adapters (peft) on their query/key/value projections. By default only the adapters and
 the frame-position embeddings of the merge layers train; the logit scale stays frozen.
 
-Merging schedule (spec 4.3; defaults of the reference for ViT-B/32 with 12 frames):
+Merging schedule (defaults of the reference code for ViT-B/32 with 12 frames):
 - image merging (ImgMe) in the blocks before the first merge layer: after attention, `image_r`
   tokens per frame merge into others by bipartite soft matching on the head-averaged keys
   (class tokens excluded; merged tokens are size-weighted averages; attention is proportional:

@@ -1,4 +1,4 @@
-"""Building blocks of the CLIP4Clip-family temporal modules (baselines spec 0.5, 1.3, 1.4).
+"""Building blocks of the CLIP4Clip-family temporal modules (CLIP4Clip, arXiv:2104.08860, Sec. 3.3).
 
 CLIP4Clip's seqTransf and tightTransf (and X-CLIP's default temporal module) are stacks of
 CLIP-style residual attention blocks: pre-LayerNorm, width/64 heads, a 4x QuickGELU MLP, plus a

@@ -1,4 +1,4 @@
-"""CLIP4Clip tightTransf (Luo et al. 2022, Sec. 3.3 "tight type"; baselines spec 1.4): a cross
+"""CLIP4Clip tightTransf (Luo et al. 2022, arXiv:2104.08860, Sec. 3.3 "tight type"): a cross
 encoder. For every (text i, video j) pair the sequence [t_i; F_j,1..T] (sentence feature, then
 frame features) goes through frame/type positions and `layers` CLIP blocks with the key mask
 [1, m_j]; token 0 is pooled (LayerNorm -> Linear -> QuickGELU) and a linear layer gives the score.

@@ -1,22 +1,22 @@
-"""TS2-Net (Liu et al., ECCV 2022; baselines spec 4): token shift inside the last ViT blocks,
+"""TS2-Net (Liu et al., ECCV 2022, arXiv:2207.07852): token shift inside the last ViT blocks,
 token selection, a temporal transformer over the selected tokens, and text-conditioned frame
 weighting.
 
-- Token shift (spec 4.1), through `encoder.add_vision_hook`: in the last `shift_blocks` vision
+- Token shift (reference until_module.py), through `encoder.add_vision_hook`: in the last `shift_blocks` vision
   blocks, before attention, `n_div` patch positions (1, 1 + fold, ...) take their whole feature
   vector from the previous frame and `n_div` (4, 4 + fold, ...) from the next, fold = N // n_div;
   the class token and the residual path are untouched.
-- Token selection (spec 4.2): a scorer (LayerNorm, Linear, GELU, concatenated with the frame's
+- Token selection (reference differential_topk.py): a scorer (LayerNorm, Linear, GELU, concatenated with the frame's
   class-token code, Linear, GELU, Linear, tanh) rates the patches; a perturbed top-k (k tokens,
   `samples` Gaussian perturbations of scale `sigma`, gradients by the perturbed-optimiser
   estimator) softly selects k of them, so each frame becomes [CLS; k tokens].
-- Temporal module (spec 4.3): seqTransf over all (1 + k) T tokens, positions per token, residual;
+- Temporal module (reference modeling.py): seqTransf over all (1 + k) T tokens, positions per token, residual;
   each frame's class token is kept: F' [B, T, D].
-- Score (spec 4.4): s_k = t . f'_k; r = (m * s) / ||m * s||; a = softmax_k(4 r) over valid frames;
+- Score (reference modeling.py): s_k = t . f'_k; r = (m * s) / ||m * s||; a = softmax_k(4 r) over valid frames;
   S = sum_k a_k s_k (the logit temperature is the head's).
 
 Differences from the reference, on purpose: the frame mask is interleaved per token
-(`repeat_interleave`, fixing the tiling bug of spec 4.3); padded frames take no part in the shift
+(`repeat_interleave`, fixing the reference's tiling bug); padded frames take no part in the shift
 (only valid frames are encoded; a video's first and last valid frames keep their own tokens);
 selection is a deterministic hard top-k at evaluation (the reference perturbs at test time too,
 which makes its scores stochastic); the position table holds (1 + k) * max_frames rows instead of
@@ -107,7 +107,7 @@ class TokenScorer(nn.Module):
 
 class PatchSelectingHead(SimilarityHead):
     """A head whose frames keep their CLS and k selected patch tokens, with TS2-Net's token shift in
-    the last vision blocks (spec 4.1-4.2; UCoFiA uses both too, spec 1.1-1.2). Subclasses call
+    the last vision blocks (UCoFiA, arXiv:2309.10091, uses both too). Subclasses call
     `bind_patch_selection` from `bind` and `selected_tokens` from `encode_video`.
 
     Args:
@@ -149,7 +149,7 @@ class PatchSelectingHead(SimilarityHead):
             picks = torch.topk(scores, self.select, dim=-1).indices.sort(-1).values
             indicators = F.one_hot(picks, scores.shape[-1]).to(patches.dtype)
         per_frame = torch.cat([cls.unsqueeze(1), indicators @ patches], 1)
-        # mask interleaved per token (the reference's `repeat` tiles it, spec 4.3)
+        # mask interleaved per token (the reference's `repeat` tiles it)
         return per_frame.reshape(batch, length * (1 + self.select), dim), video.mask.bool().repeat_interleave(1 + self.select, dim=1)
 
 

@@ -1,4 +1,4 @@
-"""UATVR: uncertainty-adaptive text-video retrieval (Fang et al., ICCV 2023; baselines spec B.2).
+"""UATVR: uncertainty-adaptive text-video retrieval (Fang et al., ICCV 2023, arXiv:2301.06309).
 
 Deterministic matcher ("dynamic semantic adaptation", used for training and inference):
 - E_v = 2 learnable extra video tokens (rows T, T+1 of the frame-position table; no content) and
@@ -11,7 +11,7 @@ Deterministic matcher ("dynamic semantic adaptation", used for training and infe
 
       S_ab = 1/2 [ sum_i pi^t_ai max_j c_ab,ij + sum_j pi^v_bj max_i c_ab,ij ].
 
-Probabilistic branch (training-only regulariser, spec 2.4): per modality a PIE-style head gives
+Probabilistic branch (training-only regulariser, as in the reference code): per modality a PIE-style head gives
 mu = normalize(LN(pooled + sigmoid(FC(attention-pooled)))) and log sigma = FC(attention-pooled) +
 FC(pooled); K = 7 samples z = mu + eps * exp(log sigma) per item enter a multi-instance NCE over
 all samples (positives: the paired item's K samples; no temperature) and a KL term to N(0, I),

@@ -1,7 +1,7 @@
-"""UCoFiA: unified coarse-to-fine alignment (Wang et al., ICCV 2023; baselines spec B.1).
+"""UCoFiA: unified coarse-to-fine alignment (Wang et al., ICCV 2023, arXiv:2309.10091).
 
 Three similarity levels, each aggregated by "interactive similarity aggregation" (ISA) with
-identity-initialised re-weighting matrices, then averaged (spec 1.3). With SM(x) = softmax(x / tau),
+identity-initialised re-weighting matrices, then averaged (reference modeling_ucofia.py). With SM(x) = softmax(x / tau),
 tau = 0.01, and ISA_W(x) = sum_j SM(SM(x) W)_j x_j over the valid entries of x:
 
 - level 1, video-sentence: S1 = (s G1) . (v G2), v the seqTransf mean video (G1, G2: D x D);
@@ -16,7 +16,7 @@ The reference's training logit is (lambda S1 + lambda S2 + S3) / 3 (level 3 has 
 `shift_blocks` ViT blocks shift patch tokens between neighbouring frames (TS2-Net's patch shift,
 through the encoder hook).
 
-SK-norm (spec 1.5), an evaluation option (`sk_norm_bank`): each level's logits of a bank of
+SK-norm (reference eval_t2v/main_ucofia.py), an evaluation option (`sk_norm_bank`): each level's logits of a bank of
 training captions against the evaluation gallery are Sinkhorn-normalised (`sk_norm_iters`
 rounds of a = 1/(K b), b = 1/(K^T a) on K = exp(Q - max Q)); the gallery bias log_softmax(log b)
 of each level is added to that level's test logits. It corrects text-to-video rankings only (a

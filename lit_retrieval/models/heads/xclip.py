@@ -1,4 +1,4 @@
-"""X-CLIP (Ma et al., ACM MM 2022; baselines spec 3): multi-grained contrast with attention over
+"""X-CLIP (Ma et al., ACM MM 2022, arXiv:2207.07285): multi-grained contrast with attention over
 similarity matrices (AOSM), four granularities averaged with equal weights:
 
     S = (S_vs + S_vw + S_sf + S_fw) / 4
@@ -15,7 +15,7 @@ and the U matrices (L x L over words, T x T over frames) are the reference code'
 matrices, initialised to the identity (with U = I, AOSM is the paper's softmax-weighted sum).
 
 Differences from the reference, on purpose: padding word tokens and padded frames are masked out
-of every softmax and sum (the reference lets them take part; spec 3.4), and inputs shorter than
+of every softmax and sum (the reference code lets them take part), and inputs shorter than
 `max_words`/`max_frames` use the leading block of each U, so evaluation may use any length up to
 the training maxima. The logit temperature is the head's `logit_scale` (S is scaled once, which
 equals scaling each term). Not indexable: three of the four terms need word and frame tokens.
