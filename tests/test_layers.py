@@ -1,0 +1,147 @@
+"""The package's layers point one way (docs/architecture.md, "Layers").
+
+Every module of `lit_retrieval` belongs to a unit: a sub-package (`data`, `models`, ...) or a
+top-level module (`errors`, `checkpoint_io`, ...). A unit may import only units of a strictly
+lower rank in `LAYERS` (or itself); units of the same rank are independent of each other. The
+imports are read with `ast` from the source, including imports inside functions, under
+`TYPE_CHECKING`, and `importlib.import_module("lit_retrieval....")` calls, so a lazy import
+cannot hide an edge. A new unit must be given a rank here (and in docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "lit_retrieval"
+
+# rank: units (lower ranks never import higher ones; keep docs/architecture.md in step)
+LAYERS: dict[str, int] = {
+    "lit_retrieval": 0,  # the package's __init__: `__version__` only
+    "errors": 0,  # InputError and its kin: what every layer raises for bad input
+    "distributed": 1,  # world size, all-gathers (with gradient, of variable size)
+    "checkpoint_io": 1,  # atomic checkpoint writes, readable errors for corrupt files
+    "config_errors": 1,  # jsonargparse parser whose errors list the valid keys
+    "data": 2,  # records, formats, media items, video decoding, data modules
+    "models": 3,  # encoders, heads, GVE embedder
+    "losses": 4,
+    "metrics": 4,
+    "modules": 5,  # LightningModules
+    "callbacks": 6,
+    "retrieval_cli": 7,  # RetrievalCLI (LightningCLI); also builds a module from a training config
+    "search": 8,  # item embedders, embedding cache, faiss index
+    "uvrb": 9,  # UVRB benchmark runner (uses search's embedders and cache)
+    "commands": 10,  # subcommands, imported when dispatched
+    "cli": 11,  # the `lit-retrieval` entry point: nothing in the library imports it
+    "__main__": 12,
+}
+
+
+def module_name(path: Path, root: Path = PACKAGE) -> str:
+    """`<root>/data/tasks.py` -> `lit_retrieval.data.tasks`."""
+    parts = [root.name, *path.relative_to(root).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def unit(module: str) -> str:
+    """`lit_retrieval.data.tasks` -> `data`; `lit_retrieval` -> `lit_retrieval`."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def imported_modules(path: Path, root: Path = PACKAGE) -> list[tuple[str, int]]:
+    """(`lit_retrieval...` module, line) for every import in the file, wherever it stands."""
+    module = module_name(path, root)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            found.append((target, node.lineno))
+        elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+              and isinstance(node.args[0].value, str)
+              and getattr(node.func, "attr", getattr(node.func, "id", None)) in ("import_module", "__import__")):
+            found.append((node.args[0].value, node.lineno))
+    return [(name, line) for name, line in found if name == "lit_retrieval" or name.startswith("lit_retrieval.")]
+
+
+def backward_edges(root: Path = PACKAGE) -> list[str]:
+    """Every import that goes against `LAYERS`, as `file:line: a -> b (rank i -> rank j)`."""
+    problems = []
+    for path in sorted(root.rglob("*.py")):
+        source = unit(module_name(path, root))
+        if source not in LAYERS:
+            problems.append(f"{path}: unit {source!r} has no rank in LAYERS")
+            continue
+        for target_module, line in imported_modules(path, root):
+            target = unit(target_module)
+            if target == source:
+                continue
+            if target not in LAYERS:
+                problems.append(f"{path}:{line}: imports {target_module}, whose unit {target!r} has no rank in LAYERS")
+            elif LAYERS[target] >= LAYERS[source]:
+                problems.append(f"{path}:{line}: {source} -> {target_module} (rank {LAYERS[source]} -> {LAYERS[target]})")
+    return problems
+
+
+def test_imports_follow_the_layers():
+    assert backward_edges() == []
+
+
+def test_the_check_sees_lazy_relative_and_type_only_imports(tmp_path):
+    """The check itself: a copy of the package with backward edges hidden in the ways code hides them."""
+    fake = tmp_path / "lit_retrieval"
+    (fake / "data").mkdir(parents=True)
+    (fake / "models").mkdir()
+    (fake / "__init__.py").write_text("")
+    (fake / "data" / "__init__.py").write_text("")
+    (fake / "models" / "__init__.py").write_text("from lit_retrieval.data import x\n")  # allowed: data is lower
+    (fake / "data" / "lazy.py").write_text("def f():\n    from lit_retrieval.models import y\n")
+    (fake / "data" / "relative.py").write_text("from ..models import y\n")
+    (fake / "data" / "typing_only.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import lit_retrieval.cli\n")
+    (fake / "data" / "dynamic.py").write_text("import importlib\nimportlib.import_module('lit_retrieval.search.index')\n")
+    (fake / "newthing.py").write_text("")
+    problems = backward_edges(fake)
+    expected = [
+        ("data/dynamic.py:2", "data -> lit_retrieval.search.index"),
+        ("data/lazy.py:2", "data -> lit_retrieval.models"),
+        ("data/relative.py:1", "data -> lit_retrieval.models"),
+        ("data/typing_only.py:3", "data -> lit_retrieval.cli"),
+    ]
+    for where, edge in expected:
+        assert any(where in p and edge in p for p in problems), (where, problems)
+    assert any("'newthing' has no rank" in p for p in problems)
+    assert len(problems) == len(expected) + 1
+
+
+def test_peers_of_one_rank_do_not_import_each_other(tmp_path):
+    fake = tmp_path / "lit_retrieval"
+    (fake / "losses").mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "losses" / "x.py").write_text("from lit_retrieval.metrics.ranking import summarize_ranks\n")
+    assert backward_edges(fake) == [f"{fake / 'losses' / 'x.py'}:1: losses -> lit_retrieval.metrics.ranking (rank 4 -> 4)"]
+
+
+def test_the_training_path_does_not_load_faiss_or_scenedetect():
+    """`lit-retrieval fit` imports the entry point, RetrievalCLI and the classes a config names;
+    faiss (index/search) and PySceneDetect (shots) load only with the commands that need them."""
+    modules = "lit_retrieval.cli, lit_retrieval.retrieval_cli, lit_retrieval.data, lit_retrieval.models, " \
+              "lit_retrieval.modules, lit_retrieval.callbacks"
+    code = f"import sys, {modules}; print(sorted(m for m in ('faiss', 'scenedetect') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_the_import_check_fails_on_a_module_that_loads_faiss():
+    """The subprocess check can fail: `lit_retrieval.search.index` does load faiss."""
+    code = "import sys, lit_retrieval.search.index; print('faiss' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "True"
