@@ -1,5 +1,6 @@
 """Test videos with known content, written with PyAV."""
 
+from fractions import Fraction
 from pathlib import Path
 
 import av
@@ -37,6 +38,38 @@ def write_noise_video(path: Path, seconds: float, fps: int = 8, width: int = 64,
         for k in range(round(seconds * fps)):
             frame = av.VideoFrame.from_ndarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8), format="rgb24")
             frame.pts = k
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    return path
+
+
+def write_timed_video(
+    path: Path,
+    pts: list[int],
+    time_base: Fraction = Fraction(1, 1000),
+    gop: int = 12,
+    bframes: int = 0,
+    open_gop: bool = False,
+    size: int = 32,
+    faststart: bool = False,
+) -> Path:
+    """H.264 frames at the given presentation timestamps (in `time_base` units: irregular gaps make
+    a variable-frame-rate file, a first pts of 10 s an offset start), a key frame every `gop` frames
+    exactly (no scene-cut key frames), `bframes` forced B-frames, optionally an open GOP. Frames are a
+    moving gradient with a brightness that changes per frame, so every frame differs."""
+    yy, xx = np.mgrid[0:size, 0:size]
+    params = f"keyint={gop}:min-keyint={gop}:scenecut=0:bframes={bframes}:b-adapt=0:open-gop={int(open_gop)}"
+    options = {"movflags": "faststart"} if faststart else {}
+    with av.open(str(path), mode="w", options=options) as container:
+        stream = container.add_stream("libx264", rate=10)
+        stream.width = stream.height = size
+        stream.pix_fmt = "yuv420p"
+        stream.time_base = stream.codec_context.time_base = time_base
+        stream.options = {"x264-params": params, "crf": "18"}
+        for k, p in enumerate(pts):
+            rgb = np.stack([(xx + 5 * k) % 256, (yy + 3 * k) % 256, np.full_like(xx, 40 + 7 * k % 180)], -1).astype(np.uint8)
+            frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
+            frame.pts, frame.time_base = p, time_base
             container.mux(stream.encode(frame))
         container.mux(stream.encode(None))
     return path

@@ -3,6 +3,7 @@ import math
 import av
 import numpy as np
 import pytest
+from media import write_timed_video
 
 from lit_retrieval.data.annotations import load_annotations
 from lit_retrieval.data.synthetic import BACKGROUNDS
@@ -95,3 +96,131 @@ def test_bad_files_raise_naming_path_and_reason(tmp_path, faststart):
     truncated.write_bytes(data[: len(data) // 2])
     with pytest.raises(VideoDecodeError, match="truncated.mp4: (truncated|undecodable|no frame)"):
         sample_frames(truncated, 8)
+
+
+# ---- real-world streams: VFR, offset start, B-frames, open GOP, against a full decode ----------------
+
+GOP = 12
+
+
+def vfr_pts(count: int, seed: int = 0) -> list[int]:
+    """Milliseconds with irregular gaps (33 ms to 2.5 s), as phones and screen recorders write."""
+    gaps = np.random.default_rng(seed).choice([33, 100, 400, 2500], size=count - 1, p=[0.4, 0.3, 0.2, 0.1])
+    return [0] + np.cumsum(gaps).astype(int).tolist()
+
+
+STREAMS = {
+    "vfr": dict(pts=vfr_pts(60)),
+    "vfr_bframes": dict(pts=vfr_pts(60, seed=1), bframes=2),
+    "offset_10s": dict(pts=[10_000 + 100 * k for k in range(50)], bframes=2),
+    "bframes": dict(pts=[40 * k for k in range(72)], bframes=3),
+    "open_gop": dict(pts=[40 * k for k in range(72)], bframes=3, open_gop=True),
+}
+
+
+@pytest.fixture(scope="module")
+def streams(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("streams")
+    return {name: write_timed_video(folder / f"{name}.mp4", gop=GOP, **kw) for name, kw in STREAMS.items()}
+
+
+def full_decode(path):
+    """Every frame decoded in order: times (s from the first frame), RGB frames, key-frame flags,
+    the header's end (stream start + duration, from the first frame) and average rate."""
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        decoded = [(float(f.pts * stream.time_base), f.to_ndarray(format="rgb24"), f.key_frame) for f in container.decode(stream)]
+        end = float((stream.start_time + stream.duration) * stream.time_base)
+        rate = float(stream.average_rate)
+    first = decoded[0][0]
+    times = np.array([t for t, _, _ in decoded]) - first
+    assert (np.diff(times) > 0).all()
+    return times, np.stack([f for _, f, _ in decoded]), np.array([k for _, _, k in decoded]), end - first, rate
+
+
+def played_index(times: np.ndarray, target: float) -> int:
+    return max(i for i, t in enumerate(times) if t <= target + 1e-9)
+
+
+def dedupe(indices):
+    return [i for k, i in enumerate(indices) if k == 0 or i != indices[k - 1]]
+
+
+@pytest.mark.parametrize("name", list(STREAMS))
+@pytest.mark.parametrize("seek_threshold", [0.0, 1e9])
+def test_bin_centres_over_the_whole_presentation_span(streams, name, seek_threshold):
+    times, frames, _, span, _ = full_decode(streams[name])
+    num = 16
+    targets = [(i + 0.5) * span / num for i in range(num)]
+    expected = dedupe([played_index(times, t) for t in targets])
+    sample = sample_frames(streams[name], num, seek_threshold=seek_threshold)
+    n = len(expected)
+    assert sample.mask.tolist() == [True] * n + [False] * (num - n)
+    np.testing.assert_allclose(sample.times[:n], times[expected], atol=1e-9)
+    np.testing.assert_array_equal(sample.frames[:n], frames[expected])
+
+
+@pytest.mark.parametrize("name", ["vfr", "offset_10s", "open_gop"])
+def test_window_is_measured_from_the_first_frame(streams, name):
+    times, frames, _, span, _ = full_decode(streams[name])
+    start, end = 0.3 * span, 0.8 * span
+    targets = [start + (i + 0.5) * (end - start) / 6 for i in range(6)]
+    expected = dedupe([played_index(times, t) for t in targets])
+    sample = sample_frames(streams[name], 6, start=start, end=end)
+    np.testing.assert_allclose(sample.times[sample.mask], times[expected], atol=1e-9)
+    np.testing.assert_array_equal(sample.frames[sample.mask], frames[expected])
+
+
+def test_offset_start_is_sampled_over_its_content(streams):
+    """A stream whose first frame is at 10 s: 8 targets give 8 distinct frames spread over all of it."""
+    times, _, _, span, _ = full_decode(streams["offset_10s"])
+    sample = sample_frames(streams["offset_10s"], 8)
+    assert sample.mask.all() and len(set(sample.times)) == 8
+    assert sample.times[0] < span / 8 and sample.times[-1] > span * 7 / 8
+
+
+@pytest.mark.parametrize("name", list(STREAMS))
+def test_linspace_frames_are_qwen_vl_utils_indices(streams, name):
+    """GVE's retriever (qwen-vl-utils): n = min(max_frames, frames in window) floored to even,
+    indices round(linspace(first, last, n)), sampled fps = n / frames in window x stream fps."""
+    times, frames, _, span, rate = full_decode(streams[name])
+    for start, end, max_frames in [(None, None, 8), (0.25 * span, 0.75 * span, 8), (0.0, times[6], 8), (0.0, times[4], 8)]:
+        lo, hi = start or 0.0, span if end is None else end
+        inside = [i for i, t in enumerate(times) if lo - 1e-9 <= t <= hi + 1e-9]
+        count = min(max_frames, len(inside))
+        count -= count % 2
+        expected = [inside[j] for j in np.round(np.linspace(0, len(inside) - 1, count)).astype(int)]
+        sample = sample_frames(streams[name], max_frames, start, end, targets="linspace_frames", frame_multiple=2)
+        assert sample.mask.sum() == count
+        np.testing.assert_allclose(sample.times[:count], times[expected], atol=1e-9)
+        np.testing.assert_array_equal(sample.frames[:count], frames[expected])
+        assert sample.sampled_fps == pytest.approx(count / len(inside) * rate)
+
+
+@pytest.mark.parametrize("name", list(STREAMS))
+def test_keyframe_sampling_returns_the_key_frame_at_or_before_each_target(streams, name):
+    times, frames, keys, span, _ = full_decode(streams[name])
+    assert np.flatnonzero(keys).tolist() == list(range(0, len(times), GOP))  # the GOP the writer asked for
+    num = 10
+    targets = [(i + 0.5) * span / num for i in range(num)]
+    expected = [max(i for i in np.flatnonzero(keys) if times[i] <= t + 1e-9) for t in targets]
+    sample = sample_frames(streams[name], num, sampling="keyframe")
+    assert sample.mask.all()
+    np.testing.assert_allclose(sample.times, times[expected], atol=1e-9)
+    np.testing.assert_array_equal(sample.frames, frames[expected])
+
+
+def test_long_vfr_gaps_are_not_truncation_but_a_cut_file_is(tmp_path):
+    pts = [0, 40, 80, 4000, 4040, 9000, 9040, 9080]  # frames shown for 4 s and 5 s
+    video = write_timed_video(tmp_path / "gaps.mp4", pts, gop=3, faststart=True)
+    times, _, _, span, _ = full_decode(video)
+    expected = dedupe([played_index(times, (i + 0.5) * span / 8) for i in range(8)])
+    sample = sample_frames(video, 8)  # refused as truncated before: a frame 4 s older than its target
+    np.testing.assert_allclose(sample.times[sample.mask], times[expected], atol=1e-9)
+    long = write_timed_video(tmp_path / "long.mp4", [40 * k for k in range(500)], gop=25, faststart=True)
+    declared = full_decode(long)[3]
+    cut = tmp_path / "cut.mp4"
+    data = long.read_bytes()
+    cut.write_bytes(data[: len(data) * 7 // 10])
+    with pytest.raises(VideoDecodeError, match=f"cut.mp4: truncated: frames end at .* but the file declares {declared:.3f} s"):
+        sample_frames(cut, 8)
