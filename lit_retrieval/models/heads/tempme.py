@@ -10,19 +10,28 @@ Merging schedule (defaults of the reference code for ViT-B/32 with 12 frames):
 - image merging (ImgMe) in the blocks before the first merge layer: after attention, `image_r`
   tokens per frame merge into others by bipartite soft matching on the head-averaged keys
   (class tokens excluded; merged tokens are size-weighted averages; attention is proportional:
-  log(size) is added to the logits);
-- clip merging (ClipMe) at each merge layer: the layer's frame-position embedding is added, then
-  groups of `merge_frames[i]` adjacent clips become one sequence (all class tokens first, then all
-  other tokens); cross-clip merging of floor(cross_ratio * n * r_f) tokens (matched on the detached
-  hidden states) before attention, intra-clip merging of floor(intra_ratio * remaining) tokens
-  (matched on the keys) after it; each count is capped at half the mergeable tokens;
+  log(size) is added to the logits). As in ToMe and the reference, sets A and B alternate over the
+  whole sequence: with one class token (an odd count) the odd positions after it form A;
+- clip merging (ClipMe) at each merge layer: groups of `merge_frames[i]` adjacent clips become
+  one sequence (all class tokens first, then all other tokens); cross-clip merging of
+  floor(cross_ratio * n * r_f) tokens, matched on the detached hidden states *before* the layer's
+  frame-position embedding is added to every token (the reference adds it only when this count is
+  positive), then attention, then intra-clip merging of floor(intra_ratio * remaining) tokens
+  (matched on the keys); each count is capped at half the mergeable tokens;
 - the blocks after the first merge layer that are not merge layers merge intra_ratio of the
   tokens after attention.
 Every class token survives, so the video keeps one state per frame.
 
-Choices of ours: a video with fewer valid frames than `num_frames` (a short video) is filled by
-repeating its frames cyclically, and only its own frames' class tokens are returned; `enabled:
-false` runs the same blocks without merging, which reproduces the plain ViT exactly.
+Differences from the reference (LunarShen/TempMe), each with its reason:
+- a video with fewer valid frames than `num_frames` is filled by repeating its frames cyclically
+  and only its own frames' class tokens are returned (the reference encodes the zero-filled
+  padding frames too, whose tokens then merge with real ones);
+- the image-merging count is capped at half the mergeable tokens like the other counts (the
+  reference fails when `image_r` exceeds it, e.g. on small images);
+- LoRA comes from peft: separate rank-r adapters on q, k and v (the reference shares one
+  down-projection across q, k, v, with three up-projections); both start as an exact zero update;
+- `enabled: false` runs the same blocks without merging, which reproduces the plain ViT exactly
+  (for checks).
 """
 
 from __future__ import annotations
@@ -41,21 +50,26 @@ from lit_retrieval.models.heads.meanp import masked_mean
 
 
 def bipartite_merge(x: torch.Tensor, size: torch.Tensor, metric: torch.Tensor, r: int, protect: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """ToMe's bipartite soft matching: the first `protect` tokens stay; of the rest, alternate
-    tokens form sets A and B, each A token's most similar B token (cosine of `metric`) is its
-    match, and the `r` best-matched A tokens are merged into their matches as size-weighted
-    averages. `x` [S, N, C], `size` [S, N, 1]; returns the shorter `x` and `size`."""
+    """ToMe's bipartite soft matching as TempMe runs it: the first `protect` (class) tokens stay; the
+    others alternate between sets A and B, each A token's most similar B token (cosine of `metric`)
+    is its match, and the `r` best-matched A tokens are merged into their matches as size-weighted
+    averages. The sets alternate over the whole sequence, class tokens included, so A starts at the
+    first token after them when `protect` is even and at the second when it is odd (TempMe's
+    `bipartite_soft_matching`; ToMe's one class token makes the odd body positions A). `x` [S, N, C],
+    `size` [S, N, 1]; returns the shorter `x` and `size`: class tokens, kept A tokens in order, then
+    the B tokens."""
     body = x.shape[1] - protect
     r = min(r, body // 2)
     if r <= 0:
         return x, size
+    first = protect % 2  # body offset of set A
     m = F.normalize(metric[:, protect:].float(), dim=-1)
-    a, b = m[:, 0::2], m[:, 1::2]
+    a, b = m[:, first::2], m[:, 1 - first :: 2]
     best, match = (a @ b.transpose(1, 2)).max(-1)  # [S, Na]
     order = best.argsort(-1, descending=True)
     merged, kept = order[:, :r], order[:, r:].sort(-1).values
     xs, sizes = x[:, protect:] * size[:, protect:], size[:, protect:]
-    xa, xb, sa, sb = xs[:, 0::2], xs[:, 1::2], sizes[:, 0::2], sizes[:, 1::2]
+    xa, xb, sa, sb = xs[:, first::2], xs[:, 1 - first :: 2], sizes[:, first::2], sizes[:, 1 - first :: 2]
     channels = x.shape[-1]
     target = match.gather(1, merged)
     xb = xb.scatter_add(1, target[..., None].expand(-1, -1, channels), xa.gather(1, merged[..., None].expand(-1, -1, channels)))
@@ -140,11 +154,13 @@ class TokenMerging(nn.Module):
         for depth, block in enumerate(vision.encoder.layers):
             if self.enabled and depth in self.merge_frames:
                 group = self.merge_frames[depth]
-                hidden = hidden + self._positions(table, hidden, videos)
-                hidden, size = self._group(hidden, size, cls_per_clip, group)
+                positions = self._positions(table, hidden, videos).expand_as(hidden)
+                hidden, size, positions = (self._group(t, cls_per_clip, group) for t in (hidden, size, positions))
                 cls_per_clip *= group
                 merge = int(self.cross_ratio * hidden.shape[1])
-                hidden, size = bipartite_merge(hidden, size, hidden.detach(), merge, cls_per_clip)
+                if merge > 0:  # matched on the states before the frame positions, which join only a merging layer
+                    metric = hidden.detach()
+                    hidden, size = bipartite_merge(hidden + positions, size, metric, merge, cls_per_clip)
                 merging_started, table = True, table + 1
             attended, keys = attention(block, block.layer_norm1(hidden), size if self.enabled and self.proportional_attention else None)
             hidden = hidden + attended
@@ -165,17 +181,14 @@ class TokenMerging(nn.Module):
         return self.frame_positions[table][:clips].repeat(videos, 1)[:, None, :].to(hidden.dtype)
 
     @staticmethod
-    def _group(hidden: torch.Tensor, size: torch.Tensor, cls: int, group: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """`group` adjacent clips -> one sequence: their class tokens first, then their other tokens."""
-
-        def regroup(t: torch.Tensor) -> torch.Tensor:
-            clips, tokens, channels = t.shape
-            t = t.reshape(clips // group, group, tokens, channels)
-            heads = t[:, :, :cls].reshape(clips // group, group * cls, channels)
-            rest = t[:, :, cls:].reshape(clips // group, group * (tokens - cls), channels)
-            return torch.cat([heads, rest], 1)
-
-        return regroup(hidden), regroup(size)
+    def _group(t: torch.Tensor, cls: int, group: int) -> torch.Tensor:
+        """`group` adjacent clips of `t` [clips, tokens, channels] -> one sequence: their class
+        tokens first, then their other tokens."""
+        clips, tokens, channels = t.shape
+        t = t.reshape(clips // group, group, tokens, channels)
+        heads = t[:, :, :cls].reshape(clips // group, group * cls, channels)
+        rest = t[:, :, cls:].reshape(clips // group, group * (tokens - cls), channels)
+        return torch.cat([heads, rest], 1)
 
 
 def default_schedule(layers: int) -> list[int]:
