@@ -51,7 +51,7 @@ def trainer(cpu: bool, steps: int, root: Path, callback: Throughput) -> L.Traine
 
 
 def clip4clip_mea(root: Path, cpu: bool, steps: int) -> dict:
-    from lit_retrieval.data import MultiEventDataModule, SyntheticSpec
+    from lit_retrieval.data import MultiEventDataModule, SynthConfig
     from lit_retrieval.models.encoders import CLIPEncoder
     from lit_retrieval.models.encoders.tiny import save_tiny_clip
     from lit_retrieval.models.heads import MeanPHead
@@ -59,7 +59,7 @@ def clip4clip_mea(root: Path, cpu: bool, steps: int) -> dict:
 
     clip = save_tiny_clip(root / "clip", seed=0)
     module = DualEncoderRetrieval(CLIPEncoder(pretrained=str(clip)), MeanPHead(), mea=MEAConfig(weight=0.2))
-    data = MultiEventDataModule(annotation=str(root / "corpus" / "annotations.json"), synthetic=SyntheticSpec(num_videos=64), num_frames=12,
+    data = MultiEventDataModule(annotation=str(root / "corpus" / "annotations.json"), synthetic=SynthConfig(num_videos=64), num_frames=12,
                                 image_size=32, batch_size=16, num_workers=2)
     callback = Throughput()
     trainer(cpu, steps, root, callback).fit(module, data)

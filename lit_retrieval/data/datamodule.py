@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -143,18 +143,6 @@ class EpochShuffle(DistributedSampler):
 
     def __len__(self) -> int:
         return self.num_samples
-
-
-@dataclass
-class SyntheticSpec:
-    """Make the synthetic corpus in the annotation's folder when the annotation is missing."""
-
-    num_videos: int = 1200
-    seed: int = 0
-    size: int = 64
-    fps: int = 8
-    events_per_video: tuple[int, int] = (3, 5)
-    relational_fraction: float = 0.0
 
 
 class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
@@ -341,11 +329,11 @@ class MultiEventDataModule(VideoTextDataModule):
 
     Args:
         annotation: the canonical JSON file.
-        synthetic: generate the synthetic corpus if `annotation` does not exist.
+        synthetic: generate the synthetic corpus with these settings if `annotation` does not exist.
         **kwargs: the common options of `VideoTextDataModule`.
     """
 
-    def __init__(self, annotation: str, synthetic: SyntheticSpec | None = None, **kwargs) -> None:
+    def __init__(self, annotation: str, synthetic: SynthConfig | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
         self.annotation = Path(annotation)
         self.synthetic = synthetic
@@ -359,9 +347,8 @@ class MultiEventDataModule(VideoTextDataModule):
 
     def prepare_data(self) -> None:
         if self.synthetic is not None and not self.annotation.exists():
-            cfg = SynthConfig(**asdict(self.synthetic))
             log.info("creating the synthetic corpus in %s", self.annotation.parent)
-            written = generate_corpus(self.annotation.parent, cfg)
+            written = generate_corpus(self.annotation.parent, self.synthetic)
             if written != self.annotation:
                 written.replace(self.annotation)
         super().prepare_data()
