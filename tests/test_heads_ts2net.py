@@ -100,3 +100,33 @@ def test_ts2net_head_masks_blocks_and_pairs(tiny_clip):
 def test_ts2net_gradients_and_learning(tiny_clip):
     _, head, text, video = head_and_features(tiny_clip, seed=1)
     assert_gradients_reach_every_parameter_and_steps_lower_the_loss(head, text, video)
+
+
+@pytest.mark.parametrize("num_tokens, expected_count", [(50, 7), (197, 7), (257, 8)])
+def test_token_shift_positions_follow_the_reference_rule(num_tokens, expected_count):
+    """The reference's `PatchShiftModule` (yuqi657/ts2_net): fold = N // 7; every index from 1 in
+    steps of fold below N takes frame t-1's vector, every index from 4 in steps of fold frame
+    t+1's; the first and last frames keep their own. ViT-B/32, B/16 and L/14 token counts."""
+    fold = num_tokens // 7
+    back, ahead = [], []
+    index = 1
+    while index < num_tokens:
+        back.append(index)
+        index += fold
+    index = 4
+    while index < num_tokens:
+        ahead.append(index)
+        index += fold
+    assert len(back) == len(ahead) == expected_count
+    shift = TokenShift(n_div=7)
+    assert shift.positions(num_tokens) == (back, ahead)
+    tokens = torch.randn(5, num_tokens, 3, generator=torch.Generator().manual_seed(num_tokens))
+    expected = tokens.clone()
+    for t in range(5):
+        for p in back:
+            if t > 0:
+                expected[t, p] = tokens[t - 1, p]
+        for p in ahead:
+            if t < 4:
+                expected[t, p] = tokens[t + 1, p]
+    assert torch.equal(shift(tokens, torch.tensor([5])), expected)

@@ -3,9 +3,10 @@ token selection, a temporal transformer over the selected tokens, and text-condi
 weighting.
 
 - Token shift (reference until_module.py), through `encoder.add_vision_hook`: in the last `shift_blocks` vision
-  blocks, before attention, `n_div` patch positions (1, 1 + fold, ...) take their whole feature
-  vector from the previous frame and `n_div` (4, 4 + fold, ...) from the next, fold = N // n_div;
-  the class token and the residual path are untouched.
+  blocks, before attention, the patch positions 1, 1 + fold, 1 + 2 fold, ... below N take their
+  whole feature vector from the previous frame and 4, 4 + fold, ... from the next, fold =
+  N // n_div (7 positions each way at 50 and 197 tokens, 8 at 257, as in the reference); the class
+  token and the residual path are untouched.
 - Token selection (reference differential_topk.py): a scorer (LayerNorm, Linear, GELU, concatenated with the frame's
   class-token code, Linear, GELU, Linear, tanh) rates the patches; a perturbed top-k (k tokens,
   `samples` Gaussian perturbations of scale `sigma`, gradients by the perturbed-optimiser
@@ -39,8 +40,11 @@ FRAME_WEIGHT_SCALE = 4.0  # fixed in the reference
 
 
 class TokenShift:
-    """The vision hook: shift `n_div` patch positions from the previous and `n_div` from the next
-    frame of the same video."""
+    """The vision hook: shift the positions `offsets[0] + k fold` (k = 0, 1, ... while below N)
+    from the previous and `offsets[1] + k fold` from the next frame of the same video, fold =
+    N // n_div, every such position as the reference does (not only the first `n_div`). Where the
+    two sets would share a position (fold 1 or 3 with the offsets 1 and 4, i.e. tiny token counts)
+    it refuses; the reference lets the second shift overwrite the first there."""
 
     def __init__(self, n_div: int = 7, offsets: tuple[int, int] = (1, 4)) -> None:
         self.n_div = n_div
@@ -48,8 +52,8 @@ class TokenShift:
 
     def positions(self, num_tokens: int) -> tuple[list[int], list[int]]:
         fold = max(1, num_tokens // self.n_div)
-        back = list(range(self.offsets[0], num_tokens, fold))[: self.n_div]
-        ahead = list(range(self.offsets[1], num_tokens, fold))[: self.n_div]
+        back = list(range(self.offsets[0], num_tokens, fold))
+        ahead = list(range(self.offsets[1], num_tokens, fold))
         if set(back) & set(ahead):
             raise ValueError(f"token shift: {num_tokens} tokens are too few for n_div={self.n_div} with offsets {self.offsets}")
         return back, ahead
@@ -114,7 +118,7 @@ class PatchSelectingHead(SimilarityHead):
         select: k patch tokens kept per frame besides CLS (reference: 3).
         samples, sigma: perturbed top-k (reference: 500, 0.05).
         shift_blocks: last vision blocks with token shift (reference: 2); 0 turns the shift off.
-        n_div: shifted positions per direction and the fold divisor (reference: 7).
+        n_div: the fold divisor: positions fold = N // n_div apart shift (reference: 7).
     """
 
     indexable = False
