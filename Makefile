@@ -40,16 +40,16 @@ quickstart-gve: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-# speed benchmarks (minutes); the MEA comparison on the synthetic corpus is a training sweep (hours)
+# speed benchmarks (minutes); the comparisons on the synthetic corpus are training sweeps (hours) in sweeps/
 bench: $(STAMP)
 	for b in frame_sampling metrics_speed mea_step heads sali_ot shots_speed tempme gve_speed; do $(PY) benchmarks/$$b.py; done
 
 mea-comparison: $(STAMP)
-	$(PY) benchmarks/mea_synthetic.py --seeds 0 1 2 --variants baseline mea
+	$(PY) sweeps/mea_synthetic.py --seeds 0 1 2 --variants baseline mea
 
 sali-comparison: $(STAMP)
-	$(PY) benchmarks/sali_synthetic.py --seeds 0 1 2 --train max ot
-	$(PY) benchmarks/sali_synthetic.py --seeds 0 --train max_pen ot_pen
+	$(PY) sweeps/sali_synthetic.py --seeds 0 1 2 --train max ot
+	$(PY) sweeps/sali_synthetic.py --seeds 0 --train max_pen ot_pen
 
 clean:
 	rm -rf $(VENV) runs data/synthetic data/synthetic_rel

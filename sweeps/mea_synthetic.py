@@ -7,9 +7,9 @@ deviation over seeds of T2V/V2T R@1, Avg-Event R@1 and more, plus each run's fit
 an overlay of the training curves (MELON Fig. 9 style) next to the runs. Finished runs are reused,
 so an interrupted sweep resumes. Run names are the variant for meanP, `HEAD-VARIANT` otherwise.
 
-    python benchmarks/mea_synthetic.py --seeds 0 1 2 --variants baseline mea
-    python benchmarks/mea_synthetic.py --seeds 0 --variants push push_xi push_pull mea
-    python benchmarks/mea_synthetic.py --out runs/heads_synthetic --epochs 4 --seeds 0 \
+    python sweeps/mea_synthetic.py --seeds 0 1 2 --variants baseline mea
+    python sweeps/mea_synthetic.py --seeds 0 --variants push push_xi push_pull mea
+    python sweeps/mea_synthetic.py --out runs/heads_synthetic --epochs 4 --seeds 0 \
         --heads meanP seqLSTM seqTransf tightTransf xclip ts2net --variants baseline mea
 """
 

@@ -8,7 +8,7 @@ inference operator. Prints one JSON line with overall, relational and Rel-Multi 
 test setting (mean and standard deviation over seeds). Finished runs are reused, so an
 interrupted sweep resumes.
 
-    python benchmarks/sali_synthetic.py --seeds 0 --train max ot max_pen ot_pen
+    python sweeps/sali_synthetic.py --seeds 0 --train max ot max_pen ot_pen
 """
 
 from __future__ import annotations
