@@ -10,7 +10,7 @@ EXTRAS ?= dev
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install quickstart quickstart-mea quickstart-gve test bench mea-comparison sali-comparison clean
+.PHONY: install quickstart quickstart-mea quickstart-gve test lint bench mea-comparison sali-comparison clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ quickstart-gve: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# style and error checks (ruff, configured in pyproject.toml); CI runs it before the tests
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
 
 # speed benchmarks (minutes); the comparisons on the synthetic corpus are training sweeps (hours) in sweeps/
 bench: $(STAMP)

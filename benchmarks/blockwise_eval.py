@@ -59,7 +59,11 @@ def main() -> None:
     targets = torch.arange(sub)
     full = retrieval_metrics(texts @ videos.t(), targets)
     small = ranked_metrics(blockwise_search(texts, videos, Relevance.single(targets), memory_mb=16))
-    same = all(abs(small[f"R@{k}"] * 100 - full[f"t2v/R@{k}"]) < 1e-9 for k in (1, 5, 10)) and small["MdR"] == full["t2v/MdR"] and abs(small["MnR"] - full["t2v/MnR"]) < 1e-9
+    same = (
+        all(abs(small[f"R@{k}"] * 100 - full[f"t2v/R@{k}"]) < 1e-9 for k in (1, 5, 10))
+        and small["MdR"] == full["t2v/MdR"]
+        and abs(small["MnR"] - full["t2v/MnR"]) < 1e-9
+    )
     child = subprocess.run([sys.executable, __file__, "--child", "--n", str(args.n), "--dim", str(args.dim), "--memory-mb", str(args.memory_mb)],
                            capture_output=True, text=True, check=True)
     large = json.loads(child.stdout.strip().splitlines()[-1])

@@ -31,7 +31,8 @@ def make_data(n: int, dim: int, queries: int, kind: str, seed: int = 0) -> tuple
         base = np.empty((n, dim), dtype=np.float32)
         for start in range(0, n, 100_000):
             stop = min(n, start + 100_000)
-            base[start:stop] = unit(centres[rng.integers(0, len(centres), stop - start)] + 0.6 / np.sqrt(dim) * rng.standard_normal((stop - start, dim), dtype=np.float32))
+            noise = 0.6 / np.sqrt(dim) * rng.standard_normal((stop - start, dim), dtype=np.float32)
+            base[start:stop] = unit(centres[rng.integers(0, len(centres), stop - start)] + noise)
     picked = rng.integers(0, n, queries)
     query = unit(base[picked] + 0.5 / np.sqrt(dim) * rng.standard_normal((queries, dim), dtype=np.float32))
     return base, query

@@ -43,7 +43,8 @@ def mode(cpu: bool) -> str:
 
 def trainer(cpu: bool, steps: int, root: Path, callback: Throughput) -> L.Trainer:
     if cpu:
-        return L.Trainer(accelerator="cpu", max_steps=steps, logger=False, enable_checkpointing=False, default_root_dir=root, callbacks=[callback], limit_val_batches=0)
+        return L.Trainer(accelerator="cpu", max_steps=steps, logger=False, enable_checkpointing=False, default_root_dir=root,
+                         callbacks=[callback], limit_val_batches=0)
     from lightning.pytorch.strategies import DeepSpeedStrategy
 
     return L.Trainer(accelerator="gpu", devices=1, precision="bf16-mixed", strategy=DeepSpeedStrategy(stage=2, exclude_frozen_parameters=True),

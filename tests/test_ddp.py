@@ -24,7 +24,10 @@ def test_dual_encoder_ddp_fit_with_mea_and_cross_device_negatives(tmp_path, tiny
     config = clip_fit_config(tiny_clip, corpus, {
         "devices": 2, "strategy": "ddp", "max_epochs": 2, "default_root_dir": str(tmp_path / "run"),
         "logger": {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": str(tmp_path / "run"), "name": "logs", "version": "v"}},
-        "callbacks": [{"class_path": "lit_retrieval.callbacks.TrainingCurves"}, {"class_path": "stop_callbacks.RecordBatches", "init_args": {"out": str(record)}}],
+        "callbacks": [
+            {"class_path": "lit_retrieval.callbacks.TrainingCurves"},
+            {"class_path": "stop_callbacks.RecordBatches", "init_args": {"out": str(record)}},
+        ],
     }, model={"mea": {"weight": 0.5}, "cross_device": True}, data={"val_split": "test"})
     path = tmp_path / "fit.yaml"
     path.write_text(yaml.safe_dump(config))

@@ -121,7 +121,10 @@ def test_full_disk_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
             self.handle.write(bytes(data)[:100])  # part of it lands, then the disk is full
             raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr("builtins.open", lambda path, mode="r", *a, **k: FullDisk(path, mode) if str(path).endswith(".partial") else real_open(path, mode, *a, **k))
+    monkeypatch.setattr(
+        "builtins.open",
+        lambda path, mode="r", *a, **k: FullDisk(path, mode) if str(path).endswith(".partial") else real_open(path, mode, *a, **k),
+    )
     with pytest.raises(OSError, match="the disk is full; the previous last.ckpt is intact"):
         io_plugin.save_checkpoint({"state_dict": {"w": torch.zeros(3)}, "global_step": 2}, target)
     monkeypatch.undo()

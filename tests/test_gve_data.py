@@ -162,8 +162,14 @@ def test_content_key_is_stable_across_processes_and_distinguishes_windows():
     from lit_retrieval.data.media import MediaItem
 
     a = MediaItem(video="v.mp4", start=0.0, end=2.0)
-    code = "from lit_retrieval.data.multitask import content_key; from lit_retrieval.data.media import MediaItem; print(content_key(MediaItem(video='v.mp4', start=0.0, end=2.0)))"
-    other = [int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PYTHONHASHSEED": seed}).stdout) for seed in ("1",)]
+    code = (
+        "from lit_retrieval.data.multitask import content_key; from lit_retrieval.data.media import MediaItem; "
+        "print(content_key(MediaItem(video='v.mp4', start=0.0, end=2.0)))"
+    )
+    other = [
+        int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PYTHONHASHSEED": seed}).stdout)
+        for seed in ("1",)
+    ]
     assert other == [content_key(a)]  # unlike hash(), the same on every rank and run
     assert content_key(a) != content_key(MediaItem(video="v.mp4", start=0.0, end=3.0))
     assert 0 <= content_key(a) < 2**63 and torch.tensor([content_key(a)]).dtype == torch.int64

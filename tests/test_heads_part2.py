@@ -32,7 +32,8 @@ def test_shapes_masks_and_blockwise_scoring(name, encoder):
         noisy_video = VideoFeatures(frames=video.frames + 3.0 * padding, mask=video.mask, patches=video.patches + 3.0 * padding[..., None])
         noisy_words = TextFeatures(text.pooled, text.tokens + 3.0 * (~text.mask[..., None]), text.mask)
         torch.testing.assert_close(head.score(head.encode_text(noisy_words), head.encode_video(noisy_video)), scores)
-        blocks = head.score_blocks(head.encode_text(text), head.encode_video(video), budget_bytes=head.pair_bytes(head.encode_text(text), head.encode_video(video)) * 2)
+        text_rep, video_rep = head.encode_text(text), head.encode_video(video)
+        blocks = head.score_blocks(text_rep, video_rep, budget_bytes=head.pair_bytes(text_rep, video_rep) * 2)
         torch.testing.assert_close(blocks, scores)
 
 

@@ -49,7 +49,8 @@ def hf_to_openai(model: CLIPModel, extra_res: torch.Tensor | None = None) -> dic
             p, q = f"{tower}.encoder.layers.{i}", f"{src}.resblocks.{i}"
             out[f"{q}.attn.in_proj_weight"] = torch.cat([sd[f"{p}.self_attn.{x}_proj.weight"] for x in "qkv"])
             out[f"{q}.attn.in_proj_bias"] = torch.cat([sd[f"{p}.self_attn.{x}_proj.bias"] for x in "qkv"])
-            for a, b in (("attn.out_proj", "self_attn.out_proj"), ("ln_1", "layer_norm1"), ("ln_2", "layer_norm2"), ("mlp.c_fc", "mlp.fc1"), ("mlp.c_proj", "mlp.fc2")):
+            for a, b in (("attn.out_proj", "self_attn.out_proj"), ("ln_1", "layer_norm1"), ("ln_2", "layer_norm2"),
+                         ("mlp.c_fc", "mlp.fc1"), ("mlp.c_proj", "mlp.fc2")):
                 out[f"{q}.{a}.weight"], out[f"{q}.{a}.bias"] = sd[f"{p}.{b}.weight"], sd[f"{p}.{b}.bias"]
     if extra_res is not None:
         out["positional_embedding_res"] = extra_res

@@ -185,7 +185,8 @@ def test_analyses_match_brute_force(tmp_path, corpus, tiny_clip):
 def test_shipped_mea_quickstart_config_runs_end_to_end(tmp_path, corpus):
     """configs/quickstart_mea.yaml as shipped (MiniLM text tower, MEA, curves, analyses), on the
     small test corpus for one epoch."""
-    common = ["--config", str(Path(__file__).resolve().parents[1] / "configs" / "quickstart_mea.yaml"), "--data.init_args.annotation", str(corpus / "annotations.json"),
+    common = ["--config", str(Path(__file__).resolve().parents[1] / "configs" / "quickstart_mea.yaml"),
+              "--data.init_args.annotation", str(corpus / "annotations.json"),
               "--data.init_args.synthetic", "null", "--data.init_args.num_workers", "0", "--data.init_args.batch_size", "8",
               "--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false", "--trainer.logger.init_args.save_dir", str(tmp_path)]
     main(["fit", *common])

@@ -70,7 +70,8 @@ def test_tiny_gve_fit_logs_curriculum_and_saves_lora_only(tmp_path, tiny_qwen, g
         assert all(-1 <= r <= 1 for r in entry["R"].values())
     assert (log_dir / "modality_pyramid.png").stat().st_size > 10_000
     header = (log_dir / "metrics.csv").read_text().splitlines()[0].split(",")
-    for key in ("train/loss", "train/positive", "train/mean_score", "train/margin", "curriculum/sigma", "curriculum/P/syn_t2v", "val/R@1", "val/syn_t2v/q2c/R@1"):
+    for key in ("train/loss", "train/positive", "train/mean_score", "train/margin", "curriculum/sigma", "curriculum/P/syn_t2v",
+                "val/R@1", "val/syn_t2v/q2c/R@1"):
         assert key in header
     checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)
     assert checkpoint["state_dict"] and all("lora_" in k for k in checkpoint["state_dict"])
@@ -146,7 +147,8 @@ def test_two_process_ddp_fit_shares_tasks_splits_samples_and_agrees(tmp_path, ti
     config.write_text(yaml.safe_dump(raw))
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = clean_launch_env(os.path.join(root, "tests"))
-    done = subprocess.run([sys.executable, "-m", "lit_retrieval", "fit", "--config", str(config)], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-m", "lit_retrieval", "fit", "--config", str(config)], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     ranks = [json.loads((tmp_path / "record" / f"rank{r}.json").read_text()) for r in range(2)]
     assert len(ranks[0]["batches"]) == len(ranks[1]["batches"]) == 6

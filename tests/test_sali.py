@@ -234,7 +234,9 @@ def test_sali_trains_evaluates_relational_metrics_and_reloads(tiny_clip, relatio
     assert {"t2v/R@1", "rel_multi/t2v/R@1", "relational/n", "non_relational/n", "rel_multi/min_shots"} <= set(results)
     assert results["relational/n"] + results["non_relational/n"] == len(data.datasets["val"])
     trainer.save_checkpoint(tmp_path / "sali.ckpt")
-    restored = SALIRetrieval.load_from_checkpoint(tmp_path / "sali.ckpt", encoder=CLIPEncoder(pretrained=str(tiny_clip)), head=SALIHead(train_operator="ot", train_penalty=True))
+    restored = SALIRetrieval.load_from_checkpoint(
+        tmp_path / "sali.ckpt", encoder=CLIPEncoder(pretrained=str(tiny_clip)), head=SALIHead(train_operator="ot", train_penalty=True)
+    )
     tester = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
     tester.validate(restored, data)
     for key in ("t2v/R@1", "t2v/MnR", "rel_multi/t2v/R@5"):

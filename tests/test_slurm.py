@@ -57,7 +57,8 @@ def test_renderer_errors_name_the_variables():
         render_template(text, FIT)
     with pytest.raises(ValueError, match="unknown variable"):
         render_template(text, {**FIT, "RUN_DIR": "r", "GPU": "4"})
-    array = render_template((ROOT / "slurm" / "array.sbatch").read_text(), {"COMMAND": "shots --list v.txt", "ACCOUNT": "a", "PARTITION": "p", "LOG_DIR": "l", "SHARDS": "12"})
+    settings = {"COMMAND": "shots --list v.txt", "ACCOUNT": "a", "PARTITION": "p", "LOG_DIR": "l", "SHARDS": "12"}
+    array = render_template((ROOT / "slurm" / "array.sbatch").read_text(), settings)
     assert "#SBATCH --array=0-11" in array
 
 
