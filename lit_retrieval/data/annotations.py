@@ -24,7 +24,16 @@ from pathlib import Path
 from typing import Any
 
 from lit_retrieval.data.bad_records import RecordCollector
-from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, checked_interval, finite_number, read_json
+from lit_retrieval.data.records import (
+    AnnotationError,
+    Event,
+    VideoRecord,
+    checked_interval,
+    finite_number,
+    positive_duration,
+    read_json,
+    text_field,
+)
 
 FORMAT_NAME = "lit-retrieval/multi-event"
 FORMAT_VERSION = 1
@@ -59,13 +68,14 @@ def parse_video(raw: Any, source: str, position: int) -> VideoRecord:
     if not isinstance(raw, dict):
         raise AnnotationError(source, f"#{position}", "a video record must be a JSON object")
     video_id = raw.get("video_id")
-    record = str(video_id) if video_id else f"#{position}"
+    record = str(video_id) if isinstance(video_id, str) and video_id else f"#{position}"
     for key in ("video_id", "path", "duration", "split", "events"):
         if key not in raw:
             raise AnnotationError(source, record, f"missing field {key!r}")
-    duration = finite_number(raw["duration"], source, record, "duration")
-    if duration <= 0:
-        raise AnnotationError(source, record, f"duration must be positive, got {duration}")
+    video_id = text_field(video_id, source, record, "'video_id'")
+    path = text_field(raw["path"], source, record, "'path'")
+    split = text_field(raw["split"], source, record, "'split'")
+    duration = positive_duration(raw["duration"], source, record)
     if not isinstance(raw["events"], list) or not raw["events"]:
         raise AnnotationError(source, record, "'events' must be a non-empty list")
     events = []
@@ -76,23 +86,25 @@ def parse_video(raw: Any, source: str, position: int) -> VideoRecord:
         description = event.get("description")
         if not isinstance(description, str) or not description.strip():
             raise AnnotationError(source, where, "empty or missing 'description'")
+        labels = {key: event.get(key, "") for key in ("theme", "event_id")}
+        for key, value in labels.items():
+            if not isinstance(value, (str, int)) or isinstance(value, bool):
+                raise AnnotationError(source, where, f"'{key}' must be a string, got {value!r}")
         events.append(
             Event(
                 description=description.strip(),
                 intervals=_parse_intervals(event, duration, source, where),
-                theme=str(event.get("theme", "")),
-                event_id=str(event.get("event_id", "")),
+                theme=str(labels["theme"]),
+                event_id=str(labels["event_id"]),
             )
         )
-    cuts = tuple(finite_number(c, source, record, "cut time") for c in raw.get("cuts", []))
-    return VideoRecord(
-        video_id=str(video_id),
-        path=str(raw["path"]),
-        duration=duration,
-        split=str(raw["split"]),
-        events=tuple(events),
-        cuts=cuts,
-    )
+    raw_cuts = raw.get("cuts", [])
+    if not isinstance(raw_cuts, list):
+        raise AnnotationError(source, record, f"'cuts' must be a list of times in seconds, got {raw_cuts!r}")
+    cuts = tuple(finite_number(c, source, record, "cut time") for c in raw_cuts)
+    if any(not 0 <= c <= duration + 1e-3 for c in cuts):
+        raise AnnotationError(source, record, f"cut times must lie in [0, duration {duration:g}]")
+    return VideoRecord(video_id=video_id, path=path, duration=duration, split=split, events=tuple(events), cuts=cuts)
 
 
 def load_annotations(path: str | Path, collector: RecordCollector | None = None) -> list[VideoRecord]:
@@ -107,7 +119,10 @@ def load_annotations(path: str | Path, collector: RecordCollector | None = None)
         raise AnnotationError(source, "-", f"not a {FORMAT_NAME!r} file (missing or wrong 'format')")
     if data.get("version") != FORMAT_VERSION:
         raise AnnotationError(source, "-", f"unsupported version {data.get('version')!r}")
-    videos = [collector.parse(parse_video, raw, source, i) for i, raw in enumerate(data.get("videos", []))]
+    raw_videos = data.get("videos", [])
+    if not isinstance(raw_videos, list):
+        raise AnnotationError(source, "-", f"'videos' must be a list of video objects, got {type(raw_videos).__name__}")
+    videos = [collector.parse(parse_video, raw, source, i) for i, raw in enumerate(raw_videos)]
     return collector.unique([v for v in videos if v is not None], source)
 
 

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import csv
 import logging
+import math
 from pathlib import Path
 
 from lit_retrieval.data.bad_records import RecordCollector
-from lit_retrieval.data.records import AnnotationError, Event, VideoRecord
+from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, read_csv
 
 log = logging.getLogger(__name__)
 
@@ -67,17 +68,17 @@ def read_clip_splits(path: Path) -> dict[str, str]:
     return splits
 
 
-def read_csv(path: Path, required: tuple[str, ...]) -> list[dict[str, str]]:
-    """Rows of a CSV file with a header; a missing file or column is an `AnnotationError`."""
-    try:
-        with path.open(newline="", encoding="utf-8") as handle:
-            reader = csv.DictReader(handle)
-            missing = [c for c in required if c not in (reader.fieldnames or [])]
-            if missing:
-                raise AnnotationError(str(path), "-", f"missing column(s) {missing} (header: {reader.fieldnames})")
-            return list(reader)
-    except FileNotFoundError:
-        raise AnnotationError(str(path), "-", "annotation file not found") from None
+def keyed_rows(rows: list[dict[str, str]], key: str, source: Path, collector: RecordCollector) -> dict[str, dict[str, str]]:
+    """Rows by their `key` column; a key repeated with different values is a bad record (the
+    first row stays), an exact repeat is harmless."""
+    out: dict[str, dict[str, str]] = {}
+    for row in rows:
+        name = row[key].strip()
+        if name in out and out[name] != row:
+            collector.reject(AnnotationError(str(source), name, f"repeated {key} with different values"))
+            continue
+        out.setdefault(name, row)
+    return out
 
 
 class CondensedMoviesParser:
@@ -108,14 +109,14 @@ class CondensedMoviesParser:
         metadata = Path(metadata)
         used = {name: spec for name, spec in FILES.items() if not (name == "split" and self.split_file)}
         tables = {name: read_csv(metadata / file, columns) for name, (file, columns) in used.items()}
-        clips = {row["videoid"]: row for row in tables["clips"]}
-        durations = {row["videoid"]: row["duration"] for row in tables["durations"]}
+        clips = keyed_rows(tables["clips"], "videoid", metadata / FILES["clips"][0], collector)
+        durations = {k: row["duration"] for k, row in keyed_rows(tables["durations"], "videoid", metadata / FILES["durations"][0], collector).items()}
         if self.split_file:
             clip_splits = read_clip_splits(self.split_file)
             movie_splits = {}
         else:
             clip_splits = None
-            movie_splits = {row["imdbid"]: row["split"].strip() for row in tables["split"]}
+            movie_splits = {k: row["split"].strip() for k, row in keyed_rows(tables["split"], "imdbid", metadata / FILES["split"][0], collector).items()}
         source = str(metadata / FILES["descriptions"][0])
         records, seen, unavailable, unlisted = [], set(), 0, 0
         for row in tables["descriptions"]:
@@ -154,8 +155,8 @@ class CondensedMoviesParser:
             duration = float(durations[video_id])
         except (KeyError, ValueError):
             raise AnnotationError(source, video_id, f"no valid duration in durations.csv (got {durations.get(video_id)!r})") from None
-        if not duration > 0:
-            raise AnnotationError(source, video_id, f"duration must be positive, got {duration:g}")
+        if not 0 < duration < math.inf:
+            raise AnnotationError(source, video_id, f"duration must be positive and finite, got {duration:g}")
         path = self.video_path(clip["upload_year"].split(".")[0], video_id)
         if path is None:
             return None

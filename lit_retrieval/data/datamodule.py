@@ -159,7 +159,11 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
         on_bad_video: `raise` or `skip` (count, log and drop the sample from its batch).
         on_bad_record: `raise` on the first malformed annotation record, or `skip` it (counted
             in `dropped_records` and logged with the reasons).
-        min_events: a video with fewer events is a bad record (2 where MEA needs partial queries).
+        min_events: a training video with fewer events is a bad record (2 where MEA needs partial
+            queries).
+        min_events_scope: `train` (default) applies `min_events` to the training split only, so a
+            model trained with MEA is evaluated on the same val/test gallery as its baseline
+            (MELON Tab. 4 compares the rows on one test set); `all` applies it to every split.
         shuffle_seed: seed of the training order (with the epoch; see `EpochShuffle`).
         shots: detect shots (PySceneDetect, cached) and give every item its frames' shot
             indices (SALI). Videos whose detection fails follow `on_bad_video`.
@@ -168,6 +172,9 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
         holdout_val: move this fraction of the training videos (seeded by `shuffle_seed`) into
             the `val_split`, for datasets without a validation split (SALI Sec. 4: 10% on
             ActivityNet). Records sharing a video file move together.
+        allow_split_overlap: a video (file) in the training split and in an evaluation split
+            (val/test) is an error naming it, since evaluation would score videos trained on;
+            `true` accepts such files and logs how many there are.
     """
 
     def __init__(
@@ -184,6 +191,7 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
         on_bad_video: Literal["raise", "skip"] = "raise",
         on_bad_record: BadRecordPolicy = "raise",
         min_events: int = 1,
+        min_events_scope: Literal["train", "all"] = "train",
         mean: tuple[float, float, float] = CLIP_MEAN,
         std: tuple[float, float, float] = CLIP_STD,
         seek_threshold: float = 1.0,
@@ -191,6 +199,7 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
         shots: ShotOptions | None = None,
         trim_to_annotation: bool = False,
         holdout_val: float = 0.0,
+        allow_split_overlap: bool = False,
     ) -> None:
         super().__init__()
         # impossible values are refused when the config is parsed (LightningCLI builds the module then)
@@ -213,13 +222,17 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
         self.splits = {"train": train_split, "val": val_split, "test": test_split}
         self.on_bad_video = on_bad_video
         self.on_bad_record = on_bad_record
+        if min_events_scope not in ("train", "all"):
+            raise ConfigError(f"data.min_events_scope must be 'train' or 'all', got {min_events_scope!r}")
         self.min_events = min_events
+        self.min_events_scope = min_events_scope
         self.normalize = NormalizeFrames(mean, std)
         self.seek_threshold = seek_threshold
         self.shuffle_seed = shuffle_seed
         self.shots = shots
         self.trim_to_annotation = trim_to_annotation
         self.holdout_val = holdout_val
+        self.allow_split_overlap = allow_split_overlap
         self.datasets: dict[str, MultiEventDataset] = {}
         self.dropped_records: list[AnnotationError] = []
 
@@ -238,16 +251,13 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
 
     def setup(self, stage: str | None = None) -> None:
         collector = RecordCollector(self.on_bad_record)
-        records = []
-        for record in self.load_records(collector):
-            if len(record.events) < self.min_events:
-                collector.reject(AnnotationError(self.source, record.video_id, f"{len(record.events)} events; at least {self.min_events} needed (data.min_events)"))
-            else:
-                records.append(record)
-        collector.report(self.source)
-        self.dropped_records = collector.dropped
+        records = self.load_records(collector)
         if self.holdout_val:
             records = self._hold_out(records)
+        records = self._with_min_events(records, collector)
+        collector.report(self.source)
+        self.dropped_records = collector.dropped
+        self._check_split_overlap(records)
         video_root = self.video_root or self.default_video_root()
         for role, split in self.splits.items():
             if split is None:
@@ -263,6 +273,34 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
                 chosen, video_root, self.num_frames, self.image_size, self.on_bad_video, self.normalize, self.seek_threshold, shots,
                 self.trim_to_annotation,
             )
+
+    def _check_split_overlap(self, records: list[VideoRecord]) -> None:
+        """Refuse (or, with `allow_split_overlap`, log) video files in both the training split and
+        an evaluation split (an evaluation split named as the training split is a deliberate choice)."""
+        train = {r.path for r in records if r.split == self.splits["train"]}
+        for role in ("val", "test"):
+            if self.splits[role] in (None, self.splits["train"]):
+                continue
+            shared = sorted({r.path for r in records if r.split == self.splits[role] and r.path in train})
+            if not shared:
+                continue
+            what = f"{len(shared)} video(s) of split {self.splits[role]!r} are also in the training split {self.splits['train']!r}"
+            if not self.allow_split_overlap:
+                raise AnnotationError(self.source, shared[0], f"{what} (first: {shared[0]}); set data.allow_split_overlap to accept")
+            log.warning("%s: %s (allowed by allow_split_overlap)", self.source, what)
+
+    def _with_min_events(self, records: list[VideoRecord], collector: RecordCollector) -> list[VideoRecord]:
+        """`records` less those with under `min_events` events (in the training split only unless
+        `min_events_scope: all`), each rejected through `collector`."""
+        scoped = {self.splits["train"]} if self.min_events_scope == "train" else {r.split for r in records}
+        kept = []
+        for record in records:
+            if len(record.events) < self.min_events and record.split in scoped:
+                reason = f"{len(record.events)} events; at least {self.min_events} needed in split {record.split!r} (data.min_events)"
+                collector.reject(AnnotationError(self.source, record.video_id, reason))
+            else:
+                kept.append(record)
+        return kept
 
     def _hold_out(self, records: list[VideoRecord]) -> list[VideoRecord]:
         """Relabel a seeded `holdout_val` share of the training videos as the val split."""

@@ -55,10 +55,15 @@ class DiDeMoParser:
             raise AnnotationError(source, "-", "expected a list of moment annotations")
         moments: dict[str, list[tuple[Event, int]]] = defaultdict(list)
         windows: dict[str, float] = {}
+        seen: set[str] = set()
         for position, raw in enumerate(data):
             parsed = collector.parse(self.parse_moment, raw, source, position)
             if parsed is not None:
                 video, event, window = parsed
+                if event.event_id and event.event_id in seen:
+                    collector.reject(AnnotationError(source, f"annotation {event.event_id}", "duplicate annotation_id"))
+                    continue
+                seen.add(event.event_id)
                 moments[video].append((event, position))
                 windows[video] = max(windows.get(video, 0.0), window)
         return [self._video(video, items, windows[video], split) for video, items in moments.items()]
@@ -76,14 +81,17 @@ class DiDeMoParser:
         if not isinstance(video, str) or not video:
             raise AnnotationError(source, record, "'video' must be a file name")
         num_segments = raw.get("num_segments", 6)
-        if not isinstance(num_segments, int) or num_segments < 1:
+        if not isinstance(num_segments, int) or isinstance(num_segments, bool) or num_segments < 1:
             raise AnnotationError(source, record, f"num_segments must be a positive integer, got {num_segments!r}")
         pairs = _chunk_pairs(raw["times"], num_segments, source, record)
         window = CHUNK_SECONDS * num_segments
         start = CHUNK_SECONDS * sum(s for s, _ in pairs) / len(pairs)
         end = CHUNK_SECONDS * (sum(e for _, e in pairs) / len(pairs) + 1)
         interval = checked_interval(start, end, window, source, record)
-        return video, Event(description.strip(), (interval,), event_id=str(raw.get("annotation_id", ""))), window
+        annotation_id = raw.get("annotation_id", "")
+        if not isinstance(annotation_id, (str, int)) or isinstance(annotation_id, bool):
+            raise AnnotationError(source, record, f"annotation_id must be a string or an integer, got {annotation_id!r}")
+        return video, Event(description.strip(), (interval,), event_id=str(annotation_id)), window
 
     def _video(self, video: str, items: list[tuple[Event, int]], window: float, split: str) -> VideoRecord:
         ordered = tuple(event for event, _ in sorted(items, key=lambda item: (item[0].start, item[0].end, item[1])))

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from lit_retrieval.data.bad_records import RecordCollector
-from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, checked_interval, read_json
+from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, checked_interval, read_json, text_field
 
 RANGE = re.compile(r"^\s*([0-9:.]+)\s*(?:-|–|~|to)\s*([0-9:.]+)\s*$")
 
@@ -144,13 +144,18 @@ class MelonParser:
             raise AnnotationError(source, outer_id or f"#{position}", "a video record must be an object or a list of events")
         keys = _lower_keys(raw)
         video_id = outer_id or keys.get(f.video_id.lower())
-        record = str(video_id) if video_id else f"#{position}"
+        if isinstance(video_id, int) and not isinstance(video_id, bool):
+            video_id = str(video_id)
+        record = video_id if isinstance(video_id, str) and video_id else f"#{position}"
         if not video_id:
             raise AnnotationError(source, record, f"missing field {f.video_id!r}")
-        path = str(keys.get(f.path.lower()) or f"{video_id}{self.video_ext}")
+        video_id = text_field(video_id, source, record, repr(f.video_id))
+        path = keys.get(f.path.lower()) or f"{video_id}{self.video_ext}"
+        path = text_field(path, source, record, repr(f.path))
         split = file_split or keys.get(f.split.lower())
         if not split:
             raise AnnotationError(source, record, f"missing field {f.split!r} (or give one file per split)")
+        split = text_field(split, source, record, repr(f.split))
         duration = self._duration(keys.get(f.duration.lower()), path, source, record)
         raw_events = next((keys[k.lower()] for k in f.events if k.lower() in keys), None)
         if not isinstance(raw_events, list) or not raw_events:
@@ -163,15 +168,18 @@ class MelonParser:
             if self.duration_of is None:
                 raise AnnotationError(source, record, f"missing field {self.fields.duration!r}")
             try:
-                return float(self.duration_of(path))
+                probed = float(self.duration_of(path))
             except (OSError, ValueError, RuntimeError) as err:  # RuntimeError: VideoDecodeError
                 raise AnnotationError(source, record, f"no duration field and the video gives none ({err})") from None
+            if not 0 < probed < math.inf:
+                raise AnnotationError(source, record, f"no duration field and the video's header gives {probed:g} s")
+            return probed
         try:
             duration = _time(value)
         except ValueError:
             raise AnnotationError(source, record, f"duration {value!r} is not a number or a clock time") from None
-        if duration <= 0:
-            raise AnnotationError(source, record, f"duration must be positive, got {duration:g}")
+        if not 0 < duration < math.inf:
+            raise AnnotationError(source, record, f"duration must be positive and finite, got {duration:g}")
         return duration
 
     def _event(self, raw: Any, duration: float, source: str, record: str) -> Event:
@@ -189,4 +197,7 @@ class MelonParser:
         except ValueError as err:
             raise AnnotationError(source, record, f"bad {f.timestamp!r}: {err}") from None
         checked = tuple(sorted(checked_interval(s, e, duration, source, record) for s, e in intervals))
-        return Event(description=description.strip(), intervals=checked, theme=str(keys.get(f.theme.lower(), "")))
+        theme = keys.get(f.theme.lower()) or ""
+        if not isinstance(theme, str):
+            raise AnnotationError(source, record, f"{f.theme!r} must be a string, got {theme!r}")
+        return Event(description=description.strip(), intervals=checked, theme=theme)

@@ -18,8 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from lit_retrieval.data.bad_records import RecordCollector
-from lit_retrieval.data.condensed_movies import read_csv
-from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, read_json
+from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, finite_number, read_csv, read_json, text_field
 
 
 class MSRVTTParser:
@@ -40,16 +39,22 @@ class MSRVTTParser:
         if not isinstance(data, dict) or not isinstance(data.get("videos"), list) or not isinstance(data.get("sentences"), list):
             raise AnnotationError(source, "-", "expected an object with 'videos' and 'sentences' lists")
         durations: dict[str, float] = {}
-        for video in data["videos"]:
+        for position, video in enumerate(data["videos"]):
             try:
-                durations[video["video_id"]] = float(video["end time"]) - float(video["start time"])
-            except (KeyError, TypeError, ValueError):
-                collector.reject(AnnotationError(source, str(video.get("video_id", "?")), "needs 'video_id', 'start time' and 'end time'"))
+                video_id, duration = self._duration(video, source, position)
+                if video_id in durations:
+                    raise AnnotationError(source, video_id, "duplicate video_id in 'videos'")
+                durations[video_id] = duration
+            except AnnotationError as err:
+                collector.reject(err)
         captions: dict[str, list[str]] = {}
-        for sentence in data["sentences"]:
+        for position, sentence in enumerate(data["sentences"]):
+            if not isinstance(sentence, dict):
+                collector.reject(AnnotationError(source, f"sentence #{position}", "a sentence entry must be an object"))
+                continue
             if isinstance(sentence.get("caption"), str) and sentence["caption"].strip():
-                captions.setdefault(sentence.get("video_id", ""), []).append(sentence["caption"].strip())
-        train_ids = [row["video_id"].strip() for row in read_csv(root / train_csv, ("video_id",))]
+                captions.setdefault(str(sentence.get("video_id", "")), []).append(sentence["caption"].strip())
+        train_ids = self._unique_ids(read_csv(root / train_csv, ("video_id",)), root / train_csv, collector)
         order = np.random.default_rng(self.val_seed).permutation(len(train_ids))
         val_ids = {train_ids[i] for i in order[: round(self.val_fraction * len(train_ids))]}
         records = []
@@ -62,13 +67,50 @@ class MSRVTTParser:
             else:
                 records += [self._record(f"{video_id}#{k}", video_id, c, durations[video_id], "train") for k, c in enumerate(found)]
         test_source = str(root / test_csv)
-        for row in read_csv(root / test_csv, ("video_id", "sentence")):
-            video_id, caption = row["video_id"].strip(), (row["sentence"] or "").strip()
+        test_rows = read_csv(root / test_csv, ("video_id", "sentence"))
+        for video_id, row in zip(self._unique_ids(test_rows, root / test_csv, collector, keep_rows=True), test_rows):
+            caption = (row["sentence"] or "").strip()
+            if video_id is None:
+                continue
             if video_id not in durations or not caption:
                 collector.reject(AnnotationError(test_source, video_id, "unknown video or empty sentence"))
                 continue
             records.append(self._record(video_id, video_id, caption, durations[video_id], "test"))
         return records
+
+    @staticmethod
+    def _duration(video: object, source: str, position: int) -> tuple[str, float]:
+        """(video id, end time - start time) of one `videos` entry; a positive, finite length."""
+        if not isinstance(video, dict):
+            raise AnnotationError(source, f"video #{position}", "a video entry must be an object")
+        video_id = video.get("video_id")
+        record = video_id if isinstance(video_id, str) and video_id else f"video #{position}"
+        if not all(key in video for key in ("video_id", "start time", "end time")):
+            raise AnnotationError(source, record, "needs 'video_id', 'start time' and 'end time'")
+        video_id = text_field(video_id, source, record, "'video_id'")
+        start = finite_number(video["start time"], source, record, "'start time'")
+        end = finite_number(video["end time"], source, record, "'end time'")
+        if start < 0 or end <= start:
+            raise AnnotationError(source, record, f"'start time' {start:g} and 'end time' {end:g} need 0 <= start < end")
+        return video_id, end - start
+
+    @staticmethod
+    def _unique_ids(rows: list[dict[str, str]], path: Path, collector: RecordCollector, keep_rows: bool = False) -> list:
+        """The rows' `video_id`s; a repeated one is a bad record (a test video listed twice would
+        stand twice in the gallery): an error, or dropped and counted under `skip` (`None` in its
+        place with `keep_rows`)."""
+        seen: set[str] = set()
+        ids: list[str | None] = []
+        for number, row in enumerate(rows, start=1):
+            video_id = row["video_id"].strip()
+            if video_id in seen:
+                collector.reject(AnnotationError(str(path), video_id, f"listed again (data row {number})"))
+                if keep_rows:
+                    ids.append(None)
+                continue
+            seen.add(video_id)
+            ids.append(video_id)
+        return ids
 
     @staticmethod
     def _captions(video_id: str, captions: dict[str, list[str]], durations: dict[str, float], source: str) -> list[str]:

@@ -24,7 +24,7 @@ import numpy as np
 
 from lit_retrieval.data.bad_records import BadRecordPolicy, RecordCollector
 from lit_retrieval.data.media import ItemError, MediaItem, item_from_json, parse_format
-from lit_retrieval.data.records import AnnotationError
+from lit_retrieval.data.records import AnnotationError, loads_strict, read_text, record_id
 
 
 @dataclass
@@ -76,9 +76,9 @@ class TaskRecord:
 
 def _parse_line(line: str, where: str, spec: TaskSpec, root: Path, query_format: str, target_format: str) -> TaskRecord:
     try:
-        raw = json.loads(line)
-    except json.JSONDecodeError as err:
-        raise ItemError(f"{where}: not valid JSON ({err.msg})") from None
+        raw = loads_strict(line)
+    except ValueError as err:
+        raise ItemError(f"{where}: not valid JSON ({err})") from None
     if not isinstance(raw, dict) or "query" not in raw or "positive" not in raw:
         raise ItemError(f"{where}: a record needs 'query' and 'positive'")
     query = item_from_json(raw["query"], f"{where} query", root)
@@ -96,7 +96,11 @@ def _parse_line(line: str, where: str, spec: TaskSpec, root: Path, query_format:
     for k, negative in enumerate(negatives):
         if negative.modality != target_format:
             raise ItemError(f"{where}: negative {k} is {negative.modality}, targets are {target_format}")
-    return TaskRecord(str(raw.get("id", where.rsplit(":", 1)[-1])), query, positive, negatives)
+    try:
+        given_id = record_id(raw.get("id", where.rsplit(":", 1)[-1]), where, "-")
+    except AnnotationError as err:
+        raise ItemError(f"{where}: {err.reason}") from None
+    return TaskRecord(given_id, query, positive, negatives)
 
 
 def read_task(spec: TaskSpec, on_bad_record: BadRecordPolicy = "raise", seed: int = 0) -> list[TaskRecord]:
@@ -107,15 +111,15 @@ def read_task(spec: TaskSpec, on_bad_record: BadRecordPolicy = "raise", seed: in
     root = Path(spec.media_root) if spec.media_root else path.parent
     query_format, target_format = parse_format(spec.format)
     collector = RecordCollector(on_bad_record)
-    records = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                records.append(_parse_line(line, f"{path}:{number}", spec, root, query_format, target_format))
-            except ItemError as err:
-                collector.reject(AnnotationError(str(path), f"line {number}", str(err).split(": ", 1)[-1]))
+    records: list[TaskRecord] = []
+    # ids may repeat: training pairs are not a gallery, and a repeated pair is up-sampling
+    for number, line in enumerate(read_text(path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(_parse_line(line, f"{path}:{number}", spec, root, query_format, target_format))
+        except ItemError as err:
+            collector.reject(AnnotationError(str(path), f"line {number}", str(err).split(": ", 1)[-1]))
     collector.report(f"task {spec.name}")
     if not records:
         raise AnnotationError(str(path), spec.name, "no usable records")

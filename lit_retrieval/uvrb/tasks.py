@@ -12,12 +12,11 @@ scores <= 0 are not relevant. Errors name the file, the line and the reason.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from lit_retrieval.data.media import ItemError, MediaItem, item_from_json
-from lit_retrieval.data.records import AnnotationError
+from lit_retrieval.data.records import AnnotationError, finite_number, read_json_lines, record_id
 from lit_retrieval.uvrb.datasets import UVRB_DATASETS
 
 
@@ -74,13 +73,7 @@ class RetrievalData:
 def _lines(path: Path):
     if not path.is_file():
         raise AnnotationError(str(path), path.name, "file not found")
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if line.strip():
-                try:
-                    yield number, json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise AnnotationError(str(path), f"line {number}", f"not valid JSON ({err.msg})") from None
+    yield from read_json_lines(path)
 
 
 def _items(path: Path, fields: FieldMap, root: Path) -> tuple[list[str], list[MediaItem]]:
@@ -89,7 +82,7 @@ def _items(path: Path, fields: FieldMap, root: Path) -> tuple[list[str], list[Me
     for number, raw in _lines(path):
         if not isinstance(raw, dict) or fields.id not in raw:
             raise AnnotationError(str(path), f"line {number}", f"needs an '{fields.id}' field")
-        item_id = str(raw[fields.id])
+        item_id = record_id(raw[fields.id], str(path), f"line {number}", f"'{fields.id}'")
         if item_id in seen:
             raise AnnotationError(str(path), f"line {number}", f"duplicate id {item_id!r}")
         seen.add(item_id)
@@ -112,10 +105,12 @@ def load_retrieval_task(spec: RetrievalTaskSpec) -> RetrievalData:
     relevant: list[list[int]] = [[] for _ in queries]
     f = spec.fields
     for number, raw in _lines(qrels_path):
-        try:
-            q, c, score = str(raw[f.query_id]), str(raw[f.corpus_id]), float(raw.get(f.score, 1))
-        except (KeyError, TypeError, ValueError):
-            raise AnnotationError(str(qrels_path), f"line {number}", f"needs '{f.query_id}', '{f.corpus_id}' and a numeric '{f.score}'") from None
+        where = f"line {number}"
+        if not isinstance(raw, dict) or f.query_id not in raw or f.corpus_id not in raw:
+            raise AnnotationError(str(qrels_path), where, f"needs '{f.query_id}', '{f.corpus_id}' and a numeric '{f.score}'")
+        q = record_id(raw[f.query_id], str(qrels_path), where, f"'{f.query_id}'")
+        c = record_id(raw[f.corpus_id], str(qrels_path), where, f"'{f.corpus_id}'")
+        score = finite_number(raw.get(f.score, 1), str(qrels_path), where, f"'{f.score}'")
         if q not in where_query or c not in where_corpus:
             missing = f"query {q!r}" if q not in where_query else f"corpus item {c!r}"
             raise AnnotationError(str(qrels_path), f"line {number}", f"unknown {missing}")
