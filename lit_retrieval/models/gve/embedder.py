@@ -25,6 +25,7 @@ from torch import nn
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
 from lit_retrieval.data.media import MediaItem
+from lit_retrieval.models.gve.positions import MRopeLayout, release_mrope_positions
 from lit_retrieval.models.gve.processing import GVEProcessing, InputConfig
 
 
@@ -111,6 +112,7 @@ class GVEEmbedder(nn.Module):
         self.model = model.train()  # from_pretrained leaves eval mode; a new module trains (LoRA dropout on)
         self.model_path = str(path)
         self.processing = GVEProcessing(AutoProcessor.from_pretrained(str(path)), inputs)
+        self.rope_layout = MRopeLayout.from_config(self.base_model.config)
 
     @property
     def dim(self) -> int:
@@ -121,9 +123,18 @@ class GVEEmbedder(nn.Module):
         """The transformers model under any peft wrapper."""
         return self.model.get_base_model() if isinstance(self.model, PeftModel) else self.model
 
+    def positions(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The batch's M-RoPE positions by the release-era rule GVE was trained with (see `positions`)."""
+        return release_mrope_positions(
+            batch["input_ids"], batch.get("attention_mask"), self.rope_layout,
+            batch.get("image_grid_thw"), batch.get("video_grid_thw"), batch.get("second_per_grid_ts"),
+        )
+
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """L2-normalised embeddings `[B, d]` (float32) of a processed batch."""
-        out = self.model(**batch, output_hidden_states=True, use_cache=False, logits_to_keep=1)
+        """L2-normalised embeddings `[B, d]` (float32) of a processed batch, with explicit M-RoPE
+        positions, so the result does not depend on the installed transformers' position rule."""
+        positions = self.positions(batch)
+        out = self.model(**batch, position_ids=positions, output_hidden_states=True, use_cache=False, logits_to_keep=1)
         pooled = last_token_pool(out.hidden_states[-1], batch["attention_mask"])
         return F.normalize(pooled.float(), dim=-1)
 
