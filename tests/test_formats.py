@@ -178,7 +178,7 @@ def test_canonical_format_skip_policy(corpus, tmp_path):
 
 def test_datamodules_read_each_layout_and_apply_min_events(tmp_path, corpus):
     files = {"train": str(FIXTURES / "melon" / "melon_keyed.json"), "test": str(FIXTURES / "melon" / "melon_list.json")}
-    melon = MELONDataModule(annotation=files, min_events=4, on_bad_record="skip", test_split="train")
+    melon = MELONDataModule(annotation=files, min_events=4, min_events_scope="all", on_bad_record="skip", test_split="train")
     melon.setup()
     assert sorted(e.record for e in melon.dropped_records) == ["yt_Bb7qLx1Tt2c", "yt_Kp2rT8vLm0Q"]
     assert [r.video_id for r in melon.datasets["train"].records] == ["yt_Zq81mNc4aa0"]
