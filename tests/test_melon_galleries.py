@@ -1,0 +1,73 @@
+"""MELON Tab. 4 compares a baseline and its +MEA row on one test set: the `_mea` config's
+`min_events: 2` (MEA needs partial queries) may only remove training videos, so both configs,
+loaded through the CLI parser and set up on the fixtures, evaluate the same video ids."""
+
+import importlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lit_retrieval.cli import main
+from lit_retrieval.data import AnnotationError, DiDeMoDataModule
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
+def data_module(config: str, annotation_dir: Path, capsys, monkeypatch):
+    """The data module of `config` as `fit` resolves it, pointed at `annotation_dir`."""
+    monkeypatch.chdir(ROOT)
+    args = ["--data.init_args.annotation_dir", str(annotation_dir), "--data.init_args.video_root", str(annotation_dir)]
+    with pytest.raises(SystemExit) as finished:
+        main(["fit", "--config", config, *args, "--print_config"])
+    out = capsys.readouterr()
+    assert finished.value.code in (0, None), out.err[-2000:]
+    data = yaml.safe_load(out.out)["data"]
+    module, name = data["class_path"].rsplit(".", 1)
+    dm = getattr(importlib.import_module(module), name)(**data["init_args"])
+    dm.setup()
+    return dm
+
+
+def ids(dm, role):
+    return sorted(r.video_id for r in dm.datasets[role].records) if role in dm.datasets else None
+
+
+@pytest.fixture
+def activitynet(tmp_path):
+    """The ActivityNet fixture plus a one-sentence test video (as val_1 has)."""
+    root = tmp_path / "activitynet"
+    shutil.copytree(FIXTURES / "activitynet", root)
+    val = json.loads((root / "val_1.json").read_text())
+    val["v_One1Sent2Ab"] = {"duration": 30.0, "timestamps": [[0.0, 30.0]], "sentences": ["A dog runs on a beach."]}
+    (root / "val_1.json").write_text(json.dumps(val))
+    return root
+
+
+@pytest.mark.parametrize("name", ["anet_clip4clip", "didemo_clip4clip"])
+def test_baseline_and_mea_twin_evaluate_the_same_videos(name, activitynet, capsys, monkeypatch):
+    root = activitynet if name.startswith("anet") else FIXTURES / "didemo"
+    baseline = data_module(f"configs/melon/{name}.yaml", root, capsys, monkeypatch)
+    mea = data_module(f"configs/melon/{name}_mea.yaml", root, capsys, monkeypatch)
+    assert mea.min_events == 2 and baseline.min_events == 1  # the twins differ in the filter
+    one_event = {"anet_clip4clip": "v_One1Sent2Ab", "didemo_clip4clip": "88@N02_456_abcd.mp4"}[name]
+    for role in ("val", "test"):
+        assert ids(mea, role) == ids(baseline, role)
+    assert one_event in ids(mea, "test")
+    # training keeps MEA's filter: DiDeMo's one-description training video is a bad record there
+    if name.startswith("didemo"):
+        assert ids(baseline, "train") == ["55512345@N00_4412345678_0a1b2c3d4e.mov", "77@N01_123_ffee.mp4"]
+        assert ids(mea, "train") == ["55512345@N00_4412345678_0a1b2c3d4e.mov"]
+        assert [e.record for e in mea.dropped_records] == ["77@N01_123_ffee.mp4"]
+
+
+def test_min_events_on_every_split_is_still_available():
+    everywhere = DiDeMoDataModule(str(FIXTURES / "didemo"), min_events=2, min_events_scope="all", on_bad_record="raise")
+    with pytest.raises(AnnotationError, match="1 events; at least 2 needed in split 'train'"):
+        everywhere.setup()
+    skipping = DiDeMoDataModule(str(FIXTURES / "didemo"), min_events=2, min_events_scope="all", on_bad_record="skip")
+    with pytest.raises(ValueError, match="no videos in split 'test'"):  # its only test video has one event
+        skipping.setup()
