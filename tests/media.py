@@ -67,9 +67,26 @@ def write_timed_video(
         stream.time_base = stream.codec_context.time_base = time_base
         stream.options = {"x264-params": params, "crf": "18"}
         for k, p in enumerate(pts):
-            rgb = np.stack([(xx + 5 * k) % 256, (yy + 3 * k) % 256, np.full_like(xx, 40 + 7 * k % 180)], -1).astype(np.uint8)
+            rgb = np.stack([(xx + 5 * k) % 256, (yy + 3 * k) % 256, np.full_like(xx, 40 + 7 * k % 180)], -1)
+            rgb = rgb.astype(np.uint8)
             frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
             frame.pts, frame.time_base = p, time_base
             container.mux(stream.encode(frame))
         container.mux(stream.encode(None))
     return path
+
+
+def full_decode(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, float]:
+    """Every frame decoded in order: times (s from the first frame), RGB frames, key-frame flags,
+    the header's end (stream start + duration, from the first frame) and the average rate."""
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        decoded = [
+            (float(f.pts * stream.time_base), f.to_ndarray(format="rgb24"), f.key_frame) for f in container.decode(stream)
+        ]
+        end = float((stream.start_time + stream.duration) * stream.time_base)
+        rate = float(stream.average_rate)
+    first = decoded[0][0]
+    times = np.array([t for t, _, _ in decoded]) - first
+    assert (np.diff(times) > 0).all()
+    return times, np.stack([f for _, f, _ in decoded]), np.array([k for _, _, k in decoded]), end - first, rate

@@ -13,7 +13,7 @@ from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
 from lit_retrieval.data.media import ItemError, MediaItem
 from lit_retrieval.data.video import VideoDecodeError
 from lit_retrieval.models.gve import GVEEmbedder, InputConfig, LoRASettings, last_token_pool
-from media import write_noise_video
+from media import full_decode, write_noise_video
 from mrope_reference import reference_positions
 
 SMALL = InputConfig(max_frames=4, video_min_pixels=4 * 784, video_max_pixels=16 * 784,
@@ -101,9 +101,10 @@ def test_every_input_format_embeds_with_right_video_geometry(tiny_qwen, media):
     assert int((batch["input_ids"] == video_pad).sum()) == int(grids.prod(-1).sum()) // 4
     assert batch["pixel_values_videos"].shape[0] == int(grids.prod(-1).sum())
     assert "mm_token_type_ids" in batch  # transformers 5 builds 3-D M-RoPE positions from it
-    # 6 s at 1 fps -> 4 frames (max_frames) over 6 s; the 3 s window -> 2 frames over 3 s
-    assert grids[:, 0].tolist() == [2, 1]
-    torch.testing.assert_close(batch["second_per_grid_ts"].float(), torch.tensor([2 / (4 / 6), 2 / (2 / 3)]))
+    # max_frames 4 (min_frames 32 above it): 4 of the 48 frames (8 fps), 4 of the 25 frames in [1 s, 4 s];
+    # sampled fps = 4 / frames in the window x 8
+    assert grids[:, 0].tolist() == [2, 2]
+    torch.testing.assert_close(batch["second_per_grid_ts"].float(), torch.tensor([2 / (4 / 48 * 8), 2 / (4 / 25 * 8)]))
     out = model(batch)
     assert out.shape == (5, model.dim) and torch.isfinite(out).all()
     assert len({tuple(row.tolist()) for row in out.round(decimals=5)}) == 5
@@ -111,8 +112,11 @@ def test_every_input_format_embeds_with_right_video_geometry(tiny_qwen, media):
 
 @pytest.mark.parametrize(("seconds", "frames"), [(0.4, 2), (3.5, 2), (5.0, 4), (7.9, 6), (60.0, 8)])
 def test_frame_count_rounds_to_temporal_patches(tiny_qwen, seconds, frames):
-    model = embedder(tiny_qwen, lora=None, inputs=InputConfig())
+    """qwen-vl-utils' smart_nframes worked by hand: with min_frames 2, fps x seconds floored to even
+    within [2, 8]; with the authors' min_frames 32 (the default) always max_frames."""
+    model = embedder(tiny_qwen, lora=None, inputs=InputConfig(min_frames=2))
     assert model.processing.frame_count(seconds) == frames
+    assert embedder(tiny_qwen, lora=None, inputs=InputConfig()).processing.frame_count(seconds) == 8
 
 
 def test_over_long_text_is_cut_to_the_cap_and_counted(tiny_qwen, media):
@@ -144,8 +148,6 @@ def plain_transformers_embeddings(path, texts_and_videos, instruction):
     """The released-model recipe with transformers alone (prompt, <|endoftext|>, last token: GVE A.7)."""
     from transformers.video_utils import VideoMetadata
 
-    from lit_retrieval.data.video import sample_frames
-
     processor = AutoProcessor.from_pretrained(str(path))
     processor.tokenizer.padding_side = "left"
     model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(path), dtype=torch.float32, attn_implementation="sdpa").eval()
@@ -155,8 +157,9 @@ def plain_transformers_embeddings(path, texts_and_videos, instruction):
         messages = [{"role": "system", "content": instruction}, {"role": "user", "content": content}]
         prompts.append(processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + "<|endoftext|>")
         if video:
-            videos.append(sample_frames(video, 4, 0.0, 6.0).frames)
-            metadata.append(VideoMetadata(total_num_frames=4, fps=4 / 6, frames_indices=list(range(4))))
+            frames = full_decode(video)[1]  # 48 frames at 8 fps; qwen-vl-utils: round(linspace(0, 47, 4))
+            videos.append(frames[np.round(np.linspace(0, len(frames) - 1, 4)).astype(int)])
+            metadata.append(VideoMetadata(total_num_frames=4, fps=4 / len(frames) * 8, frames_indices=list(range(4))))
     size = {"shortest_edge": SMALL.video_min_pixels, "longest_edge": SMALL.video_max_pixels}
     batch = processor(text=prompts, videos=videos, padding=True, return_tensors="pt",
                       videos_kwargs={"do_sample_frames": False, "video_metadata": metadata, "size": size, "cap_pixels_per_frame": True})

@@ -3,7 +3,7 @@ import math
 import av
 import numpy as np
 import pytest
-from media import write_timed_video
+from media import full_decode, write_timed_video
 
 from lit_retrieval.data.annotations import load_annotations
 from lit_retrieval.data.synthetic import BACKGROUNDS
@@ -124,20 +124,6 @@ def streams(tmp_path_factory):
     return {name: write_timed_video(folder / f"{name}.mp4", gop=GOP, **kw) for name, kw in STREAMS.items()}
 
 
-def full_decode(path):
-    """Every frame decoded in order: times (s from the first frame), RGB frames, key-frame flags,
-    the header's end (stream start + duration, from the first frame) and average rate."""
-    with av.open(str(path)) as container:
-        stream = container.streams.video[0]
-        decoded = [(float(f.pts * stream.time_base), f.to_ndarray(format="rgb24"), f.key_frame) for f in container.decode(stream)]
-        end = float((stream.start_time + stream.duration) * stream.time_base)
-        rate = float(stream.average_rate)
-    first = decoded[0][0]
-    times = np.array([t for t, _, _ in decoded]) - first
-    assert (np.diff(times) > 0).all()
-    return times, np.stack([f for _, f, _ in decoded]), np.array([k for _, _, k in decoded]), end - first, rate
-
-
 def played_index(times: np.ndarray, target: float) -> int:
     return max(i for i, t in enumerate(times) if t <= target + 1e-9)
 
@@ -184,7 +170,9 @@ def test_linspace_frames_are_qwen_vl_utils_indices(streams, name):
     """GVE's retriever (qwen-vl-utils): n = min(max_frames, frames in window) floored to even,
     indices round(linspace(first, last, n)), sampled fps = n / frames in window x stream fps."""
     times, frames, _, span, rate = full_decode(streams[name])
-    for start, end, max_frames in [(None, None, 8), (0.25 * span, 0.75 * span, 8), (0.0, times[6], 8), (0.0, times[4], 8)]:
+    windows = [(None, None), (0.25 * span, 0.75 * span), (0.0, times[6]), (0.0, times[4])]
+    for start, end in windows:
+        max_frames = 8
         lo, hi = start or 0.0, span if end is None else end
         inside = [i for i, t in enumerate(times) if lo - 1e-9 <= t <= hi + 1e-9]
         count = min(max_frames, len(inside))
@@ -222,5 +210,6 @@ def test_long_vfr_gaps_are_not_truncation_but_a_cut_file_is(tmp_path):
     cut = tmp_path / "cut.mp4"
     data = long.read_bytes()
     cut.write_bytes(data[: len(data) * 7 // 10])
-    with pytest.raises(VideoDecodeError, match=f"cut.mp4: truncated: frames end at .* but the file declares {declared:.3f} s"):
+    message = f"cut.mp4: truncated: frames end at .* but the file declares {declared:.3f} s"
+    with pytest.raises(VideoDecodeError, match=message):
         sample_frames(cut, 8)

@@ -138,7 +138,9 @@ def video_duration(path: str | Path) -> float:
     return duration
 
 
-def _declared_span(container: av.container.InputContainer, stream: av.video.stream.VideoStream) -> tuple[float, float | None]:
+def _declared_span(
+    container: av.container.InputContainer, stream: av.video.stream.VideoStream
+) -> tuple[float, float | None]:
     """(start, end) presentation times in seconds the headers declare; the stream's own before
     the container's (which may include a longer audio track); end None if unknown."""
     tb = stream.time_base
@@ -294,7 +296,8 @@ def _probe_span(stream: _Stream, path: Path, fallback_duration: float | None) ->
         raise VideoDecodeError(path, "no video packets")
     last, last_end, reach = tail
     if declared_end is not None and declared_end - reach > max(TRUNCATION_TOLERANCE_S, 2 * interval):
-        raise VideoDecodeError(path, f"truncated: frames end at {reach - declared_start:.3f} s but the file declares {declared_end - declared_start:.3f} s")
+        ends, declared = reach - declared_start, declared_end - declared_start
+        raise VideoDecodeError(path, f"truncated: frames end at {ends:.3f} s but the file declares {declared:.3f} s")
     end = declared_end if declared_end is not None and declared_end > last else last_end
     stream.seek(declared_start)
     first = stream.next_frame()
@@ -376,7 +379,9 @@ def sample_video(
     return _pad(frames, times, spec.num_frames, sampled_fps)
 
 
-def _linspace_targets(stream: _Stream, a0: float, a1: float, spec: SamplingSpec, path: Path) -> tuple[np.ndarray, float]:
+def _linspace_targets(
+    stream: _Stream, a0: float, a1: float, spec: SamplingSpec, path: Path
+) -> tuple[np.ndarray, float]:
     """PTS of the frames at round(linspace) indices among those in [a0, a1], and the factor that
     turns a frame count into the sampled rate (stream rate / frames in the window)."""
     stream.seek(a0)
@@ -445,7 +450,9 @@ def _played_at(stream: _Stream, current: _Frame, target: float) -> _Frame:
         current = frame
 
 
-def _collect_keyframes(stream: _Stream, targets: np.ndarray, size: int | None, path: Path) -> list[tuple[float, np.ndarray]]:
+def _collect_keyframes(
+    stream: _Stream, targets: np.ndarray, size: int | None, path: Path
+) -> list[tuple[float, np.ndarray]]:
     """(time, RGB) of the key frame at or before each target; a key frame shared by consecutive
     targets is decoded once and repeated."""
     chosen: list[tuple[float, np.ndarray]] = []

@@ -3,11 +3,16 @@
 Per item: a chat prompt (an optional task instruction as the system turn, then the image/video
 placeholders and the text as the user turn, then the assistant header) with `<|endoftext|>`
 appended: that token's final hidden state is the embedding (the released model's processor
-appends it; GVE, arXiv:2510.27571, A.7). Videos are decoded with the project's PyAV
-sampler: `fps` frames per second up to `max_frames` (GVE A.8: 8 frames at 1 fps), the count rounded
-down to the temporal patch size and spread uniformly over the clip, as qwen-vl-utils does. The
-sampled rate goes to the processor as `VideoMetadata` so the temporal M-RoPE spacing is right
-(transformers >= 5 ignores a call-time `fps` for pre-sampled frames). Frames are resized by the
+appends it; GVE, arXiv:2510.27571, A.7). Videos are sampled as the authors' retriever does through
+qwen-vl-utils (`smart_nframes`, then frame indices round(linspace(first, last, n)) over the window):
+n = seconds x `fps` clamped to [`min_frames`, `max_frames`] (rounded to the temporal patch), then
+to the frames in the window, rounded down to the temporal patch (2). With the authors' settings (fps
+1, min_frames 32, max_frames 8) every clip of at least 8 frames gets exactly 8 (GVE A.8: "each video
+is uniformly sampled into exactly 8 frames"). The project's PyAV sampler counts the window's frames by
+their timestamps (`targets="linspace_frames"`). The rate those frames really have (n / frames in the
+window x the stream's rate, qwen-vl-utils' `sample_fps`) goes to the processor as `VideoMetadata`
+so the temporal M-RoPE spacing is right (transformers >= 5 ignores a call-time `fps` for
+pre-sampled frames). Frames are resized by the
 processor within a per-frame pixel budget (`video_max_pixels`, 200 x 28^2 by default: at most 200
 merged visual tokens per temporal patch).
 
@@ -39,8 +44,11 @@ class InputConfig:
     """Frame sampling, pixel budgets and the token cap.
 
     Args:
-        fps: frames sampled per second of video (GVE A.8: 1.0).
-        max_frames: at most this many frames per video (GVE A.8: 8).
+        fps: frames sampled per second of video (GVE A.8: 1.0), before the clamps below.
+        max_frames: at most this many frames per video (GVE A.8: 8; floored to the temporal patch).
+        min_frames: at least this many frames, when the window has them (the authors' retriever
+            passes 32 to qwen-vl-utils; being above `max_frames`, it makes every clip take
+            `max_frames` frames).
         video_min_pixels / video_max_pixels: per-frame pixel bounds (qwen-vl-utils' 128 x 28^2 lower
             bound and the authors' 200 x 28^2 upper bound).
         image_min_pixels / image_max_pixels: bounds for images (the released processor's 4 and
@@ -51,6 +59,7 @@ class InputConfig:
 
     fps: float = 1.0
     max_frames: int = 8
+    min_frames: int = 32
     video_min_pixels: int = 128 * 28 * 28
     video_max_pixels: int = 200 * 28 * 28
     image_min_pixels: int = 4 * 28 * 28
@@ -59,8 +68,11 @@ class InputConfig:
     padding_side: str = "left"
 
     def __post_init__(self) -> None:
-        if self.fps <= 0 or self.max_frames < 1 or self.max_tokens < 16:
-            raise ValueError(f"impossible input settings: fps {self.fps}, max_frames {self.max_frames}, max_tokens {self.max_tokens}")
+        if self.fps <= 0 or self.max_frames < 1 or self.min_frames < 1 or self.max_tokens < 16:
+            raise ValueError(
+                f"impossible input settings: fps {self.fps}, max_frames {self.max_frames}, "
+                f"min_frames {self.min_frames}, max_tokens {self.max_tokens}"
+            )
         if not 0 < self.video_min_pixels <= self.video_max_pixels or not 0 < self.image_min_pixels <= self.image_max_pixels:
             raise ValueError("pixel bounds must satisfy 0 < min_pixels <= max_pixels")
         if self.padding_side not in ("left", "right"):
@@ -89,10 +101,13 @@ class GVEProcessing:
 
     # ---- media -------------------------------------------------------------------------------
     def frame_count(self, seconds: float) -> int:
-        """Frames for a clip of `seconds`: fps x duration within [temporal patch, max_frames],
-        rounded down to a multiple of the temporal patch size."""
-        n = min(self.config.max_frames, math.floor(seconds * self.config.fps))
-        return max(self.temporal_patch, n - n % self.temporal_patch)
+        """qwen-vl-utils' `smart_nframes` for a window of `seconds`, before its clamp to the window's
+        frame count (the sampler applies that): seconds x fps within [min_frames rounded up, max_frames
+        rounded down] to multiples of the temporal patch, rounded down to a multiple of it."""
+        patch = self.temporal_patch
+        low = math.ceil(self.config.min_frames / patch) * patch
+        high = max(patch, self.config.max_frames // patch * patch)
+        return max(patch, math.floor(min(max(seconds * self.config.fps, low), high) / patch) * patch)
 
     def load_video(self, item: MediaItem) -> LoadedVideo:
         path = item.video
@@ -102,12 +117,17 @@ class GVEProcessing:
         end = min(item.end, duration) if item.end is not None else duration
         if end <= start:
             raise VideoDecodeError(path, f"window [{start}, {item.end}] is outside the {duration:.2f} s video")
-        n = self.frame_count(end - start)
-        sample = sample_frames(path, n, start, end)
+        sample = sample_frames(
+            path, self.frame_count(end - start), start, end,
+            targets="linspace_frames", frame_multiple=self.temporal_patch,
+        )
         frames = sample.frames[sample.mask]
-        if len(frames) < n:  # a clip shorter than n frames: repeat the last one (as the processor pads)
-            frames = np.concatenate([frames, np.repeat(frames[-1:], n - len(frames), axis=0)])
-        return LoadedVideo(frames=frames, fps=n / (end - start))
+        fps = sample.sampled_fps
+        if len(frames) % self.temporal_patch:  # a window of fewer frames than one patch: repeat the last
+            pad = self.temporal_patch - len(frames) % self.temporal_patch
+            fps *= (len(frames) + pad) / len(frames)
+            frames = np.concatenate([frames, np.repeat(frames[-1:], pad, axis=0)])
+        return LoadedVideo(frames=frames, fps=fps)
 
     @staticmethod
     def load_image(path: str) -> np.ndarray:
