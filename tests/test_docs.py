@@ -7,7 +7,8 @@ top-level folder of the repository (`benchmarks/`, `configs/sali/grid/`). It mus
 the repository root, or relative to `lit_retrieval/` (docs/architecture.md names modules by their
 path inside the package, e.g. `data/video.py`). Placeholders (`<name>`, `$VAR`, `RUN_DIR/...`) and
 absolute paths of the user's machine are not checked; files that runs write are listed below with
-their reason.
+their reason. A file of another repository is named with its repository, `owner/repo:path/file.py`
+(or as a URL), so that it is not taken for one of ours.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def expand_braces(token: str) -> list[str]:
 
 
 def is_placeholder(token: str) -> bool:
-    if any(mark in token for mark in ("<", ">", "$", "...", "://", "@", "|", "=")):
+    if any(mark in token for mark in ("<", ">", "$", "...", ":", "@", "|", "=")):
         return True
     stems = [Path(part).stem for part in token.split("/") if part]
     return any(stem.isupper() and stem not in ("README", "LICENSE") for stem in stems)
@@ -142,10 +143,14 @@ def test_the_path_check_catches_a_bogus_path_and_accepts_real_ones():
         "See `lit_retrieval/models/gve/loading.py`, `configs/gve/gve_3b.yaml`, `docs/nothing.md` and\n"
         "```bash\nlit-retrieval fit --config configs/melon/missing.yaml\n```\n"
         "but `lit_retrieval/data/video.py`, `data/video.py`, `configs/melon/melon_{xclip,pau}{,_mea}.yaml`,\n"
+        "`ArrowLuo/CLIP4Clip:modules/module_cross.py`,\n"
         "`runs/x/logs/test/metrics.json`, `<dir>/corpus.jsonl`, `train/mea/*` and `metrics.json` are fine."
     )
     assert missing_paths(text) == [
-        "configs/gve/gve_3b.yaml", "configs/melon/missing.yaml", "docs/nothing.md", "lit_retrieval/models/gve/loading.py"
+        "configs/gve/gve_3b.yaml",
+        "configs/melon/missing.yaml",
+        "docs/nothing.md",
+        "lit_retrieval/models/gve/loading.py",
     ]
 
 
