@@ -4,6 +4,7 @@ loaded through the CLI parser and set up on the fixtures, evaluate the same vide
 
 import importlib
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -17,12 +18,26 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 
 
-def data_module(config: str, annotation_dir: Path, capsys, monkeypatch):
-    """The data module of `config` as `fit` resolves it, pointed at `annotation_dir`."""
+def row_configs(row: str) -> list[str]:
+    """The config files of a MELON row: one file `configs/melon/{row}.yaml`, or the composition a
+    row file under `configs/melon/rows/` names in its leading comment lines."""
+    flat = ROOT / "configs" / "melon" / f"{row}.yaml"
+    if flat.exists():
+        return [str(flat)]
+    lines = (ROOT / "configs" / "melon" / "rows" / f"{row}.yaml").read_text().splitlines()
+    header = " ".join(line for line in lines[: next(i for i, line in enumerate(lines) if not line.startswith("#"))])
+    configs = re.findall(r"--config\s+(\S+)", header)
+    assert configs and configs[-1].endswith(f"rows/{row}.yaml"), header
+    return configs
+
+
+def data_module(row: str, annotation_dir: Path, capsys, monkeypatch):
+    """The data module of MELON row `row` as `fit` resolves it, pointed at `annotation_dir`."""
     monkeypatch.chdir(ROOT)
+    configs = [arg for config in row_configs(row) for arg in ("--config", config)]
     args = ["--data.init_args.annotation_dir", str(annotation_dir), "--data.init_args.video_root", str(annotation_dir)]
     with pytest.raises(SystemExit) as finished:
-        main(["fit", "--config", config, *args, "--print_config"])
+        main(["fit", *configs, *args, "--print_config"])
     out = capsys.readouterr()
     assert finished.value.code in (0, None), out.err[-2000:]
     data = yaml.safe_load(out.out)["data"]
@@ -50,8 +65,8 @@ def activitynet(tmp_path):
 @pytest.mark.parametrize("name", ["anet_clip4clip", "didemo_clip4clip"])
 def test_baseline_and_mea_twin_evaluate_the_same_videos(name, activitynet, capsys, monkeypatch):
     root = activitynet if name.startswith("anet") else FIXTURES / "didemo"
-    baseline = data_module(f"configs/melon/{name}.yaml", root, capsys, monkeypatch)
-    mea = data_module(f"configs/melon/{name}_mea.yaml", root, capsys, monkeypatch)
+    baseline = data_module(name, root, capsys, monkeypatch)
+    mea = data_module(f"{name}_mea", root, capsys, monkeypatch)
     assert mea.min_events == 2 and baseline.min_events == 1  # the twins differ in the filter
     one_event = {"anet_clip4clip": "v_One1Sent2Ab", "didemo_clip4clip": "88@N02_456_abcd.mp4"}[name]
     for role in ("val", "test"):

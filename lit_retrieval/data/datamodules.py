@@ -123,16 +123,29 @@ class DiDeMoDataModule(SplitFilesDataModule):
         annotation_dir: folder of `train_data.json`, `val_data.json`, `test_data.json`.
         split_files: file of each split name.
         video_ext: replace the extension of the `video` field (e.g. `.mp4` after transcoding).
+        window_seconds: frames are sampled in [0, window_seconds) of each file (clipped to its
+            length): 32 by default, the seconds 0-31 CLIP4Clip's loader reads; `None`: the
+            annotated window, 5 s x `num_segments` (see `lit_retrieval.data.didemo`).
+        trim_to_annotation: sample within that window (on by default here; off: the whole file).
         **kwargs: the common options of `VideoTextDataModule`.
     """
 
-    def __init__(self, annotation_dir: str, split_files: dict[str, str] | None = None, video_ext: str | None = None, **kwargs) -> None:
+    def __init__(
+        self,
+        annotation_dir: str,
+        split_files: dict[str, str] | None = None,
+        video_ext: str | None = None,
+        window_seconds: float | None = 32.0,
+        trim_to_annotation: bool = True,
+        **kwargs,
+    ) -> None:
         split_files = split_files or {"train": "train_data.json", "val": "val_data.json", "test": "test_data.json"}
-        super().__init__(annotation_dir, split_files, **kwargs)
+        super().__init__(annotation_dir, split_files, trim_to_annotation=trim_to_annotation, **kwargs)
         self.video_ext = video_ext
+        self.window_seconds = window_seconds
 
     def parser(self) -> DiDeMoParser:
-        return DiDeMoParser(self.video_ext)
+        return DiDeMoParser(self.video_ext, self.window_seconds)
 
 
 class CondensedMoviesDataModule(VideoTextDataModule):

@@ -5,7 +5,13 @@
 an inclusive end) and `num_segments` (chunks annotated, 6 for 30 s). As in CLIP4Clip, a moment's
 interval is the annotators' mean start and end chunk in seconds (`5 * s` to `5 * (e + 1)`), and a
 video's query concatenates its descriptions, here ordered by start time, then file order. The
-duration is the annotated window (`5 * num_segments` s).
+duration is the annotated window (`5 * num_segments` s), or `window_seconds` where given: the
+frames of the video are drawn from it (`trim_to_annotation`; the files run past it).
+
+CLIP4Clip's DiDeMo loader reads the 1-fps frames of seconds 0 to 31 (start 0 and end 31, the end
+second included) whatever the annotation, i.e. the first 32 s of the file; `DiDeMoDataModule`
+follows it with `window_seconds: 32`. Set `window_seconds: null` for the annotated 30 s (25 s for
+5-segment videos).
 
 Files are matched literally by `video` (extension included), unless `video_ext` replaces the
 extension (e.g. after transcoding to mp4). A bad moment (empty description, chunks out of range,
@@ -44,8 +50,11 @@ def _chunk_pairs(times: Any, num_segments: int, source: str, record: str) -> lis
 class DiDeMoParser:
     """Turns DiDeMo files into `VideoRecord`s, one per video."""
 
-    def __init__(self, video_ext: str | None = None) -> None:
+    def __init__(self, video_ext: str | None = None, window_seconds: float | None = None) -> None:
+        if window_seconds is not None and not window_seconds > 0:
+            raise ValueError(f"window_seconds must be positive, got {window_seconds}")
         self.video_ext = video_ext
+        self.window_seconds = window_seconds
 
     def load(self, path: str | Path, split: str, collector: RecordCollector | None = None) -> list[VideoRecord]:
         collector = collector or RecordCollector()
@@ -96,4 +105,5 @@ class DiDeMoParser:
     def _video(self, video: str, items: list[tuple[Event, int]], window: float, split: str) -> VideoRecord:
         ordered = tuple(event for event, _ in sorted(items, key=lambda item: (item[0].start, item[0].end, item[1])))
         path = str(PurePosixPath(video).with_suffix(self.video_ext)) if self.video_ext else video
-        return VideoRecord(video_id=video, path=path, duration=window, split=split, events=ordered)
+        duration = self.window_seconds if self.window_seconds is not None else window
+        return VideoRecord(video_id=video, path=path, duration=duration, split=split, events=ordered)
