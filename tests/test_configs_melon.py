@@ -26,7 +26,11 @@ from lit_retrieval.retrieval_cli import RetrievalCLI
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "melon_resolved"
 ROWS = sorted(p.stem for p in FIXTURES.glob("*.json"))
-CHANGED: dict[str, dict[str, tuple[Any, Any]]] = {}
+# row -> {key: (recorded, composed)}: the intended changes since the per-row files.
+# TempMe's adapters and frame positions: TempMe's own 6e-4 -> MELON supp. B.1's 1e-4 for every
+# module but Long-CLIP (issue 16, item 10).
+TEMPME_LR = {"model.init_args.optim.head_lr": (6.0e-4, 1.0e-4)}
+CHANGED: dict[str, dict[str, tuple[Any, Any]]] = {"melon_tempme": TEMPME_LR, "melon_tempme_mea": TEMPME_LR}
 
 
 def resolve(configs: list[str]) -> dict[str, Any]:
