@@ -19,8 +19,14 @@ Test-time re-ranking (reference main_pau.py): S'_ab = S_ab exp(-beta_v (1 - U^v_
 `rerank: fixed` uses `rerank_betas`; `rerank: fit` fits them on the *validation* split after
 each validation (grid search, then Nelder-Mead from the best point, maximising the mean of the
 t2v and v2t R@1 counts); validations score with the previous fit (none at first), and testing
-before any fit is refused. Difference from the reference, whose
-`run_msrvtt_learn.sh` fits beta on the test split: the test split is never used for fitting.
+before any fit is refused.
+
+Differences from the reference (leolee99/PAU), each a fix:
+- the test split is never used for fitting (the reference's `run_msrvtt_learn.sh` fits beta on it);
+- the best-frame term takes its max over a video's valid frames only; the reference takes it over
+  every frame slot, padded ones included (the features CLIP gives the zero-filled padding frames),
+  so a padding frame can win the max of a short video. A video without valid frames gets 0 for
+  this term here.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from lit_retrieval.models.encoders.base import VideoTextEncoder
 from lit_retrieval.models.features import TextFeatures, VideoFeatures
 from lit_retrieval.models.heads.base import SimilarityHead
 from lit_retrieval.models.heads.meanp import masked_mean
-from lit_retrieval.models.heads.temporal import ClipStyleTransformer
+from lit_retrieval.models.heads.temporal import CROSS_LAYER_NORM_EPS, ClipStyleTransformer
 
 
 def certainty(features: torch.Tensor, prototypes: torch.Tensor, scale: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -74,6 +80,8 @@ class PAUHead(SimilarityHead):
         evidence_temperature: tau of the evidence (5).
         uncertainty_weight / diversity_weight: lambda_2 = 100 and lambda_3 = 0.025 (reference).
         layers / max_frames / init_from_text: the seqTransf of the mean term (CLIP4Clip's).
+        layer_norm_eps: LayerNorm eps of that seqTransf (CLIP4Clip's 1e-12, as PAU's
+            `module_cross.py`; 1e-5 reproduces runs trained before this default).
         rerank: `none`, `fixed` (`rerank_betas`) or `fit` (fitted on validation).
         rerank_betas: (beta_v, beta_t); the reference's fixed default is 0.05 each. Not
             constrained to be positive (the reference's fitted values have either sign).
@@ -92,9 +100,11 @@ class PAUHead(SimilarityHead):
         rerank: Literal["none", "fixed", "fit"] = "none",
         rerank_betas: tuple[float, float] = (0.05, 0.05),
         rerank_grid: int = 21,
+        layer_norm_eps: float = CROSS_LAYER_NORM_EPS,
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
+        self.layer_norm_eps = layer_norm_eps
         if rerank not in ("none", "fixed", "fit"):  # not "off": YAML reads a bare off as false
             raise ValueError(f"rerank must be 'none', 'fixed' or 'fit', got {rerank!r}")
         self.num_prototypes = prototypes
@@ -110,7 +120,9 @@ class PAUHead(SimilarityHead):
 
     def bind(self, encoder: VideoTextEncoder) -> None:
         width = encoder.embed_dim
-        self.temporal = ClipStyleTransformer.for_encoder(encoder, self.layers, self.max_frames, copy_text=self.init_from_text)
+        self.temporal = ClipStyleTransformer.for_encoder(
+            encoder, self.layers, self.max_frames, copy_text=self.init_from_text, layer_norm_eps=self.layer_norm_eps
+        )
         self.video_prototypes = nn.Parameter(nn.init.xavier_uniform_(torch.empty(self.num_prototypes, width)))
         self.text_prototypes = nn.Parameter(nn.init.xavier_uniform_(torch.empty(self.num_prototypes, width)))
 

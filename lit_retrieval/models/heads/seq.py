@@ -14,7 +14,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from lit_retrieval.models.encoders.base import VideoTextEncoder
 from lit_retrieval.models.features import VideoFeatures
 from lit_retrieval.models.heads.meanp import MeanPHead, masked_mean
-from lit_retrieval.models.heads.temporal import ClipStyleTransformer
+from lit_retrieval.models.heads.temporal import CROSS_LAYER_NORM_EPS, ClipStyleTransformer
 
 
 class _TemporalMeanPHead(MeanPHead):
@@ -62,16 +62,24 @@ class SeqTransfHead(_TemporalMeanPHead):
         layers: transformer blocks (CLIP4Clip `cross_num_hidden_layers`, 4).
         max_frames: rows of the frame-position table (CLIP4Clip: 77).
         init_from_text: copy CLIP's text blocks 0..layers-1 and positions, as CLIP4Clip does.
+        layer_norm_eps: LayerNorm eps of the blocks (CLIP4Clip's 1e-12; 1e-5 reproduces runs
+            trained before this default).
     """
 
-    def __init__(self, layers: int = 4, max_frames: int = 77, init_from_text: bool = True, **kwargs) -> None:
+    def __init__(
+        self, layers: int = 4, max_frames: int = 77, init_from_text: bool = True,
+        layer_norm_eps: float = CROSS_LAYER_NORM_EPS, **kwargs,
+    ) -> None:
         super().__init__(**kwargs)
         self.layers = layers
         self.max_frames = max_frames
         self.init_from_text = init_from_text
+        self.layer_norm_eps = layer_norm_eps
 
     def bind(self, encoder: VideoTextEncoder) -> None:
-        self.temporal = ClipStyleTransformer.for_encoder(encoder, self.layers, self.max_frames, copy_text=self.init_from_text)
+        self.temporal = ClipStyleTransformer.for_encoder(
+            encoder, self.layers, self.max_frames, copy_text=self.init_from_text, layer_norm_eps=self.layer_norm_eps
+        )
 
     def temporal_features(self, frames: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return self.temporal(frames, mask)

@@ -18,7 +18,7 @@ from torch import nn
 from lit_retrieval.models.encoders.base import VideoTextEncoder
 from lit_retrieval.models.features import TextFeatures, VideoFeatures
 from lit_retrieval.models.heads.base import SimilarityHead
-from lit_retrieval.models.heads.temporal import ClipStyleTransformer, init_new_layers
+from lit_retrieval.models.heads.temporal import CROSS_LAYER_NORM_EPS, ClipStyleTransformer, init_new_layers
 
 
 class TightTransfHead(SimilarityHead):
@@ -27,12 +27,18 @@ class TightTransfHead(SimilarityHead):
         max_frames: longest video; the position table holds 1 + max_frames rows.
         dropout: on the input embeddings (CLIP4Clip: 0.1).
         init_from_text: copy CLIP's text blocks and positions into the cross encoder.
+        layer_norm_eps: LayerNorm eps of the cross encoder and the pooler (CLIP4Clip's 1e-12; 1e-5
+            reproduces runs trained before this default).
     """
 
     indexable = False
 
-    def __init__(self, layers: int = 4, max_frames: int = 76, dropout: float = 0.1, init_from_text: bool = True) -> None:
+    def __init__(
+        self, layers: int = 4, max_frames: int = 76, dropout: float = 0.1, init_from_text: bool = True,
+        layer_norm_eps: float = CROSS_LAYER_NORM_EPS,
+    ) -> None:
         super().__init__(learn_logit_scale=False)
+        self.layer_norm_eps = layer_norm_eps
         self.layers = layers
         self.max_frames = max_frames
         self.dropout = dropout
@@ -43,8 +49,12 @@ class TightTransfHead(SimilarityHead):
 
     def bind(self, encoder: VideoTextEncoder) -> None:
         width = encoder.embed_dim
-        self.cross = ClipStyleTransformer.for_encoder(encoder, self.layers, 1 + self.max_frames, self.dropout, copy_text=self.init_from_text)
-        self.pooler = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, width))
+        self.cross = ClipStyleTransformer.for_encoder(
+            encoder, self.layers, 1 + self.max_frames, self.dropout, copy_text=self.init_from_text,
+            layer_norm_eps=self.layer_norm_eps,
+        )
+        # the reference's CrossPooler: its ln_pool is CLIP4Clip's LayerNorm too
+        self.pooler = nn.Sequential(nn.LayerNorm(width, eps=self.layer_norm_eps), nn.Linear(width, width))
         self.dense = nn.Linear(width, 1, bias=False)  # a bias would be one constant on every score
         init_new_layers(self.pooler)
         init_new_layers(self.dense)

@@ -22,7 +22,9 @@ Differences from the reference, on purpose: the frame mask is interleaved per to
 selection is a deterministic hard top-k at evaluation (the reference perturbs at test time too,
 which makes its scores stochastic); the position table holds (1 + k) * max_frames rows instead of
 77, so 32 or 64 frames fit. The transductive dual-softmax re-scoring the reference applies at test
-time is not used.
+time is not used. A token count whose two shift position sets would share a position (fold 1 or 3:
+7-13 or 21-27 tokens at `n_div` 7) is refused; the reference lets the second shift overwrite the
+first there.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from torch import nn
 from lit_retrieval.models.encoders.base import VideoTextEncoder
 from lit_retrieval.models.features import TextFeatures, VideoFeatures
 from lit_retrieval.models.heads.base import SimilarityHead
-from lit_retrieval.models.heads.temporal import ClipStyleTransformer, init_new_layers
+from lit_retrieval.models.heads.temporal import CROSS_LAYER_NORM_EPS, ClipStyleTransformer, init_new_layers
 
 FRAME_WEIGHT_SCALE = 4.0  # fixed in the reference
 
@@ -161,10 +163,17 @@ class TS2NetHead(PatchSelectingHead):
     """Args:
         select, samples, sigma, shift_blocks, n_div: see `PatchSelectingHead`.
         temporal_layers, max_frames, init_from_text: the seqTransf temporal module.
+        layer_norm_eps: LayerNorm eps of the temporal module (CLIP4Clip's 1e-12; 1e-5 reproduces
+            runs trained before this default). The token scorer keeps torch's 1e-5, as the
+            reference's `PredictorLG` does.
     """
 
-    def __init__(self, temporal_layers: int = 4, max_frames: int = 64, init_from_text: bool = True, **kwargs) -> None:
+    def __init__(
+        self, temporal_layers: int = 4, max_frames: int = 64, init_from_text: bool = True,
+        layer_norm_eps: float = CROSS_LAYER_NORM_EPS, **kwargs,
+    ) -> None:
         super().__init__(**kwargs)
+        self.layer_norm_eps = layer_norm_eps
         self.temporal_layers = temporal_layers
         self.max_frames = max_frames
         self.init_from_text = init_from_text
@@ -173,7 +182,8 @@ class TS2NetHead(PatchSelectingHead):
     def bind(self, encoder: VideoTextEncoder) -> None:
         self.bind_patch_selection(encoder)
         self.temporal = ClipStyleTransformer.for_encoder(
-            encoder, self.temporal_layers, (1 + self.select) * self.max_frames, copy_text=self.init_from_text
+            encoder, self.temporal_layers, (1 + self.select) * self.max_frames, copy_text=self.init_from_text,
+            layer_norm_eps=self.layer_norm_eps,
         )
 
     def encode_text(self, text: TextFeatures) -> torch.Tensor:

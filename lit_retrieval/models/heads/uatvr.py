@@ -35,7 +35,7 @@ from lit_retrieval.models.encoders.base import VideoTextEncoder
 from lit_retrieval.models.features import TextFeatures, VideoFeatures
 from lit_retrieval.models.heads.base import SimilarityHead, masked_softmax
 from lit_retrieval.models.heads.meanp import masked_mean
-from lit_retrieval.models.heads.temporal import ClipStyleTransformer, init_new_layers
+from lit_retrieval.models.heads.temporal import CROSS_LAYER_NORM_EPS, ClipStyleTransformer, init_new_layers
 
 
 def token_weight_head(width: int) -> nn.Sequential:
@@ -96,6 +96,9 @@ class UATVRHead(SimilarityHead):
         samples: K sampled embeddings per item (7).
         mil_weight / kl_weight: 0.01 and 1e-4 (reference).
         init_from_text: copy CLIP's text blocks and positions into the shared transformer.
+        layer_norm_eps: LayerNorm eps of the shared transformer (CLIP4Clip's 1e-12, as UATVR's
+            `module_cross.py`; 1e-5 reproduces runs trained before this default). The PIE heads'
+            LayerNorm keeps torch's 1e-5, as the reference's `prob_models/pie_model.py`.
     """
 
     def __init__(
@@ -109,9 +112,11 @@ class UATVRHead(SimilarityHead):
         mil_weight: float = 0.01,
         kl_weight: float = 1e-4,
         init_from_text: bool = True,
+        layer_norm_eps: float = CROSS_LAYER_NORM_EPS,
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
+        self.layer_norm_eps = layer_norm_eps
         self.extra_video, self.extra_text = extra_video_tokens, extra_text_tokens
         self.layers, self.max_frames, self.max_words = layers, max_frames, max_words
         self.samples = samples
@@ -122,7 +127,9 @@ class UATVRHead(SimilarityHead):
     def bind(self, encoder: VideoTextEncoder) -> None:
         width = encoder.embed_dim
         self.max_words = self.max_words or encoder.max_text_len + self.extra_text
-        self.fusion = ClipStyleTransformer.for_encoder(encoder, self.layers, self.max_frames, copy_text=self.init_from_text)
+        self.fusion = ClipStyleTransformer.for_encoder(
+            encoder, self.layers, self.max_frames, copy_text=self.init_from_text, layer_norm_eps=self.layer_norm_eps
+        )
         self.word_positions = nn.Embedding(self.max_words, width)
         self.text_weights, self.video_weights = token_weight_head(width), token_weight_head(width)
         self.text_prob, self.video_prob = ProbabilisticEmbedding(width), ProbabilisticEmbedding(width)

@@ -29,6 +29,13 @@ Differences from the reference, each a fix: evaluation keeps the trained patch-s
 function than they were trained with); patch selection is a deterministic hard top-k at
 evaluation (the reference still draws 500 noisy samples at test time); padded words and frames
 are masked out of every ISA (the reference includes padding and the start token).
+
+The patch scorer follows the reference's *training* copy (`train/modules/differential_topk.py`:
+LayerNorm(D), Linear(D, D/2), GELU on every token, joined with its frame's CLS code, Linear(D, D/2),
+GELU, Linear(D/2, 1), tanh). The released evaluation copy (`eval_t2v/`, `eval_v2t/`) has other
+widths (it joins each token with its CLS before a LayerNorm(2D) and Linear(2D, D), then with the sum
+of the video's CLS codes before Linear(2D, D), GELU, Linear(D, 1)), so a checkpoint of one cannot
+load into the other; we train and evaluate with the one function the method is trained with.
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ from lit_retrieval.models.encoders.base import VideoTextEncoder
 from lit_retrieval.models.features import TextFeatures, VideoFeatures
 from lit_retrieval.models.heads.base import map_rep, masked_softmax
 from lit_retrieval.models.heads.meanp import masked_mean
-from lit_retrieval.models.heads.temporal import ClipStyleTransformer
+from lit_retrieval.models.heads.temporal import CROSS_LAYER_NORM_EPS, ClipStyleTransformer
 from lit_retrieval.models.heads.ts2net import PatchSelectingHead
 
 TAU = 0.01  # hard-coded in the reference
@@ -79,6 +86,8 @@ class UCoFiAHead(PatchSelectingHead):
         select / samples / sigma / shift_blocks / n_div: patch selection and shift
             (`PatchSelectingHead`; 3, 500, 0.05, 2, 7).
         temporal_layers / init_from_text: the seqTransf of level 1 (4, copied from CLIP text).
+        layer_norm_eps: LayerNorm eps of that seqTransf (CLIP4Clip's 1e-12; 1e-5 reproduces runs
+            trained before this default).
         max_frames / max_words: sizes of the T x T, (1+k)T x (1+k)T and L x L matrices
             (`max_words` defaults to the encoder's `max_text_len`).
         sk_norm_bank: bank size of SK-norm at evaluation (training captions; `None`: off).
@@ -93,9 +102,11 @@ class UCoFiAHead(PatchSelectingHead):
         init_from_text: bool = True,
         sk_norm_bank: int | None = None,
         sk_norm_iters: int = 4,
+        layer_norm_eps: float = CROSS_LAYER_NORM_EPS,
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
+        self.layer_norm_eps = layer_norm_eps
         self.temporal_layers, self.init_from_text = temporal_layers, init_from_text
         self.max_frames, self.max_words = max_frames, max_words
         self.calibration_bank = sk_norm_bank
@@ -106,7 +117,10 @@ class UCoFiAHead(PatchSelectingHead):
         width = encoder.embed_dim
         self.max_words = self.max_words or encoder.max_text_len
         self.bind_patch_selection(encoder)
-        self.temporal = ClipStyleTransformer.for_encoder(encoder, self.temporal_layers, self.max_frames, copy_text=self.init_from_text)
+        self.temporal = ClipStyleTransformer.for_encoder(
+            encoder, self.temporal_layers, self.max_frames, copy_text=self.init_from_text,
+            layer_norm_eps=self.layer_norm_eps,
+        )
         pixels = (1 + self.select) * self.max_frames
         self.global_text, self.global_video = identity(width), identity(width)
         self.frame_weight = identity(self.max_frames)

@@ -31,7 +31,7 @@ from lit_retrieval.models.encoders.base import VideoTextEncoder
 from lit_retrieval.models.features import TextFeatures, VideoFeatures
 from lit_retrieval.models.heads.base import SimilarityHead
 from lit_retrieval.models.heads.meanp import masked_mean
-from lit_retrieval.models.heads.temporal import ClipStyleTransformer
+from lit_retrieval.models.heads.temporal import CROSS_LAYER_NORM_EPS, ClipStyleTransformer
 
 AOSM_TEMPERATURE = 0.01  # hard-coded in the reference
 
@@ -52,12 +52,18 @@ class XCLIPHead(SimilarityHead):
         max_frames: rows of the frame-sized matrices and the temporal module's positions.
         temporal_layers: seqTransf blocks for the video-level feature (0: plain meanP).
         init_from_text: copy CLIP text blocks into the temporal module (CLIP4Clip init).
+        layer_norm_eps: LayerNorm eps of the temporal module (CLIP4Clip's 1e-12; 1e-5 reproduces
+            runs trained before this default).
     """
 
     indexable = False
 
-    def __init__(self, max_words: int = 77, max_frames: int = 64, temporal_layers: int = 4, init_from_text: bool = True, **kwargs) -> None:
+    def __init__(
+        self, max_words: int = 77, max_frames: int = 64, temporal_layers: int = 4, init_from_text: bool = True,
+        layer_norm_eps: float = CROSS_LAYER_NORM_EPS, **kwargs,
+    ) -> None:
         super().__init__(**kwargs)
+        self.layer_norm_eps = layer_norm_eps
         self.max_words = max_words
         self.max_frames = max_frames
         self.temporal_layers = temporal_layers
@@ -68,7 +74,10 @@ class XCLIPHead(SimilarityHead):
     def bind(self, encoder: VideoTextEncoder) -> None:
         width = encoder.embed_dim
         if self.temporal_layers:
-            self.temporal = ClipStyleTransformer.for_encoder(encoder, self.temporal_layers, self.max_frames, copy_text=self.init_from_text)
+            self.temporal = ClipStyleTransformer.for_encoder(
+                encoder, self.temporal_layers, self.max_frames, copy_text=self.init_from_text,
+                layer_norm_eps=self.layer_norm_eps,
+            )
         self.global_mat = nn.Parameter(torch.eye(width))
         self.local_mat = nn.Parameter(torch.eye(width))
         for name, size in (("word_logit", self.max_words), ("word_mat", self.max_words), ("word_mat2", self.max_words),
