@@ -89,3 +89,27 @@ def test_index_embeds_vfr_and_offset_videos(tiny_qwen, clips, tmp_path):
     assert run_command("index", args) == 0
     meta = json.loads((tmp_path / "idx" / "meta.json").read_text())
     assert meta["count"] == 3 and meta["failed"] == 0
+
+
+def test_index_with_keyframe_sampling_is_recorded_and_searchable(tiny_qwen, clips, tmp_path):
+    """`index --sampling keyframe` embeds other frames than exact sampling, records the choice, and
+    `search` rebuilds the same embedder from the index (its fingerprint check passes)."""
+    import json
+
+    from lit_retrieval.commands import run_command
+    from lit_retrieval.search.index import VideoIndex
+
+    folder = tmp_path / "videos"
+    folder.mkdir()
+    for name in ("vfr", "cfr_6s"):
+        (folder / f"{name}.mp4").write_bytes(clips[name].read_bytes())
+    vectors = {}
+    for sampling in ("exact", "keyframe"):
+        out = tmp_path / sampling
+        args = ["--model", str(tiny_qwen), "--videos", str(folder), "--out", str(out), "--sampling", sampling]
+        assert run_command("index", args) == 0
+        assert json.loads((out / "meta.json").read_text())["model"]["sampling"] == sampling
+        index = VideoIndex.load(out)
+        vectors[sampling] = index.index.reconstruct_n(0, index.index.ntotal)
+    assert run_command("search", [str(tmp_path / "keyframe"), "a query", "-k", "2", "--json"]) == 0
+    assert not np.allclose(vectors["exact"], vectors["keyframe"], atol=1e-4)

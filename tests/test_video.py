@@ -213,3 +213,23 @@ def test_long_vfr_gaps_are_not_truncation_but_a_cut_file_is(tmp_path):
     message = f"cut.mp4: truncated: frames end at .* but the file declares {declared:.3f} s"
     with pytest.raises(VideoDecodeError, match=message):
         sample_frames(cut, 8)
+
+
+def test_data_module_keyframe_sampling_reaches_the_sampler(corpus):
+    """`data.sampling: keyframe`: every item's frames are the key frames at or before the targets."""
+    from lit_retrieval.data.datamodule import MultiEventDataModule
+    from lit_retrieval.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="data.sampling"):
+        MultiEventDataModule(str(corpus / "annotations.json"), sampling="nearest")
+    data = MultiEventDataModule(str(corpus / "annotations.json"), num_frames=6, image_size=32, sampling="keyframe")
+    data.setup("fit")
+    dataset = data.datasets["train"]
+    for index in range(3):
+        item = dataset[index]
+        times, _, keys, span, _ = full_decode(corpus / dataset.records[index].path)
+        key_times = times[keys]
+        expected = [key_times[key_times <= (i + 0.5) * span / 6 + 1e-9].max() for i in range(6)]
+        np.testing.assert_allclose(item["frame_times"].numpy(), expected, atol=1e-9)
+        exact = [times[played_index(times, (i + 0.5) * span / 6)] for i in range(6)]
+        assert item["frame_mask"].all() and not np.allclose(expected, exact)  # the modes differ here

@@ -33,6 +33,10 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--nlist", type=int, help="IVF lists (default 4 sqrt(N))")
     parser.add_argument("--nprobe", type=int, default=32, help="IVF lists searched per query")
     parser.add_argument("--chunk", type=int, default=16, help="videos per saved chunk")
+    parser.add_argument(
+        "--sampling", choices=["exact", "keyframe"], default="exact",
+        help="video frames: exact, or the key frame at or before each (faster, approximate); search uses the index's",
+    )
     parser.add_argument("--gpu", action="store_true", help="build/search with faiss-gpu")
     add_shard_arguments(parser)
     parser.add_argument("--embed-only", action="store_true", help="embed this shard's videos, do not build the index (array jobs)")
@@ -40,7 +44,7 @@ def run(argv: list[str]) -> int:
     if args.model is None and args.config is None:
         parser.error("one of --model or --config is required")
     check_shard(parser, args)
-    spec = ModelSpec(args.model, args.config, args.ckpt, args.device)
+    spec = ModelSpec(args.model, args.config, args.ckpt, args.device, args.sampling)
     videos = list_videos(args.videos)
     if not videos:
         parser.error(f"no videos found in {args.videos}")

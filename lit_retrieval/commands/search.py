@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 
 from rich.console import Console
 from rich.table import Table
@@ -55,7 +56,7 @@ def run(argv: list[str]) -> int:
         given = ModelSpec(args.model, args.config, args.ckpt, args.device).resolved()
         if (given.model, given.config, given.ckpt) != (spec.model, spec.config, spec.ckpt):
             raise SystemExit(f"lit-retrieval search: {args.index} was built with {index.meta['model']}, not {given}")
-    spec = ModelSpec(spec.model, spec.config, spec.ckpt, args.device)
+    spec = replace(spec, device=args.device)  # the rest (frame sampling too) as the index was built
     embedder = load_item_embedder(spec)
     try:
         index.check(embedder)

@@ -28,7 +28,7 @@ from lit_retrieval.data.resume import EpochPosition
 from lit_retrieval.data.shots import ShotOptions, Shots, detect_many, frame_shot_index
 from lit_retrieval.data.synthetic import SynthConfig, generate_corpus
 from lit_retrieval.data.transforms import CLIP_MEAN, CLIP_STD, NormalizeFrames
-from lit_retrieval.data.video import VideoDecodeError, sample_frames
+from lit_retrieval.data.video import Sampling, SamplingSpec, VideoDecodeError, sample_video
 from lit_retrieval.errors import ConfigError, check_at_least
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,7 @@ class MultiEventDataset(Dataset):
         seek_threshold: float = 1.0,
         shots: list[Shots] | None = None,
         trim_to_annotation: bool = False,
+        sampling: Sampling = "exact",
     ) -> None:
         if shots is not None and len(shots) != len(records):
             raise ValueError(f"{len(shots)} shot lists for {len(records)} records")
@@ -64,6 +65,7 @@ class MultiEventDataset(Dataset):
         self.normalize = normalize or NormalizeFrames()
         self.seek_threshold = seek_threshold
         self.trim_to_annotation = trim_to_annotation
+        self.spec = SamplingSpec(num_frames, image_size, sampling=sampling)  # what every item's frames are
 
     def __len__(self) -> int:
         return len(self.records)
@@ -73,7 +75,7 @@ class MultiEventDataset(Dataset):
         path = self.video_root / record.path
         try:
             end = record.duration if self.trim_to_annotation else None
-            sample = sample_frames(path, self.num_frames, end=end, size=self.image_size, seek_threshold=self.seek_threshold, duration=record.duration)
+            sample = sample_video(path, self.spec, end=end, seek_threshold=self.seek_threshold, duration=record.duration)
         except VideoDecodeError as err:
             if self.on_bad_video == "raise":
                 raise
@@ -169,6 +171,9 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
             indices (SALI). Videos whose detection fails follow `on_bad_video`.
         trim_to_annotation: sample frames in [0, the record's duration] instead of the whole file
             (Condensed Movies: the annotated duration leaves out the YouTube outro).
+        sampling: `exact` (the frame at each uniform target) or `keyframe` (the key frame at or
+            before each target: one decode per frame, up to one GOP early; for evaluating and
+            indexing large galleries fast, see docs/datasets.md for its measured cost).
         holdout_val: move this fraction of the training videos (seeded by `shuffle_seed`) into
             the `val_split`, for datasets without a validation split (SALI Sec. 4: 10% on
             ActivityNet). Records sharing a video file move together.
@@ -198,6 +203,7 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
         shuffle_seed: int = 0,
         shots: ShotOptions | None = None,
         trim_to_annotation: bool = False,
+        sampling: Literal["exact", "keyframe"] = "exact",
         holdout_val: float = 0.0,
         allow_split_overlap: bool = False,
     ) -> None:
@@ -212,6 +218,8 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
             raise ConfigError("data.holdout_val needs a val_split name for the held-out videos")
         if on_bad_video not in ("raise", "skip"):
             raise ConfigError(f"data.on_bad_video must be 'raise' or 'skip', got {on_bad_video!r}")
+        if sampling not in ("exact", "keyframe"):
+            raise ConfigError(f"data.sampling must be 'exact' or 'keyframe', got {sampling!r}")
         RecordCollector(on_bad_record)  # validates the policy now, not at setup
         self.video_root = Path(video_root) if video_root else None
         self.num_frames = num_frames
@@ -231,6 +239,7 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
         self.shuffle_seed = shuffle_seed
         self.shots = shots
         self.trim_to_annotation = trim_to_annotation
+        self.sampling = sampling
         self.holdout_val = holdout_val
         self.allow_split_overlap = allow_split_overlap
         self.datasets: dict[str, MultiEventDataset] = {}
@@ -271,7 +280,7 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
                 chosen, shots = self._with_shots(chosen, video_root)
             self.datasets[role] = MultiEventDataset(
                 chosen, video_root, self.num_frames, self.image_size, self.on_bad_video, self.normalize, self.seek_threshold, shots,
-                self.trim_to_annotation,
+                self.trim_to_annotation, self.sampling,
             )
 
     def _check_split_overlap(self, records: list[VideoRecord]) -> None:

@@ -27,7 +27,7 @@ from PIL import Image
 
 from lit_retrieval.data.media import MediaItem
 from lit_retrieval.data.transforms import NormalizeFrames
-from lit_retrieval.data.video import sample_frames
+from lit_retrieval.data.video import Sampling, SamplingSpec, sample_frames, sample_video
 from lit_retrieval.models.gve import GVEEmbedder
 
 
@@ -68,18 +68,20 @@ class GVEItemEmbedder:
 
 class DualEncoderEmbedder:
     """Text items through the text tower and head; video items (their window) as `num_frames`
-    frames at `image_size`, normalised with `mean`/`std`, through the vision tower and head.
-    Instructions do not apply to these models and are ignored."""
+    frames at `image_size` (`sampling`: `exact` or `keyframe`), normalised with `mean`/`std`, through
+    the vision tower and head. Instructions do not apply to these models and are ignored."""
 
     modalities = {"T", "V"}
 
-    def __init__(self, module, identity: Any, num_frames: int, image_size: int, mean=None, std=None) -> None:
+    def __init__(
+        self, module, identity: Any, num_frames: int, image_size: int, mean=None, std=None, sampling: Sampling = "exact"
+    ) -> None:
         if not module.head.indexable:
             raise ValueError(f"{type(module.head).__name__} is not indexable (its score is not a dot product of one vector per side)")
         self.module = module.eval()
-        self.num_frames, self.image_size = num_frames, image_size
+        self.spec = SamplingSpec(num_frames, image_size, sampling=sampling)
         self.normalize = NormalizeFrames(**{k: v for k, v in (("mean", mean), ("std", std)) if v is not None})
-        self.fingerprint = digest("dual", identity, num_frames, image_size, mean, std)
+        self.fingerprint = digest("dual", identity, num_frames, image_size, mean, std, sampling)
 
     @torch.no_grad()
     def embed(self, items: list[MediaItem], instruction: str | None = None, batch_size: int = 8) -> torch.Tensor:
@@ -93,7 +95,7 @@ class DualEncoderEmbedder:
                     raise ValueError("a batch mixes text and video items")
                 rep = self.module.head.encode_text(self.module.encode_queries([[i.text] for i in chunk]))
             else:
-                samples = [sample_frames(i.video, self.num_frames, i.start, i.end, size=self.image_size) for i in chunk]
+                samples = [sample_video(i.video, self.spec, i.start, i.end) for i in chunk]
                 batch = {
                     "frames": torch.stack([self.normalize(s.frames) for s in samples]).to(device),
                     "frame_mask": torch.from_numpy(np.stack([s.mask for s in samples])).to(device),

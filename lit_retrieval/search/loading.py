@@ -4,12 +4,12 @@ encoder with an indexable head). `ModelSpec` records the choice so an index can 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
 
-from lit_retrieval.models.gve import GVEEmbedder
+from lit_retrieval.models.gve import GVEEmbedder, InputConfig
 from lit_retrieval.search.embedders import DualEncoderEmbedder, GVEItemEmbedder, ItemEmbedder, file_identity
 
 
@@ -19,6 +19,7 @@ class ModelSpec:
     config: str | None = None  # a training config (YAML)
     ckpt: str | None = None  # its checkpoint
     device: str = "cpu"
+    sampling: str = "exact"  # video frames: `exact` or `keyframe` (see lit_retrieval.data.video)
 
     def __post_init__(self) -> None:
         if (self.model is None) == (self.config is None):
@@ -28,7 +29,7 @@ class ModelSpec:
 
     def resolved(self) -> ModelSpec:
         """Absolute paths, so an index remembers its model wherever search runs from."""
-        absolute = {k: str(Path(v).resolve()) if v and k != "device" else v for k, v in asdict(self).items()}
+        absolute = {k: str(Path(v).resolve()) if v and k in ("model", "config", "ckpt") else v for k, v in asdict(self).items()}
         return ModelSpec(**absolute)
 
 
@@ -53,16 +54,20 @@ def load_item_embedder(spec: ModelSpec) -> ItemEmbedder:
     if spec.model is not None:
         if not (Path(spec.model) / "config.json").is_file():
             raise FileNotFoundError(f"{spec.model}: not a model directory (no config.json)")
-        return GVEItemEmbedder(GVEEmbedder(spec.model, lora=None).to(spec.device), file_identity(spec.model))
+        inputs = InputConfig(sampling=spec.sampling)
+        return GVEItemEmbedder(GVEEmbedder(spec.model, lora=None, inputs=inputs).to(spec.device), file_identity(spec.model))
     module = instantiate_module(spec.config)
     identity = [Path(spec.config).read_text(), file_identity(spec.ckpt) if spec.ckpt else None]
     if spec.ckpt:
         load_checkpoint_weights(module, spec.ckpt)
     module = module.to(spec.device)
     if hasattr(module, "embedder"):
+        module.embedder.processing.config = replace(module.embedder.processing.config, sampling=spec.sampling)
         return GVEItemEmbedder(module.embedder, identity + [file_identity(module.embedder.model_path)])
     data = _data_settings(spec.config)
-    return DualEncoderEmbedder(module, identity, data.get("num_frames", 12), data.get("image_size", 224), data.get("mean"), data.get("std"))
+    return DualEncoderEmbedder(
+        module, identity, data.get("num_frames", 12), data.get("image_size", 224), data.get("mean"), data.get("std"), spec.sampling
+    )
 
 
 def _data_settings(config: str) -> dict:

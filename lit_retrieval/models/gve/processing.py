@@ -51,6 +51,8 @@ class InputConfig:
             `max_frames` frames).
         video_min_pixels / video_max_pixels: per-frame pixel bounds (qwen-vl-utils' 128 x 28^2 lower
             bound and the authors' 200 x 28^2 upper bound).
+        sampling: `exact` frames, or `keyframe` (the key frame at or before each chosen frame: faster,
+            approximate; for indexing large galleries).
         image_min_pixels / image_max_pixels: bounds for images (the released processor's 4 and
             256 x 28^2).
         max_tokens: cap on an input's length in tokens (text is cut to fit).
@@ -60,6 +62,7 @@ class InputConfig:
     fps: float = 1.0
     max_frames: int = 8
     min_frames: int = 32
+    sampling: str = "exact"
     video_min_pixels: int = 128 * 28 * 28
     video_max_pixels: int = 200 * 28 * 28
     image_min_pixels: int = 4 * 28 * 28
@@ -77,6 +80,8 @@ class InputConfig:
             raise ValueError("pixel bounds must satisfy 0 < min_pixels <= max_pixels")
         if self.padding_side not in ("left", "right"):
             raise ValueError(f"padding_side must be 'left' or 'right', got {self.padding_side!r}")
+        if self.sampling not in ("exact", "keyframe"):
+            raise ValueError(f"sampling must be 'exact' or 'keyframe', got {self.sampling!r}")
 
 
 @dataclass
@@ -119,7 +124,7 @@ class GVEProcessing:
             raise VideoDecodeError(path, f"window [{start}, {item.end}] is outside the {duration:.2f} s video")
         sample = sample_frames(
             path, self.frame_count(end - start), start, end,
-            targets="linspace_frames", frame_multiple=self.temporal_patch,
+            targets="linspace_frames", frame_multiple=self.temporal_patch, sampling=self.config.sampling,
         )
         frames = sample.frames[sample.mask]
         fps = sample.sampled_fps
