@@ -16,6 +16,7 @@ COMMANDS = {
     "search": "lit_retrieval.commands.search",
     "slurm": "lit_retrieval.commands.slurm",
     "convert-checkpoint": "lit_retrieval.commands.convert_checkpoint",
+    "validate-melon": "lit_retrieval.commands.validate_melon",
 }
 
 
