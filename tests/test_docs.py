@@ -32,6 +32,8 @@ SKIPPED_DIRS = {".git", ".venv", "runs", "data", "cache", "__pycache__", "lit_re
 # Folders that only runs create (the quick start, `lit-retrieval synth`, shot caches): a doc may name
 # files in them, e.g. `runs/quickstart/logs/test/metrics.json`, that do not exist in a fresh clone.
 GENERATED_DIRS = {"runs", "data", "cache"}
+# ... but never sources: `data/tasks.py` or `data/melon.yaml` must be a file of the repository
+SOURCE_EXTENSIONS = {".py", ".yaml", ".yml", ".md", ".sh", ".sbatch", ".toml"}
 # File names that runs write (metrics, results, caches, task files, figures of a run) or that
 # belong to a dataset's own release; a doc names them without a folder.
 RUN_OUTPUT_NAMES = {
@@ -121,7 +123,7 @@ def path_exists(token: str, file_names: set[str]) -> bool:
             if "*" not in name and (base / name).exists():
                 break
         else:
-            if name.split("/")[0] in GENERATED_DIRS and not name.endswith(".py"):
+            if name.split("/")[0] in GENERATED_DIRS and Path(name).suffix not in SOURCE_EXTENSIONS:
                 continue
             return False
     return True
@@ -143,12 +145,13 @@ def test_the_path_check_catches_a_bogus_path_and_accepts_real_ones():
         "See `lit_retrieval/models/gve/loading.py`, `configs/gve/gve_3b.yaml`, `docs/nothing.md` and\n"
         "```bash\nlit-retrieval fit --config configs/melon/missing.yaml\n```\n"
         "but `lit_retrieval/data/video.py`, `data/video.py`, `configs/strategy/{ddp,bf16}.yaml`,\n"
-        "`ArrowLuo/CLIP4Clip:modules/module_cross.py`,\n"
+        "`ArrowLuo/CLIP4Clip:modules/module_cross.py`, `data/melon.yaml`,\n"
         "`runs/x/logs/test/metrics.json`, `<dir>/corpus.jsonl`, `train/mea/*` and `metrics.json` are fine."
     )
     assert missing_paths(text) == [
         "configs/gve/gve_3b.yaml",
         "configs/melon/missing.yaml",
+        "data/melon.yaml",
         "docs/nothing.md",
         "lit_retrieval/models/gve/loading.py",
     ]
