@@ -17,6 +17,7 @@ COMMANDS = {
     "slurm": "lit_retrieval.commands.slurm",
     "convert-checkpoint": "lit_retrieval.commands.convert_checkpoint",
     "validate-melon": "lit_retrieval.commands.validate_melon",
+    "export-gve": "lit_retrieval.commands.export_gve",
 }
 
 

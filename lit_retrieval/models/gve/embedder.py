@@ -25,6 +25,7 @@ from torch import nn
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
 from lit_retrieval.data.media import MediaItem
+from lit_retrieval.models.gve.export import save_release
 from lit_retrieval.models.gve.positions import MRopeLayout, release_mrope_positions
 from lit_retrieval.models.gve.processing import GVEProcessing, InputConfig
 
@@ -162,11 +163,10 @@ class GVEEmbedder(nn.Module):
             raise ValueError("this embedder has no LoRA adapter to save")
         self.model.save_pretrained(str(out_dir))
 
-    def save_merged(self, out_dir: str | Path) -> None:
-        """Write a plain Qwen2.5-VL directory (LoRA merged in) plus the processor: loadable with
-        transformers alone, or as `model_path` here."""
+    def save_merged(self, out_dir: str | Path) -> Path:
+        """Write a plain Qwen2.5-VL directory (LoRA merged in) plus the processor, in the released
+        checkpoints' layout: loadable with transformers 4.5x or 5.x alone, or as `model_path` here."""
         model = self.model
         if isinstance(model, PeftModel):  # merge into a copy: this embedder keeps its adapter
             model = copy.deepcopy(model).merge_and_unload(safe_merge=True)
-        model.save_pretrained(str(out_dir))
-        self.processing.processor.save_pretrained(str(out_dir))
+        return save_release(model, self.processing.processor, out_dir)
