@@ -9,6 +9,10 @@ Bad input ends as one line on stderr, `lit-retrieval COMMAND: PATH[: record R]: 
 status 2 (`errors.InputError`); `--debug` (anywhere on the line) or `LIT_RETRIEVAL_DEBUG=1` shows
 the traceback instead.
 
+`lightning fit --config FILE` (and validate / test / predict) is the same CLI under the name the
+project's design card uses (`lightning_main`); the `lightning` package itself installs no
+`lightning` command (only `fabric`), so this project's console script provides it.
+
 A subcommand's module is imported only when it is dispatched (`commands.COMMANDS`), so `fit` does
 not import faiss, PySceneDetect or the HTTP stack.
 """
@@ -66,3 +70,18 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     if code is not None:
         sys.exit(code)
+
+
+def lightning_main(argv: list[str] | None = None) -> None:
+    """`lightning fit|validate|test|predict ...`: the trainer commands of `main` (the project's other
+    commands stay under `lit-retrieval`)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((arg for arg in argv if arg != "--debug"), None)
+    if command not in TRAINER_COMMANDS:
+        usage = f"usage: lightning {{{','.join(TRAINER_COMMANDS)}}} --config FILE ...\n(other commands: lit-retrieval --help)"
+        if command in ("-h", "--help"):
+            print(usage)
+            sys.exit(0)
+        print(f"lightning: {'no command' if command is None else f'unknown command {command!r}'}\n{usage}", file=sys.stderr)
+        sys.exit(2)
+    main(argv)
