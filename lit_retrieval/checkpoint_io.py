@@ -52,12 +52,22 @@ def read_checkpoint(path: _PATH, map_location: Any = None, weights_only: bool | 
 
 def check_checkpoint_file(path: _PATH) -> None:
     """Raise `CorruptCheckpointError` unless `path` is a complete torch zip archive (checked
-    without unpickling: the central directory is read, which a truncated file lacks)."""
+    without unpickling: the central directory is read, which a truncated file lacks, and must list
+    the pickle torch writes, which another zip lacks)."""
     path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: checkpoint not found")
     if path.stat().st_size == 0:
         raise CorruptCheckpointError(f"{path}: empty checkpoint file (an interrupted write?)")
     if not zipfile.is_zipfile(path):
         raise CorruptCheckpointError(f"{path}: corrupt or partial checkpoint (not a complete torch archive); resume from an earlier one")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+    except (zipfile.BadZipFile, OSError, ValueError) as err:
+        raise CorruptCheckpointError(f"{path}: corrupt or partial checkpoint ({err})") from None
+    if not any(name == "data.pkl" or name.endswith("/data.pkl") for name in names):
+        raise CorruptCheckpointError(f"{path}: a zip archive but not a torch checkpoint (no data.pkl)")
 
 
 class SafeCheckpointIO(TorchCheckpointIO):

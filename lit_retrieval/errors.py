@@ -22,6 +22,10 @@ _WORKER_ERROR = re.compile(r"Caught (\w+) in DataLoader worker process")
 _TRACEBACK_LAST_LINE = re.compile(r"^[\w.]+: (.*)$")
 
 
+# OSErrors that are about a path the user gave, also when raised with a message only
+_PATH_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+
+
 class InputError(Exception):
     """Bad user input; the message names the path (and the record) and says what is wrong."""
 
@@ -68,8 +72,8 @@ def input_error_line(err: BaseException) -> str | None:
         lines = [line.strip() for line in text.splitlines() if line.strip()]
         match = _TRACEBACK_LAST_LINE.match(lines[-1])
         text = match.group(1) if match else lines[-1]
-    elif isinstance(err, OSError) and err.filename is not None and not isinstance(err, InputError):
-        text = f"{err.filename}: {err.strerror or type(err).__name__}"
+    elif isinstance(err, OSError) and not isinstance(err, InputError) and (err.filename is not None or isinstance(err, _PATH_ERRORS)):
+        text = f"{err.filename}: {err.strerror or type(err).__name__}" if err.filename is not None else str(err)
     elif not isinstance(err, InputError):
         return None
     return " ".join(text.split())

@@ -91,7 +91,7 @@ def test_corrupt_or_partial_checkpoints_are_refused_clearly(tmp_path, tiny_clip,
     truncated = tmp_path / "truncated.ckpt"
     truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
     with pytest.raises(CorruptCheckpointError, match=r"truncated.ckpt: corrupt or partial checkpoint"):
-        main(["fit", "--config", str(path), "--ckpt_path", str(truncated)])
+        main(["fit", "--config", str(path), "--ckpt_path", str(truncated), "--debug"])  # --debug: the error itself, not its one-line report
     empty = tmp_path / "empty.ckpt"
     empty.write_bytes(b"")
     with pytest.raises(CorruptCheckpointError, match="empty checkpoint file"):

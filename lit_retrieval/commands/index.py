@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 
 from lit_retrieval.commands.sharding import add_shard_arguments, check_shard
+from lit_retrieval.errors import UsageError
 from lit_retrieval.search.index import IndexSettings, build_video_index, list_videos
 from lit_retrieval.search.loading import ModelSpec, load_item_embedder
 
@@ -47,7 +48,7 @@ def run(argv: list[str]) -> int:
     spec = ModelSpec(args.model, args.config, args.ckpt, args.device, args.sampling)
     videos = list_videos(args.videos)
     if not videos:
-        parser.error(f"no videos found in {args.videos}")
+        raise UsageError(args.videos, "no videos found (a folder without video files, or an empty list file)")
     settings = IndexSettings(kind=args.kind, nlist=args.nlist, nprobe=args.nprobe, gpu=args.gpu)
     shard = (args.shard, args.num_shards) if args.num_shards > 1 else None
     meta = build_video_index(load_item_embedder(spec), spec, videos, args.out, settings, chunk=args.chunk, shard=shard, embed_only=args.embed_only)

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import pickle
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from lit_retrieval.errors import InputError, UsageError
 from lit_retrieval.metrics.ranking import retrieval_metrics
 
 ID_KEYS = ("text_ids", "video_ids", "targets")
@@ -42,11 +44,39 @@ def load_ids(matrix: Path, shape: tuple[int, ...]) -> dict[str, list] | None:
     sizes = (len(ids["text_ids"]), len(ids["video_ids"]))
     if len(ids["targets"]) != sizes[0] or sizes != tuple(shape):
         raise ValueError(f"{path}: {sizes[0]} text ids, {len(ids['targets'])} targets and {sizes[1]} video ids do not fit {matrix}'s shape {tuple(shape)}")
+    if any(not isinstance(t, int) or isinstance(t, bool) for t in ids["targets"]):
+        raise ValueError(f"{path}: targets must be integers (video columns)")
     return ids
 
 
+def load_array(path: Path) -> np.ndarray:
+    """The array of a `.npy` file; an `.npz` archive, pickled objects or an unreadable file is a
+    `UsageError` naming it."""
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (ValueError, EOFError, pickle.UnpicklingError):
+        raise UsageError(str(path), "not a .npy array (unreadable, or pickled objects, which are never loaded)") from None
+    if not isinstance(array, np.ndarray):  # an .npz archive
+        array.close()
+        raise UsageError(str(path), "an .npz archive; give one .npy array (np.save)")
+    return array
+
+
+def load_targets(path: Path) -> torch.Tensor:
+    """Text-to-video targets of a `.npy` file: integers, refused otherwise (a float array is not
+    truncated: 2.7 is not a video column)."""
+    targets = load_array(path)
+    if not np.issubdtype(targets.dtype, np.integer):
+        raise UsageError(str(path), f"targets must be an integer array, got {targets.dtype} (save them with .astype(int))")
+    return torch.from_numpy(targets.astype(np.int64))
+
+
 def load_matrix(path: Path) -> tuple[np.ndarray, dict[str, list] | None]:
-    scores = np.load(path)
+    scores = load_array(path)
+    if not (np.issubdtype(scores.dtype, np.integer) or np.issubdtype(scores.dtype, np.floating)):
+        raise UsageError(str(path), f"scores must be numbers, got dtype {scores.dtype}")
+    if np.isnan(scores).any():
+        raise UsageError(str(path), f"{int(np.isnan(scores).sum())} scores are NaN")
     if scores.ndim != 2:
         raise ValueError(f"{path}: scores must be [texts, videos], got shape {scores.shape}")
     return scores, load_ids(path, scores.shape)
@@ -98,10 +128,12 @@ def run(argv: list[str]) -> int:
         else:
             scores, ids = load_matrix(Path(args.sim))
         if args.text_video:
-            targets = torch.from_numpy(np.load(args.text_video)).long()
+            targets = load_targets(Path(args.text_video))
         else:
             targets = torch.tensor(ids["targets"], dtype=torch.long) if ids is not None else None
         print(json.dumps(retrieval_metrics(torch.from_numpy(scores).double(), targets, args.ties)))
-    except (OSError, ValueError) as err:
-        parser.error(str(err))
+    except ValueError as err:
+        if isinstance(err, UsageError):
+            raise
+        raise InputError(str(err)) from None  # printed as one line by `lit-retrieval`
     return 0

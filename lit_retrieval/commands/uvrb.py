@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -16,6 +17,8 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from lit_retrieval.data.records import parse_json, read_text
+from lit_retrieval.errors import UsageError
 from lit_retrieval.search.loading import ModelSpec, load_item_embedder
 from lit_retrieval.uvrb.abilities import ABILITIES, ability_scores
 from lit_retrieval.uvrb.runner import markdown_table, run_benchmark
@@ -39,14 +42,37 @@ def read_task_list(path: str, root: str | None, only: list[str] | None) -> list[
     return specs
 
 
+def read_scores(path: str) -> dict[str, float]:
+    """Per-dataset scores of a `results.json` (`{"datasets": {name: {"score": ...}}}`) or of a plain
+    `{name: score}` object; any other shape, or a score that is not a finite number, is a
+    `UsageError` naming the file and the dataset."""
+    raw = parse_json(read_text(path), path, constants=True)  # NaN is reported with its dataset below
+    if not isinstance(raw, dict):
+        raise UsageError(path, f"expected a JSON object (results.json or {{dataset: score}}), got {type(raw).__name__}")
+    if "datasets" in raw:
+        if not isinstance(raw["datasets"], dict):
+            raise UsageError(path, "'datasets' must be an object {dataset: {\"score\": ...}}")
+        entries = raw["datasets"]
+        bad = next((name for name, entry in entries.items() if not isinstance(entry, dict)), None)
+        if bad is not None:
+            raise UsageError(path, f"dataset {bad!r}: expected an object with a 'score', got {entries[bad]!r}")
+        raw = {name: entry["score"] for name, entry in entries.items() if "score" in entry}
+    for name, value in raw.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise UsageError(path, f"dataset {name!r}: the score must be a finite number, got {value!r}")
+    return {name: float(value) for name, value in raw.items()}
+
+
 def report(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="lit-retrieval uvrb report", description="UVRB ability table from per-dataset scores.")
     parser.add_argument("results", help="results.json of `lit-retrieval uvrb`, or a JSON object {dataset: score}")
     parser.add_argument("--json", action="store_true", help="print only the JSON object")
     args = parser.parse_args(argv)
-    raw = json.loads(Path(args.results).read_text())
-    scores = {k: v["score"] for k, v in raw["datasets"].items() if "score" in v} if "datasets" in raw else raw
-    abilities = ability_scores({k: float(v) for k, v in scores.items()})
+    scores = read_scores(args.results)
+    try:
+        abilities = ability_scores(scores)
+    except ValueError as err:
+        raise UsageError(args.results, str(err)) from None
     if not args.json:
         table = Table(title=f"UVRB abilities ({args.results})")
         for key in ("AVG_datasets", "AVG_abilities", *ABILITIES):

@@ -53,20 +53,20 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def loads_strict(text: str) -> Any:
+def loads_strict(text: str, constants: bool = False) -> Any:
     """`json.loads` under the strict reading every parser uses: a repeated key in one object
-    (`json` would silently keep the last) and NaN/Infinity are `ValueError`s, as is nesting too
-    deep to parse."""
+    (`json` would silently keep the last) and NaN/Infinity (unless `constants`, for a caller that
+    names the offending value itself) are `ValueError`s, as is nesting too deep to parse."""
     try:
-        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=None if constants else _no_constant)
     except RecursionError:
         raise ValueError("nested too deeply") from None
 
 
-def parse_json(text: str, source: str, record: str = "-") -> Any:
+def parse_json(text: str, source: str, record: str = "-", constants: bool = False) -> Any:
     """`loads_strict(text)`; invalid JSON is an `AnnotationError` naming `source` and `record`."""
     try:
-        return loads_strict(text)
+        return loads_strict(text, constants)
     except ValueError as err:  # json.JSONDecodeError included
         raise AnnotationError(source, record, f"not valid JSON ({err})") from None
 

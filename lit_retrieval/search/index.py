@@ -22,7 +22,9 @@ import numpy as np
 from rich.progress import Progress
 
 from lit_retrieval.data.media import ItemError, MediaItem
+from lit_retrieval.data.records import read_json, read_text
 from lit_retrieval.data.video import VideoDecodeError
+from lit_retrieval.errors import UsageError
 from lit_retrieval.search.embedders import ItemEmbedder
 from lit_retrieval.search.loading import ModelSpec
 
@@ -48,13 +50,16 @@ class IndexSettings:
 
 
 def list_videos(source: str | Path) -> list[str]:
-    """Video files under a folder (recursively, sorted) or listed one per line in a text file."""
+    """Video files under a folder (recursively, sorted) or listed one per line in a text file (UTF-8;
+    a video file given instead of the list is a `UsageError`)."""
     source = Path(source)
     if source.is_dir():
         return sorted(str(p.resolve()) for p in source.rglob("*") if p.suffix.lower() in VIDEO_SUFFIXES)
     if source.is_file():
+        if source.suffix.lower() in VIDEO_SUFFIXES:
+            raise UsageError(str(source), "a video file, where a folder of videos or a list file (one path per line) is expected")
         base = source.parent
-        lines = [line.strip() for line in source.read_text().splitlines() if line.strip() and not line.startswith("#")]
+        lines = [line.strip() for line in read_text(source).splitlines() if line.strip() and not line.startswith("#")]
         return [str((base / line).resolve()) if not os.path.isabs(line) else line for line in lines]
     raise FileNotFoundError(f"{source}: neither a folder of videos nor a list file")
 
@@ -179,9 +184,15 @@ class VideoIndex:
         path = Path(path)
         if not (path / "meta.json").is_file() or not (path / "index.faiss").is_file():
             raise FileNotFoundError(f"{path}: not a finished index (no meta.json / index.faiss); run `lit-retrieval index` again")
-        meta = json.loads((path / "meta.json").read_text())
-        index = faiss.read_index(str(path / "index.faiss"))
-        return cls(to_gpu(index) if gpu else index, json.loads((path / "videos.json").read_text()), meta)
+        meta = read_json(path / "meta.json")
+        videos = read_json(path / "videos.json")
+        if not isinstance(meta, dict) or not isinstance(videos, list):
+            raise UsageError(str(path), "meta.json or videos.json is not what `lit-retrieval index` writes; run it again")
+        try:
+            index = faiss.read_index(str(path / "index.faiss"))
+        except RuntimeError:
+            raise UsageError(str(path / "index.faiss"), "not a readable faiss index (corrupt or partial); run `lit-retrieval index` again") from None
+        return cls(to_gpu(index) if gpu else index, videos, meta)
 
     def check(self, embedder: ItemEmbedder) -> None:
         if embedder.fingerprint != self.meta["fingerprint"]:

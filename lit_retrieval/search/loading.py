@@ -7,8 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-import torch
-
+from lit_retrieval.checkpoint_io import read_checkpoint
 from lit_retrieval.models.gve import GVEEmbedder, InputConfig
 from lit_retrieval.search.embedders import DualEncoderEmbedder, GVEItemEmbedder, ItemEmbedder, file_identity
 
@@ -41,7 +40,7 @@ def instantiate_module(config: str):
 
 
 def load_checkpoint_weights(module, ckpt: str) -> None:
-    state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    state = read_checkpoint(ckpt, map_location="cpu", weights_only=False)  # clear errors for corrupt files
     adapters_only = hasattr(module, "trainable_names")  # GVE checkpoints hold the LoRA weights only
     if adapters_only:
         module.on_load_checkpoint(state)  # refuses a checkpoint of another LoRA setting
