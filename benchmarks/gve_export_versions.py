@@ -10,13 +10,18 @@ Under transformers >= 5 the script passes the release-era M-RoPE positions (the 
 Frames and the image are already at a size the processor keeps, so every version sees the same
 pixels. `--seconds` sets the seconds per temporal patch of the video (2 / sampled fps). Prints one
 JSON line: the transformers version, what loaded, and the largest difference to `--compare`.
-`--native` leaves the positions to transformers 5 too (its rule, for comparison).
+`--native` leaves the positions to transformers 5 too (its rule, for comparison). `--vrag DIR`
+loads with GVE's own released code instead (the `qwen25vl` package of a checkout of
+Alibaba-NLP/VRAG, `search_engine/models/GVE/qwen25vl`: `Qwen25VLForEmbedding` and its processor,
+which appends `<|endoftext|>` itself; transformers 4.49-4.51 only).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -27,7 +32,7 @@ from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
 MAJOR = int(transformers.__version__.split(".")[0])
 
 
-def inputs(processor, seconds: float):
+def inputs(processor, seconds: float, appends_end_of_text: bool = False):
     rng = np.random.default_rng(0)
     frames = rng.integers(0, 256, (4, 56, 84, 3), dtype=np.uint8)
     image = rng.integers(0, 256, (56, 84, 3), dtype=np.uint8)
@@ -38,7 +43,7 @@ def inputs(processor, seconds: float):
     ]
     prompts = [
         processor.apply_chat_template([{"role": "user", "content": c}], tokenize=False, add_generation_prompt=True)
-        + "<|endoftext|>" for c in turns
+        + ("" if appends_end_of_text else "<|endoftext|>") for c in turns
     ]
     fps = 2 / seconds
     if MAJOR >= 5:
@@ -71,18 +76,25 @@ def main() -> None:
     parser.add_argument("model_dir")
     parser.add_argument("--seconds", type=float, default=2.5, help="seconds per temporal patch of the video")
     parser.add_argument("--native", action="store_true", help="under 5.x, let the model compute positions itself")
+    parser.add_argument("--vrag", help="GVE's released qwen25vl package directory (see above)")
     parser.add_argument("--save", help="write the embeddings here (JSON)")
     parser.add_argument("--compare", help="embeddings (JSON) to compare with")
     args = parser.parse_args()
-    processor = AutoProcessor.from_pretrained(args.model_dir)
-    model, info = Qwen2_5_VLForConditionalGeneration.from_pretrained(
+    processor_class, model_class = AutoProcessor, Qwen2_5_VLForConditionalGeneration
+    if args.vrag:
+        sys.path.insert(0, str(Path(args.vrag).parent))
+        from qwen25vl import Qwen2_5_VLProcessor, Qwen25VLForEmbedding
+
+        processor_class, model_class = Qwen2_5_VLProcessor, Qwen25VLForEmbedding
+    processor = processor_class.from_pretrained(args.model_dir)
+    model, info = model_class.from_pretrained(
         args.model_dir, torch_dtype=torch.float32, attn_implementation="sdpa", output_loading_info=True
     )
-    batch = inputs(processor, args.seconds)
+    batch = inputs(processor, args.seconds, appends_end_of_text=bool(args.vrag))
     out = embed(model.eval(), batch, args.native)
     result = {
         "transformers": transformers.__version__, "native_positions": args.native or MAJOR < 5,
-        "processor": type(processor).__name__,
+        "model": type(model).__name__, "processor": type(processor).__module__ + "." + type(processor).__name__,
         "missing_keys": sorted(info["missing_keys"]), "unexpected_keys": sorted(info["unexpected_keys"]),
         "video_grid_thw": batch["video_grid_thw"].tolist(), "image_grid_thw": batch["image_grid_thw"].tolist(),
         "input_length": int(batch["input_ids"].shape[1]),
