@@ -1,19 +1,20 @@
 """MELON rows composed from parts resolve to the configs the 19 per-row files used to give.
 
-Each row file under `configs/melon/rows/` names its composition on its first line (the command a
+Each row file under `configs/melon/rows/` names its composition on its first lines (the command a
 user runs). For every row, the composition and the row's recorded config from before the split
-(`tests/fixtures/melon_resolved/<row>.json`: what the parser made of the keys the old
-`configs/melon/<row>.yaml` set, recorded from commit 01f26ac's files) are parsed with the real
-`RetrievalCLI` parser and the two resolved configs must be equal; defaults come from the same
-parser on both sides. The only intended difference is listed in `CHANGED` (the TempMe rows' learning
-rate, MELON supp. B.1).
+are parsed with the real `RetrievalCLI` parser and the two resolved configs must be equal;
+defaults come from the same parser on both sides, so a changed default elsewhere does not break
+the comparison. The record `tests/fixtures/melon_resolved/<row>.json` holds the values the parser
+resolved from the old single file `configs/melon/<row>.yaml` (as of commit 01f26ac), restricted to
+the keys (and list items) that file set; when it was written, parsing the record alone gave the
+same complete config as parsing the old file. The only intended difference is listed in
+`CHANGED` (the TempMe rows' learning rate, MELON supp. B.1).
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
-import json
 import shlex
 from pathlib import Path
 from typing import Any
@@ -43,15 +44,6 @@ def resolve(configs: list[str]) -> dict[str, Any]:
     return yaml.safe_load(out.getvalue())
 
 
-def explicit(resolved: Any, given: Any) -> Any:
-    """`resolved` restricted to the keys (and list items) that `given` sets."""
-    if isinstance(given, dict):
-        return {key: explicit(resolved[key], value) for key, value in given.items()}
-    if isinstance(given, list) and isinstance(resolved, list) and len(given) == len(resolved):
-        return [explicit(r, g) for r, g in zip(resolved, given)]
-    return resolved
-
-
 def composition(row: str) -> list[str]:
     """The config files a row's header names: `# lit-retrieval fit --config A \\` continued on the
     following comment lines while they end with a backslash."""
@@ -68,17 +60,21 @@ def composition(row: str) -> list[str]:
 
 def flatten(config: Any, prefix: str = "") -> dict[str, Any]:
     """`{"a": {"b": [x]}}` -> `{"a.b[0]": x}`, for readable differences."""
-    if isinstance(config, dict):
-        return {k: v for key, value in config.items() for k, v in flatten(value, f"{prefix}.{key}" if prefix else key).items()}
-    if isinstance(config, list):
-        return {k: v for i, value in enumerate(config) for k, v in flatten(value, f"{prefix}[{i}]").items()} or {prefix: []}
-    return {prefix: config}
+    if isinstance(config, dict) and config:
+        items = [(f"{prefix}.{key}" if prefix else key, value) for key, value in config.items()]
+    elif isinstance(config, list) and config:
+        items = [(f"{prefix}[{i}]", value) for i, value in enumerate(config)]
+    else:
+        return {prefix: config}
+    return {k: v for key, value in items for k, v in flatten(value, key).items()}
 
 
 def differences(before: dict[str, Any], after: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """`{key: (before, after)}` for every flattened key whose value differs."""
     flat_before, flat_after = flatten(before), flatten(after)
-    return {key: (flat_before.get(key, "<absent>"), flat_after.get(key, "<absent>"))
-            for key in sorted(set(flat_before) | set(flat_after)) if flat_before.get(key, "<absent>") != flat_after.get(key, "<absent>")}
+    keys = set(flat_before) | set(flat_after)
+    pairs = {key: (flat_before.get(key, "<absent>"), flat_after.get(key, "<absent>")) for key in keys}
+    return {key: pair for key, pair in sorted(pairs.items()) if pair[0] != pair[1]}
 
 
 def test_the_rows_are_todays_rows():

@@ -24,6 +24,7 @@ LAYERS: dict[str, int] = {
     "distributed": 1,  # world size, all-gathers (with gradient, of variable size)
     "checkpoint_io": 1,  # atomic checkpoint writes, readable errors for corrupt files
     "config_errors": 1,  # jsonargparse parser whose errors list the valid keys
+    "locking": 1,  # OutputLock: one writer per output folder, naming the holder
     "data": 2,  # records, formats, media items, video decoding, data modules
     "models": 3,  # encoders, heads, GVE embedder
     "losses": 4,
@@ -88,7 +89,8 @@ def backward_edges(root: Path = PACKAGE) -> list[str]:
             if target not in LAYERS:
                 problems.append(f"{path}:{line}: imports {target_module}, whose unit {target!r} has no rank in LAYERS")
             elif LAYERS[target] >= LAYERS[source]:
-                problems.append(f"{path}:{line}: {source} -> {target_module} (rank {LAYERS[source]} -> {LAYERS[target]})")
+                ranks = f"rank {LAYERS[source]} -> {LAYERS[target]}"
+                problems.append(f"{path}:{line}: {source} -> {target_module} ({ranks})")
     return problems
 
 
@@ -108,7 +110,8 @@ def test_the_check_sees_lazy_relative_and_type_only_imports(tmp_path):
     (fake / "data" / "relative.py").write_text("from ..models import y\n")
     (fake / "data" / "typing_only.py").write_text(
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import lit_retrieval.cli\n")
-    (fake / "data" / "dynamic.py").write_text("import importlib\nimportlib.import_module('lit_retrieval.search.index')\n")
+    (fake / "data" / "dynamic.py").write_text(
+        "import importlib\nimportlib.import_module('lit_retrieval.search.index')\n")
     (fake / "newthing.py").write_text("")
     problems = backward_edges(fake)
     expected = [
@@ -128,7 +131,8 @@ def test_peers_of_one_rank_do_not_import_each_other(tmp_path):
     (fake / "losses").mkdir(parents=True)
     (fake / "__init__.py").write_text("")
     (fake / "losses" / "x.py").write_text("from lit_retrieval.metrics.ranking import summarize_ranks\n")
-    assert backward_edges(fake) == [f"{fake / 'losses' / 'x.py'}:1: losses -> lit_retrieval.metrics.ranking (rank 4 -> 4)"]
+    expected = f"{fake / 'losses' / 'x.py'}:1: losses -> lit_retrieval.metrics.ranking (rank 4 -> 4)"
+    assert backward_edges(fake) == [expected]
 
 
 def test_the_training_path_does_not_load_faiss_or_scenedetect():
@@ -144,4 +148,5 @@ def test_the_training_path_does_not_load_faiss_or_scenedetect():
 def test_the_import_check_fails_on_a_module_that_loads_faiss():
     """The subprocess check can fail: `lit_retrieval.search.index` does load faiss."""
     code = "import sys, lit_retrieval.search.index; print('faiss' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "True"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "True"
