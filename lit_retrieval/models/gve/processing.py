@@ -164,6 +164,12 @@ class GVEProcessing:
         return turns + [{"role": "user", "content": content}]
 
     def prompt(self, item: MediaItem, text: str | None, instruction: str | None) -> str:
+        """The chat prompt with the generation prompt (`<|im_start|>assistant\\n`), then `<|endoftext|>`,
+        whose final hidden state is pooled. Source: GVE's released inference code, Alibaba-NLP/VRAG
+        (commit 24f8d05) `search_engine/models/GVE/qwen25vl/qwen25vl_processor.py`: its processor
+        tokenizes the templated text (`add_generation_prompt=True`, `processor.py`) to `max_length - 1`
+        and appends the `<|endoftext|>` id with attention 1 to every sequence; GVE A.7 pools "the EOS
+        token in left-padded sequences". (The model card's usage section was not readable here.)"""
         rendered = self.processor.apply_chat_template([self.messages(item, text, instruction)], tokenize=False, add_generation_prompt=True)
         return rendered[0] + END_OF_TEXT
 
