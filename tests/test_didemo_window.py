@@ -16,7 +16,13 @@ FPS = 4  # frames at 0, 0.25, 0.5, ... s
 def didemo_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("didemo")
     write_noise_video(root / "long.mp4", seconds=40, fps=FPS, width=32, height=32)
-    moment = {"annotation_id": 1, "description": "a boat leaves the harbour", "video": "long.mp4", "times": [[0, 1], [0, 2]], "num_segments": 6}
+    moment = {
+        "annotation_id": 1,
+        "description": "a boat leaves the harbour",
+        "video": "long.mp4",
+        "times": [[0, 1], [0, 2]],
+        "num_segments": 6,
+    }
     (root / "test_data.json").write_text(json.dumps([moment]))
     (root / "val_data.json").write_text("[]")
     (root / "train_data.json").write_text(json.dumps([{**moment, "annotation_id": 2, "video": "other.mp4"}]))

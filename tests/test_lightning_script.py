@@ -26,7 +26,10 @@ def test_lightning_fit_prints_the_same_config_as_lit_retrieval():
     assert config["trainer"]["max_epochs"] == expected["trainer"]["max_epochs"]
     reference = subprocess.run(
         [sys.executable, "-m", "lit_retrieval", "fit", "--config", "configs/quickstart.yaml", "--print_config"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert yaml.safe_load(reference.stdout) == config
 

@@ -7,6 +7,7 @@ import re
 import numpy as np
 import pytest
 
+from lit_retrieval.cli import main
 from lit_retrieval.commands import run_command
 
 A = np.array([[0.9, 0.1, 0.0], [0.8, 0.5, 0.1], [0.0, 0.6, 0.2]], dtype=np.float32)
@@ -37,7 +38,11 @@ def test_members_and_their_average_ranked_by_hand(tmp_path, capsys):
     assert both["t2v/R@1"] == 100 and both["v2t/R@1"] == 100 and both["t2v/MnR"] == 1
     # 0.9 A + 0.1 B: text 0 [.84 .18 0] rank 1; text 1 [.72 .54 .09] rank 2; text 2 [.01 .54 .28] rank 2
     skewed = metrics(capsys, "--ensemble", a, b, "--weights", "0.9", "0.1")
-    assert skewed["t2v/R@1"] == pytest.approx(100 / 3) and skewed["t2v/MnR"] == pytest.approx(5 / 3) and skewed["t2v/MdR"] == 2
+    assert (
+        skewed["t2v/R@1"] == pytest.approx(100 / 3)
+        and skewed["t2v/MnR"] == pytest.approx(5 / 3)
+        and skewed["t2v/MdR"] == 2
+    )
 
 
 def test_targets_come_from_the_ids_file(tmp_path, capsys):
@@ -67,15 +72,18 @@ def test_mismatched_members_are_refused(tmp_path, capsys, case, message):
         b = save(tmp_path, "b", B[:, [1, 0, 2]], {**IDS, "video_ids": ["v1", "v0", "v2"], "targets": [1, 0, 2]})
     else:
         b = save(tmp_path, "b", B, None if case == "no_ids" else IDS)
-    argv = {"one": ["--ensemble", a], "weights": ["--ensemble", a, b, "--weights", "1", "1", "1"]}.get(case, ["--ensemble", a, b])
-    with pytest.raises(SystemExit) as exit_info:
-        run_command("metrics", argv)
+    argv = {"one": ["--ensemble", a], "weights": ["--ensemble", a, b, "--weights", "1", "1", "1"]}.get(
+        case, ["--ensemble", a, b]
+    )
+    with pytest.raises(SystemExit) as exit_info:  # the CLI: one line on stderr, exit status 2
+        main(["metrics", *argv])
     assert exit_info.value.code == 2
     assert re.search(message, capsys.readouterr().err)
 
 
 def test_an_ids_file_that_does_not_fit_its_matrix_is_refused(tmp_path, capsys):
     a = save(tmp_path, "a", A, {**IDS, "targets": [0, 1]})
-    with pytest.raises(SystemExit):
-        run_command("metrics", [a])
+    with pytest.raises(SystemExit) as exit_info:
+        main(["metrics", a])
+    assert exit_info.value.code == 2
     assert "2 targets and 3 video ids do not fit" in capsys.readouterr().err

@@ -17,7 +17,8 @@ TABLE = [
     ("Then Anna talks to her father", "Then Anna", "her father", "talks to", True),
     ("He looked at the stranger, then left.", "He", "the stranger, then left", "looked at", True),
     ("A boy is hugging his sister", "A boy is", "his sister", "hugging", True),
-    ("The detective argues with Sam", "The detective", "Sam", "argues with", False),  # detective: no person word, Sam: 1
+    # "detective" is no person word: Sam is the only mention
+    ("The detective argues with Sam", "The detective", "Sam", "argues with", False),
     ("She told Jake the truth", "She", "Jake the truth", "told", True),
     ("The dog looks at the ball", "The dog", "the ball", "looks at", False),  # verb, but no people
     ("A man rides a horse across the field", None, None, None, False),  # no verb: spans = full
@@ -77,7 +78,11 @@ def test_later_sentence_starts_are_not_names():
 
 
 def test_sentences_and_name_runs():
-    assert sentences(PARAGRAPH) == ["A man is seen on a pier. ", "The camera looks at the lake. ", "Then it pans to the boats."]
+    assert sentences(PARAGRAPH) == [
+        "A man is seen on a pier. ",
+        "The camera looks at the lake. ",
+        "Then it pans to the boats.",
+    ]
     assert sentences("Mr. Smith looks at J. Doe! Why?") == ["Mr. Smith looks at J. Doe! ", "Why?"]
     # "Mr. Smith" and "Harry Potter" are one name each: 2 mentions; "Mr" alone at the start is initial
     assert SpanSplitter().person_mentions("Mr. Smith looks at Harry Potter") == 2
@@ -89,5 +94,7 @@ def test_bad_scope_is_refused_and_old_pickles_load():
     with pytest.raises(ValueError, match="scope must be"):
         SpanSplitter(scope="paragraph")
     restored = SpanSplitter.__new__(SpanSplitter)
-    restored.__setstate__({"verbs": ["greet(?:s)?"], "person_words": ["man"], "extra_person_words": [], "initial_names": False})
+    restored.__setstate__(
+        {"verbs": ["greet(?:s)?"], "person_words": ["man"], "extra_person_words": [], "initial_names": False}
+    )
     assert restored.scope == "query" and restored.split("The man greets Ann").relational

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from lit_retrieval.cli import main
 from lit_retrieval.commands import run_command
 from media import write_noise_video
 
@@ -18,18 +19,30 @@ def event(start, end, text="Something happens."):
 
 
 ANNOTATION = {
-    "ok": {"duration": 240, "split": "test", "events": [event(0, 60), event(60, 120), event(130, 200)]},  # touching is fine
+    "ok": {
+        "duration": 240,
+        "split": "test",
+        "events": [event(0, 60), event(60, 120), event(130, 200)],
+    },  # touching is fine
     "two": {"duration": 300, "split": "train", "events": [event(0, 60), event(100, 160)]},
     "six": {"duration": 600, "split": "train", "events": [event(100 * k, 100 * k + 50) for k in range(6)]},
     "short": {"duration": 90, "split": "train", "events": [event(0, 20), event(30, 50), event(60, 80)]},
     "overlap": {"duration": 200, "split": "train", "events": [event(0, 60), event(50, 100), event(100, 150)]},
-    "multi": {"duration": 200, "split": "train", "events": [
-        {"Description": "A and B.", "Timestamp": [[0, 10], [100, 120]]}, event(20, 40), event(110, 130)]},
+    "multi": {
+        "duration": 200,
+        "split": "train",
+        "events": [{"Description": "A and B.", "Timestamp": [[0, 10], [100, 120]]}, event(20, 40), event(110, 130)],
+    },
     "broken": {"duration": 200, "split": "train", "events": [event(0, 10), {"Description": "No time."}, event(50, 60)]},
 }
 # worked by hand from the rules: (record, rule)
 EXPECTED = [
-    ("two", "events"), ("six", "events"), ("short", "duration"), ("overlap", "overlap"), ("multi", "overlap"), ("broken event 1", "record"),  # the parser names the event
+    ("two", "events"),
+    ("six", "events"),
+    ("short", "duration"),
+    ("overlap", "overlap"),
+    ("multi", "overlap"),
+    ("broken event 1", "record"),  # the parser names the event
 ]
 
 
@@ -87,5 +100,5 @@ def test_video_files_are_checked_with_videos(tmp_path, capsys):
 
 def test_unreadable_file_is_a_usage_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as finished:
-        run_command("validate-melon", [str(tmp_path / "missing.json")])
+        main(["validate-melon", str(tmp_path / "missing.json")])
     assert finished.value.code == 2 and "missing.json" in capsys.readouterr().err

@@ -53,10 +53,8 @@ def overlaps(video: VideoRecord) -> list[tuple[int, int, tuple[float, float], tu
     found = []
     for i, first in enumerate(video.events):
         for j in range(i + 1, len(video.events)):
-            hit = next(
-                ((a, b) for a in first.intervals for b in video.events[j].intervals if min(a[1], b[1]) > max(a[0], b[0])),
-                None,
-            )
+            pairs = [(a, b) for a in first.intervals for b in video.events[j].intervals]
+            hit = next(((a, b) for a, b in pairs if min(a[1], b[1]) > max(a[0], b[0])), None)
             if hit is not None:
                 found.append((i, j, *hit))
     return found
@@ -64,23 +62,23 @@ def overlaps(video: VideoRecord) -> list[tuple[int, int, tuple[float, float], tu
 
 def video_violations(video: VideoRecord, source: str, rules: MelonRules, video_root: Path | None) -> list[Violation]:
     """Every rule `video` breaks (file checks only with `video_root`)."""
-    out = []
+    found: list[tuple[str, str]] = []  # (rule, reason)
     count = len(video.events)
     if not rules.min_events <= count <= rules.max_events:
-        out.append(Violation(source, video.video_id, "events", f"{count} events; {rules.min_events}-{rules.max_events} needed"))
+        found.append(("events", f"{count} events; {rules.min_events}-{rules.max_events} needed"))
     if video.duration < rules.min_seconds:
-        out.append(Violation(source, video.video_id, "duration", f"annotated duration {video.duration:g} s < {rules.min_seconds:g} s"))
+        found.append(("duration", f"annotated duration {video.duration:g} s < {rules.min_seconds:g} s"))
     for i, j, a, b in overlaps(video):
-        out.append(Violation(source, video.video_id, "overlap", f"events {i} [{a[0]:g}, {a[1]:g}] and {j} [{b[0]:g}, {b[1]:g}] overlap"))
+        found.append(("overlap", f"events {i} [{a[0]:g}, {a[1]:g}] and {j} [{b[0]:g}, {b[1]:g}] overlap"))
     if video_root is not None:
         try:
             seconds = video_duration(video_root / video.path)
         except VideoDecodeError as err:
-            out.append(Violation(source, video.video_id, "video", f"{err.path}: {err.reason}"))
+            found.append(("video", f"{err.path}: {err.reason}"))
         else:
             if seconds < rules.min_seconds:
-                out.append(Violation(source, video.video_id, "video_duration", f"{video.path} lasts {seconds:g} s < {rules.min_seconds:g} s"))
-    return out
+                found.append(("video_duration", f"{video.path} lasts {seconds:g} s < {rules.min_seconds:g} s"))
+    return [Violation(source, video.video_id, rule, reason) for rule, reason in found]
 
 
 def validate(files: dict[str | None, Path], rules: MelonRules, video_root: Path | None) -> dict:
@@ -92,7 +90,8 @@ def validate(files: dict[str | None, Path], rules: MelonRules, video_root: Path 
         collector = RecordCollector("skip")
         for video in parser.load(path, split, collector):
             if video.video_id in seen:
-                violations.append(Violation(str(path), video.video_id, "duplicate", f"video id also in {seen[video.video_id]}"))
+                duplicate = f"video id also in {seen[video.video_id]}"
+                violations.append(Violation(str(path), video.video_id, "duplicate", duplicate))
                 continue
             seen[video.video_id] = str(path)
             videos.append(video)
@@ -114,9 +113,15 @@ def _file_argument(text: str) -> tuple[str | None, Path]:
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="lit-retrieval validate-melon", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="lit-retrieval validate-melon", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("annotation", nargs="+", help="MELON-format JSON file, or SPLIT=FILE")
-    parser.add_argument("--videos", type=Path, help="video folder: check each file exists and is long enough (and probe missing durations)")
+    parser.add_argument(
+        "--videos",
+        type=Path,
+        help="video folder: check each file exists and is long enough (and probe missing durations)",
+    )
     parser.add_argument("--min-events", type=int, default=MelonRules.min_events)
     parser.add_argument("--max-events", type=int, default=MelonRules.max_events)
     parser.add_argument("--min-seconds", type=float, default=MelonRules.min_seconds, help="shortest allowed video (s)")
@@ -137,5 +142,7 @@ def run(argv: list[str]) -> int:
         print(f"{report['videos']} videos {report['splits']}; events per video {report['events_per_video']}")
         for violation in report["violations"]:
             print(Violation(**violation))
-        print(f"{len(report['violations'])} violation(s) {report['by_rule']}" if report["violations"] else "no violations")
+        print(
+            f"{len(report['violations'])} violation(s) {report['by_rule']}" if report["violations"] else "no violations"
+        )
     return 1 if report["violations"] else 0

@@ -64,7 +64,8 @@ def sentences(text: str) -> list[str]:
     out, start = [], 0
     for end in _SENTENCE_END.finditer(text):
         words = _WORD.findall(text[start : end.start() + 1])
-        if words and text[end.start()] == "." and (words[-1] in TITLES or (len(words[-1]) == 1 and words[-1].isupper())):
+        initial = bool(words) and len(words[-1]) == 1 and words[-1].isupper()
+        if words and text[end.start()] == "." and (words[-1] in TITLES or initial):
             continue
         out.append(text[start : end.end()])
         start = end.end()
