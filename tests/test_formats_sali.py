@@ -101,7 +101,8 @@ def test_condensed_movies_clip_split_file_overrides_the_movie_split(cmd_root, ca
     # clip_split.csv moves Zz1 (test movie) to train, Ee4 (train movie) to test and Aa1 to excluded;
     # Ii7 is unlisted (and uncaptioned), Mm0 is listed but has no video
     split_file = FIXTURES / "condensed_movies" / "clip_split.csv"
-    records = {r.video_id: r.split for r in CondensedMoviesParser(cmd_root / "videos", split_file=split_file).load(cmd_root / "metadata")}
+    parser = CondensedMoviesParser(cmd_root / "videos", split_file=split_file)
+    records = {r.video_id: r.split for r in parser.load(cmd_root / "metadata")}
     assert records == {"Zz1Yy2Xx3Ww": "train", "Aa1Bb2Cc3Dd": "excluded", "Ee4Ff5Gg6Hh": "test"}
     dm = CondensedMoviesDataModule(str(cmd_root / "metadata"), split_file=str(split_file), num_frames=4, image_size=32)
     dm.setup()
@@ -112,15 +113,25 @@ def test_condensed_movies_clip_split_file_overrides_the_movie_split(cmd_root, ca
     pool.write_text("videoid,split\nZz1Yy2Xx3Ww,test\nEe4Ff5Gg6Hh,test\n")
     with caplog.at_level("WARNING"):
         pooled = CondensedMoviesParser(cmd_root / "videos", split_file=pool).load(cmd_root / "metadata")
-    assert sorted(r.video_id for r in pooled) == ["Ee4Ff5Gg6Hh", "Zz1Yy2Xx3Ww"] and {r.split for r in pooled} == {"test"}
+    assert sorted(r.video_id for r in pooled) == ["Ee4Ff5Gg6Hh", "Zz1Yy2Xx3Ww"]
+    assert {r.split for r in pooled} == {"test"}
     assert "2 captioned clips are not in the clip split file" in caplog.text  # Aa1 and Mm0
+    # `test` over the pool: the unused training role names the pool split too
+    diagnosis = CondensedMoviesDataModule(
+        str(cmd_root / "metadata"), split_file=str(pool), train_split="test", num_frames=4, image_size=32
+    )
+    diagnosis.setup("test")
+    assert sorted(r.video_id for r in diagnosis.datasets["test"].records) == ["Ee4Ff5Gg6Hh", "Zz1Yy2Xx3Ww"]
 
 
 @pytest.mark.parametrize(
     "text,message",
     [
-        ("videoid,split\nZz1Yy2Xx3Ww,train\nAa1Bb2Cc3Dd,tset\n", r"bad.csv:3: split 'tset' of clip 'Aa1Bb2Cc3Dd' is not one of"),
-        ("videoid,split\nZz1Yy2Xx3Ww,train\nEe4Ff5Gg6Hh,test\nZz1Yy2Xx3Ww,test\n", r"bad.csv:4: clip 'Zz1Yy2Xx3Ww' is listed again \(first at line 2\)"),
+        ("videoid,split\nZz1Yy2Xx3Ww,train\nAa1Bb2Cc3Dd,tset\n", r"bad.csv:3: split 'tset' of clip 'Aa1Bb2Cc3Dd' is not"),
+        (
+            "videoid,split\nZz1Yy2Xx3Ww,train\nEe4Ff5Gg6Hh,test\nZz1Yy2Xx3Ww,test\n",
+            r"bad.csv:4: clip 'Zz1Yy2Xx3Ww' is listed again \(first at line 2\)",
+        ),
         ("videoid,split\nZz1Yy2Xx3Ww\n", r"bad.csv:2: expected 2 fields"),
         ("videoid,split\n,train\n", r"bad.csv:2: empty videoid"),
         ("clip,split\nZz1Yy2Xx3Ww,train\n", r"bad.csv:1: missing column\(s\) \['videoid'\]"),
