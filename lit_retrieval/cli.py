@@ -4,6 +4,8 @@
     lit-retrieval test --config configs/quickstart.yaml --ckpt_path runs/quickstart/checkpoints/last.ckpt
     lit-retrieval synth --out data/synthetic --num-videos 1200 --seed 0
     lit-retrieval metrics SIM.npy [--text-video IDX.npy]
+    lit-retrieval metrics --ensemble A.npy B.npy [--weights 0.5 0.5]
+    lit-retrieval validate-melon ANNOTATION.json [--videos DIR] [--json]
 
 Bad input ends as one line on stderr, `lit-retrieval COMMAND: PATH[: record R]: reason`, exit
 status 2 (`errors.InputError`); `--debug` (anywhere on the line) or `LIT_RETRIEVAL_DEBUG=1` shows
