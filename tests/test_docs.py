@@ -38,6 +38,8 @@ SOURCE_EXTENSIONS = {".py", ".yaml", ".yml", ".md", ".sh", ".sbatch", ".toml"}
 # belong to a dataset's own release; a doc names them without a folder.
 RUN_OUTPUT_NAMES = {
     "metrics.json",  # MetricsReport, every validate/test
+    "scores.npy",  # RetrievalEvaluator, test with save_scores
+    "scores_ids.json",
     "training_curves.json",  # TrainingCurves
     "training_curves.png",
     "modality_pyramid.json",  # ModalityPyramid
@@ -53,6 +55,15 @@ RUN_OUTPUT_NAMES = {
     "queries.jsonl",
     "qrels.jsonl",
     "config.yaml",  # LightningCLI's saved config of a run
+    "config.json",  # a Hugging Face model directory (tiny-qwen, save_merged, the GVE export)
+    "preprocessor_config.json",
+    "video_preprocessor_config.json",
+    "tokenizer_config.json",
+    "tokenizer.json",
+    "generation_config.json",
+    "special_tokens_map.json",
+    "chat_template.json",
+    "adapter_config.json",  # peft's save_adapter
     "clips.csv",  # Condensed Movies release (metadata/)
     "descriptions.csv",
     "durations.csv",
