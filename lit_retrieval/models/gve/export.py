@@ -1,6 +1,8 @@
 """Writes a (merged) GVE model as a directory in the layout of the released Qwen2.5-VL / GVE
 checkpoints, which transformers 4.5x and 5.x both load as `Qwen2_5_VLForConditionalGeneration`
-with `AutoProcessor` (GVE spec, section 1.2: the released GVE is plain Qwen2.5-VL weights).
+with `AutoProcessor`. The released GVE is plain Qwen2.5-VL weights: its class
+(Alibaba-NLP/VRAG:search_engine/models/GVE/qwen25vl/qwen25vl_model.py, `Qwen25VLForEmbedding`)
+subclasses `Qwen2_5_VLForConditionalGeneration` and only overrides `forward`.
 
 transformers 5 saves a nested `config.json` (`text_config`, `rope_parameters`, `dtype`), one
 `processor_config.json` and a tokenizer config listing `extra_special_tokens`; 4.5x reads none of
