@@ -38,6 +38,8 @@ def read_checkpoint(path: _PATH, map_location: Any = None, weights_only: bool | 
         raise FileNotFoundError(f"{path}: checkpoint not found")
     if path.stat().st_size == 0:
         raise CorruptCheckpointError(f"{path}: empty checkpoint file (an interrupted write?)")
+    if zipfile.is_zipfile(path):
+        check_checkpoint_file(path)  # another zip than a torch archive is named as such
     try:
         checkpoint = torch.load(path, map_location=map_location, weights_only=bool(weights_only))
     except (EOFError, RuntimeError, zipfile.BadZipFile, pickle.UnpicklingError, ValueError) as err:

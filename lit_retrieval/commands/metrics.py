@@ -135,5 +135,7 @@ def run(argv: list[str]) -> int:
     except ValueError as err:
         if isinstance(err, UsageError):
             raise
-        raise InputError(str(err)) from None  # printed as one line by `lit-retrieval`
+        inputs = [str(p) for p in (*(args.ensemble or [args.sim]), *([args.text_video] if args.text_video else []))]
+        named = any(path in str(err) for path in inputs)
+        raise InputError(str(err) if named else f"{', '.join(inputs)}: {err}") from None  # one line from `lit-retrieval`
     return 0

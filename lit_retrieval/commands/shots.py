@@ -21,7 +21,8 @@ import yaml
 
 from lit_retrieval.commands.sharding import add_shard_arguments, check_shard
 from lit_retrieval.data.shots import ShotDetectorConfig, ShotOptions, detect_many
-from lit_retrieval.data.video import VideoDecodeError
+from lit_retrieval.data.records import read_text
+from lit_retrieval.errors import ConfigError, UsageError
 
 VIDEO_EXTS = (".mp4", ".mkv", ".webm", ".avi", ".mov", ".m4v")
 
@@ -46,7 +47,9 @@ def _videos(args: argparse.Namespace) -> list[str]:
     if args.dir:
         videos += sorted(str(p) for p in Path(args.dir).rglob("*") if p.suffix.lower() in VIDEO_EXTS)
     if args.list:
-        videos += [line.strip() for line in Path(args.list).read_text().splitlines() if line.strip()]
+        if Path(args.list).suffix.lower() in VIDEO_EXTS:
+            raise UsageError(args.list, "a video file, where a list file (one path per line) is expected")
+        videos += [line.strip() for line in read_text(args.list).splitlines() if line.strip()]
     return videos
 
 
@@ -69,24 +72,22 @@ def run(argv: list[str]) -> int:
     check_shard(parser, args)
     try:
         options = options_from_config(args.config) if args.config else ShotOptions()
-    except (OSError, ValueError, TypeError, yaml.YAMLError) as err:
-        parser.error(str(err))
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{args.config}: not valid YAML ({' '.join(str(err).split())})") from None
+    except (ValueError, TypeError) as err:
+        raise ConfigError(str(err) if str(err).startswith(str(args.config)) else f"{args.config}: {err}") from None
     overrides = {"detector": args.detector, "threshold": args.threshold, "min_scene_len": args.min_scene_len, "downscale": args.downscale}
     try:
         detector = replace(options.detector, **{k: v for k, v in overrides.items() if v is not None})
     except ValueError as err:
-        parser.error(str(err))
+        raise ConfigError(f"shots settings: {err}") from None
     cache = args.cache or options.cache_dir
     workers = args.workers or options.workers
     videos = _videos(args)[args.shard :: args.num_shards]
     if not videos:
         parser.error("no videos given (positional paths, --dir or --list)")
     start = time.perf_counter()
-    try:
-        found = detect_many(videos, detector, cache, workers, on_error=args.on_error)
-    except VideoDecodeError as err:
-        print(f"lit-retrieval shots: {err}")
-        return 1
+    found = detect_many(videos, detector, cache, workers, on_error=args.on_error)  # VideoDecodeError: one line, exit 2
     seconds = time.perf_counter() - start
     for path, reason in sorted(found.failed.items()):
         print(f"failed: {path}: {reason}")

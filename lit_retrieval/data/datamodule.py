@@ -274,7 +274,7 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
             chosen = [r for r in records if r.split == split]
             if not chosen and role != "val":
                 found = sorted({r.split for r in records})
-                raise ValueError(f"{self.source}: no videos in split {split!r} (splits present: {found})")
+                raise AnnotationError(self.source, "-", f"no videos in split {split!r} (splits present: {found})")
             shots = None
             if self.shots is not None:
                 chosen, shots = self._with_shots(chosen, video_root)
@@ -340,7 +340,7 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
 
     def _loader(self, role: str, train: bool) -> DataLoader:
         if role not in self.datasets:
-            raise ValueError(f"no {role} split configured (set data.{role}_split)")
+            raise ConfigError(f"no {role} split configured (set data.{role}_split)")
         dataset = self.datasets[role]
         sampler = None
         if train:

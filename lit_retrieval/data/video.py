@@ -42,12 +42,14 @@ from typing import Literal
 import av
 import numpy as np
 
+from lit_retrieval.errors import InputError
+
 Targets = Literal["bin_centres", "linspace_frames"]
 Sampling = Literal["exact", "keyframe"]
 TRUNCATION_TOLERANCE_S = 1.0  # a declared end this far (or 2 frame intervals) past the last frame: truncated
 
 
-class VideoDecodeError(RuntimeError):
+class VideoDecodeError(InputError, RuntimeError):  # InputError: `lit-retrieval` reports it in one line
     """A video could not be decoded; the message names the file and the reason."""
 
     def __init__(self, path: str | Path, reason: str) -> None:
