@@ -4,7 +4,10 @@
     lit-retrieval index --config configs/quickstart.yaml --ckpt runs/quickstart/checkpoints/last.ckpt --videos list.txt --out idx --kind hnsw
 
 Interrupted runs resume: finished chunks are kept and their videos skipped. Videos that fail to
-decode are listed in OUT/failed.json.
+decode are listed in OUT/failed.json with their size and modification time; a rerun retries those
+that changed since (a repaired file), `--retry-failed` retries all. One run writes an output folder
+at a time (`locking.OutputLock`; each shard of an array job takes its own lock): a second is refused
+with the holder's host, pid, command and start time.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import argparse
 
 from lit_retrieval.commands.sharding import add_shard_arguments, check_shard
 from lit_retrieval.errors import UsageError
+from lit_retrieval.locking import OutputLock
 from lit_retrieval.search.index import IndexSettings, build_video_index, list_videos
 from lit_retrieval.search.loading import ModelSpec, load_item_embedder
 
@@ -41,6 +45,7 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--gpu", action="store_true", help="build/search with faiss-gpu")
     add_shard_arguments(parser)
     parser.add_argument("--embed-only", action="store_true", help="embed this shard's videos, do not build the index (array jobs)")
+    parser.add_argument("--retry-failed", action="store_true", help="retry every video listed in OUT/failed*.json (changed files are retried anyway)")
     args = parser.parse_args(argv)
     if args.model is None and args.config is None:
         parser.error("one of --model or --config is required")
@@ -51,7 +56,9 @@ def run(argv: list[str]) -> int:
         raise UsageError(args.videos, "no videos found (a folder without video files, or an empty list file)")
     settings = IndexSettings(kind=args.kind, nlist=args.nlist, nprobe=args.nprobe, gpu=args.gpu)
     shard = (args.shard, args.num_shards) if args.num_shards > 1 else None
-    meta = build_video_index(load_item_embedder(spec), spec, videos, args.out, settings, chunk=args.chunk, shard=shard, embed_only=args.embed_only)
+    with OutputLock(args.out, name=f"index-s{args.shard}" if shard else "index"):  # before the (slow) model load
+        meta = build_video_index(load_item_embedder(spec), spec, videos, args.out, settings, chunk=args.chunk, shard=shard,
+                                 embed_only=args.embed_only, retry_failed=args.retry_failed)
     if meta is None:
         print(f"embedded shard {args.shard} of {args.num_shards} into {args.out}/parts")
     else:

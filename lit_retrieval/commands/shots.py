@@ -5,7 +5,10 @@ the shot cache a SALI data module reads.
 
 `--config` takes the detector settings and cache folder from a training config's `data.shots`
 (so training finds every video cached); explicit options override them. Finished videos are cached
-one by one: an interrupted run loses nothing, and a rerun only detects what is missing or changed.
+one by one: an interrupted run loses nothing, and a rerun only detects what is missing or changed
+(a video that failed is tried again once its file changed, or with `--retry-failed`). One run
+writes a cache folder at a time (each shard of an array job takes its own lock): a second is
+refused with the holder's host, pid, command and start time.
 `--out` writes `{video path: [[start, end], ...]}` (seconds) as JSON.
 """
 
@@ -23,6 +26,7 @@ from lit_retrieval.commands.sharding import add_shard_arguments, check_shard
 from lit_retrieval.data.shots import ShotDetectorConfig, ShotOptions, detect_many
 from lit_retrieval.data.records import read_text
 from lit_retrieval.errors import ConfigError, UsageError
+from lit_retrieval.locking import OutputLock
 
 VIDEO_EXTS = (".mp4", ".mkv", ".webm", ".avi", ".mov", ".m4v")
 
@@ -67,6 +71,7 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--workers", type=int, help="detection processes (default 1)")
     parser.add_argument("--on-error", choices=["raise", "skip"], default="skip", help="undecodable videos: stop or list and go on")
     parser.add_argument("--out", help="write all shots as JSON here")
+    parser.add_argument("--retry-failed", action="store_true", help="detect again videos that failed before (changed files are retried anyway)")
     add_shard_arguments(parser)
     args = parser.parse_args(argv)
     check_shard(parser, args)
@@ -87,7 +92,9 @@ def run(argv: list[str]) -> int:
     if not videos:
         parser.error("no videos given (positional paths, --dir or --list)")
     start = time.perf_counter()
-    found = detect_many(videos, detector, cache, workers, on_error=args.on_error)  # VideoDecodeError: one line, exit 2
+    with OutputLock(cache, name=f"shots-s{args.shard}" if args.num_shards > 1 else "shots"):
+        # VideoDecodeError: one line, exit 2
+        found = detect_many(videos, detector, cache, workers, on_error=args.on_error, retry_failed=args.retry_failed)
     seconds = time.perf_counter() - start
     for path, reason in sorted(found.failed.items()):
         print(f"failed: {path}: {reason}")
@@ -95,7 +102,8 @@ def run(argv: list[str]) -> int:
     median = sorted(counts)[len(counts) // 2] if counts else 0
     print(
         f"{len(found.shots)} videos ({found.cached} cached, {len(found.shots) - found.cached} detected, "
-        f"{len(found.failed)} failed) in {seconds:.1f} s; median {median} shots; cache {cache}; settings {asdict(detector)}"
+        f"{len(found.failed)} failed, {found.known_failures} of them unchanged since they failed before) in {seconds:.1f} s; "
+        f"median {median} shots; cache {cache}; settings {asdict(detector)}"
     )
     if args.out:
         Path(args.out).write_text(json.dumps({p: [list(s) for s in shots] for p, shots in found.shots.items()}, indent=1))

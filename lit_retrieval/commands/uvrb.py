@@ -3,6 +3,9 @@
     lit-retrieval uvrb --model /models/GVE-3B --root /data/uvrb --out runs/uvrb/gve3b
     lit-retrieval uvrb --config configs/gve/tiny_cpu.yaml --ckpt last.ckpt --tasks my_tasks.yaml --out runs/uvrb/tiny
     lit-retrieval uvrb report runs/uvrb/gve3b/results.json
+
+One run writes OUT and its embedding cache at a time (`locking.OutputLock`): a second is refused
+with the holder's host, pid, command and start time.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from rich.table import Table
 
 from lit_retrieval.data.records import parse_json, read_text
 from lit_retrieval.errors import UsageError
+from lit_retrieval.locking import OutputLock
 from lit_retrieval.search.loading import ModelSpec, load_item_embedder
 from lit_retrieval.uvrb.abilities import ABILITIES, ability_scores
 from lit_retrieval.uvrb.runner import markdown_table, run_benchmark
@@ -101,7 +105,9 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
     specs = read_task_list(args.tasks, args.root, args.only)
-    embedder = load_item_embedder(ModelSpec(args.model, args.config, args.ckpt, args.device))
-    results = run_benchmark(embedder, specs, args.out, args.cache or Path(args.out) / "cache", args.batch_size, args.memory_mb)
+    cache = Path(args.cache) if args.cache else Path(args.out) / "cache"
+    with OutputLock(args.out, name="uvrb"), OutputLock(cache, name="uvrb-cache"):  # one writer of results and of the cache
+        embedder = load_item_embedder(ModelSpec(args.model, args.config, args.ckpt, args.device))
+        results = run_benchmark(embedder, specs, args.out, cache, args.batch_size, args.memory_mb)
     sys.stdout.write(markdown_table(results))
     return 0

@@ -6,7 +6,9 @@ seconds; a video without a detectable cut is one shot. `detect_many` runs it ove
 parallel processes with a progress bar and a `ShotCache`: one JSON file per (video, settings),
 written atomically by the worker that finished the video, so a crash loses no finished video. A
 cache entry is used only while the file's identity (resolved path, size, modification time) and
-the detector settings are unchanged.
+the detector settings are unchanged. A video that fails is cached the same way, as its reason: it
+is not detected again while the file is unchanged (size and mtime), so a rerun retries exactly the
+files that were repaired since; `retry_failed` retries every failed one.
 
 `frame_shot_index` assigns sampled frames to shots by timestamp (SALI: "regroups those frames by
 the shot their timestamp falls in"): shots that received no sampled frame are left out and the
@@ -124,23 +126,42 @@ class ShotCache:
         digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:16]
         return self.root / f"{path.stem}-{digest}-{config.key()}.json"
 
-    def get(self, path: str | Path, config: ShotDetectorConfig) -> Shots | None:
-        """Cached shots, or None when absent, unreadable or made for another file version."""
-        path = Path(path)
-        entry = self.entry(path, config)
+    def _read(self, path: Path, config: ShotDetectorConfig) -> dict | None:
+        """The entry of this file version and these settings, or None (absent, unreadable, stale)."""
         try:
-            data = json.loads(entry.read_text())
+            data = json.loads(self.entry(path, config).read_text())
             if data["file"] != _file_identity(path) or data["settings"] != asdict(config):
                 return None
-            return [(float(s), float(e)) for s, e in data["shots"]]
         except (OSError, ValueError, KeyError, TypeError):
             return None
+        return data
+
+    def get(self, path: str | Path, config: ShotDetectorConfig) -> Shots | None:
+        """Cached shots, or None when absent, unreadable, a failure or made for another file version."""
+        data = self._read(Path(path), config)
+        try:
+            return [(float(s), float(e)) for s, e in data["shots"]] if data else None
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def failure(self, path: str | Path, config: ShotDetectorConfig) -> str | None:
+        """Why detection failed on this very file version (same size and mtime), else None."""
+        data = self._read(Path(path), config)
+        reason = data.get("failed") if data else None
+        return reason if isinstance(reason, str) else None
 
     def put(self, path: str | Path, config: ShotDetectorConfig, shots: Shots) -> None:
-        path = Path(path)
+        self._write(Path(path), config, {"shots": [list(s) for s in shots]})
+
+    def put_failure(self, path: str | Path, config: ShotDetectorConfig, reason: str) -> None:
+        """Record that this version of the file failed (a missing file is not recorded)."""
+        if Path(path).is_file():
+            self._write(Path(path), config, {"failed": reason})
+
+    def _write(self, path: Path, config: ShotDetectorConfig, content: dict) -> None:
         entry = self.entry(path, config)
         self.root.mkdir(parents=True, exist_ok=True)
-        data = {"file": _file_identity(path), "settings": asdict(config), "shots": [list(s) for s in shots]}
+        data = {"file": _file_identity(path), "settings": asdict(config), **content}
         tmp = entry.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(data))
         os.replace(tmp, entry)
@@ -160,6 +181,7 @@ def _detect_and_store(path: str, config: ShotDetectorConfig, cache_root: str) ->
     try:
         shots = detect_shots(path, config)
     except VideoDecodeError as err:
+        ShotCache(cache_root).put_failure(path, config, err.reason)
         return path, None, err.reason
     ShotCache(cache_root).put(path, config, shots)
     return path, shots, None
@@ -167,11 +189,13 @@ def _detect_and_store(path: str, config: ShotDetectorConfig, cache_root: str) ->
 
 @dataclass
 class ShotResults:
-    """Shots per video path, and the videos that failed with their reasons."""
+    """Shots per video path, and the videos that failed with their reasons (`known_failures` of
+    them failed in an earlier run on the same, unchanged file and were not tried again)."""
 
     shots: dict[str, Shots]
     failed: dict[str, str]
     cached: int
+    known_failures: int = 0
 
 
 def detect_many(
@@ -181,11 +205,13 @@ def detect_many(
     workers: int = 1,
     on_error: Literal["raise", "skip"] = "raise",
     progress: bool = True,
+    retry_failed: bool = False,
 ) -> ShotResults:
     """Shots of every video: cached ones are read, the rest detected in `workers` processes.
 
     A video that fails to decode raises `VideoDecodeError` under `on_error="raise"` (after the
-    other videos finished and were cached) or is listed in `failed` under `"skip"`.
+    other videos finished and were cached) or is listed in `failed` under `"skip"`. A failure of
+    an unchanged file is taken from the cache (counted in `known_failures`) unless `retry_failed`.
     """
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
@@ -194,7 +220,11 @@ def detect_many(
     todo = []
     for path in dict.fromkeys(str(p) for p in paths):
         hit = cache.get(path, config) if Path(path).is_file() else None
-        if hit is None:
+        known = None if retry_failed or hit is not None or not Path(path).is_file() else cache.failure(path, config)
+        if known is not None:
+            results.failed[path] = known
+            results.known_failures += 1
+        elif hit is None:
             todo.append(path)
         else:
             results.shots[path] = hit

@@ -37,7 +37,7 @@ class EmbeddingCache:
         self.misses += 1
         vectors = embedder.embed(items, instruction, batch_size)
         self.root.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(".tmp.npy")
+        partial = path.with_suffix(f".{os.getpid()}.tmp.npy")  # two processes never write one temporary file
         np.save(partial, vectors.numpy())
         os.replace(partial, path)
         path.with_suffix(".json").write_text(json.dumps({"fingerprint": embedder.fingerprint, "items": len(items), "instruction": instruction}))

@@ -2,7 +2,9 @@
 
 `build_video_index` embeds videos in chunks, writing each finished chunk atomically under
 `OUT/parts/` (so a crash keeps every finished chunk and a re-run skips those videos), lists videos
-that fail to decode in `OUT/failed.json` instead of stopping, and then builds the index:
+that fail to decode in `OUT/failed.json` instead of stopping (with the file's size and modification
+time: a re-run retries a file that changed since, e.g. a repaired video, and `retry_failed` retries
+every listed one), and then builds the index:
 exact inner product (`flat`, default), `ivf` (IVF-Flat, `nlist` lists, `nprobe` at search) or
 `hnsw` for large collections, on the GPU when faiss-gpu is installed and asked for. `meta.json`
 records the model (`ModelSpec`), its fingerprint and the index settings; searching with another
@@ -97,11 +99,34 @@ def _save_array(path: Path, array: np.ndarray) -> None:
         np.save(handle, array)
 
 
-def _failed(out: Path) -> dict[str, str]:
-    failed: dict[str, str] = {}
+def _failed(out: Path) -> dict[str, dict]:
+    """Every listed failure, `{video: {"reason", "size", "mtime_ns"}}` (an entry of an older index
+    that holds only the reason has no size and mtime, so its video is retried)."""
+    failed: dict[str, dict] = {}
     for path in sorted(out.glob("failed*.json")):
-        failed.update(json.loads(path.read_text()))
+        failed.update(_failed_file(path))
     return failed
+
+
+def _failed_file(path: Path) -> dict[str, dict]:
+    if not path.is_file():
+        return {}
+    return {video: entry if isinstance(entry, dict) else {"reason": entry} for video, entry in read_json(path).items()}
+
+
+def _failure(video: str, reason: str) -> dict:
+    """A failure entry: the reason and the file's size and modification time (when it exists)."""
+    try:
+        stat = os.stat(video)
+    except OSError:
+        return {"reason": reason}
+    return {"reason": reason, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def _changed(video: str, entry: dict) -> bool:
+    """Whether `video` differs from the file that failed (size or mtime), i.e. is worth a retry."""
+    now = _failure(video, "")
+    return any(now.get(key) != entry.get(key) for key in ("size", "mtime_ns"))
 
 
 def _done_parts(parts: Path) -> tuple[list[str], list[np.ndarray]]:
@@ -116,10 +141,11 @@ def _done_parts(parts: Path) -> tuple[list[str], list[np.ndarray]]:
 
 def build_video_index(embedder: ItemEmbedder, spec: ModelSpec, videos: list[str], out: str | Path,
                       settings: IndexSettings | None = None, chunk: int = 16, batch_size: int = 8, progress: bool = True,
-                      shard: tuple[int, int] | None = None, embed_only: bool = False) -> dict | None:
+                      shard: tuple[int, int] | None = None, embed_only: bool = False, retry_failed: bool = False) -> dict | None:
     """Embed `videos` (this shard's share when `shard` = (k, n): every n-th from k) and, unless
     `embed_only`, build the index over everything embedded so far. Shards of an array job write
-    their own chunk and failure files, so they never race."""
+    their own chunk and failure files, so they never race. A video that failed before is skipped
+    while its size and mtime are unchanged; `retry_failed` retries it anyway."""
     settings = settings or IndexSettings()
     out = Path(out)
     parts = out / "parts"
@@ -132,10 +158,14 @@ def build_video_index(embedder: ItemEmbedder, spec: ModelSpec, videos: list[str]
     tag = f"s{shard[0]}-" if shard else ""
     failed_path = out / f"failed{'-' + tag.rstrip('-') if shard else ''}.json"
     known_failures = _failed(out)
-    failed: dict[str, str] = json.loads(failed_path.read_text()) if failed_path.is_file() else {}
     mine = videos[shard[0] :: shard[1]] if shard else videos
     done = set(done_videos)
-    todo = [v for v in mine if v not in done and v not in known_failures]
+    todo = [v for v in mine if v not in done and (retry_failed or v not in known_failures or _changed(v, known_failures[v]))]
+    retried = set(todo)  # listed again only if they fail again
+    failed = _failed_file(failed_path)
+    if retried & set(failed):
+        failed = {v: entry for v, entry in failed.items() if v not in retried}
+        _write_atomic(failed_path, lambda p: p.write_text(json.dumps(failed, indent=1)))
     with Progress(disable=not progress) as bar:
         task = bar.add_task("embedding videos", total=len(mine), completed=len(mine) - len(todo))
         for start in range(0, len(todo), chunk):
@@ -150,7 +180,7 @@ def build_video_index(embedder: ItemEmbedder, spec: ModelSpec, videos: list[str]
                         vectors.append(embedder.embed([MediaItem(video=video)], None, 1).numpy())
                         names.append(video)
                     except (VideoDecodeError, ItemError) as err:
-                        failed[video] = str(err)
+                        failed[video] = _failure(video, str(err))
                         _write_atomic(failed_path, lambda p: p.write_text(json.dumps(failed, indent=1)))
             bar.advance(task, len(group))
             if names:
@@ -160,7 +190,8 @@ def build_video_index(embedder: ItemEmbedder, spec: ModelSpec, videos: list[str]
     if embed_only:
         return None
     all_videos, arrays = _done_parts(parts)
-    failed = _failed(out)
+    embedded = set(all_videos)
+    failed = {v: entry for v, entry in _failed(out).items() if v not in embedded}  # not a retried video that now works
     if not all_videos:
         raise RuntimeError(f"no video could be embedded ({len(failed)} failed; see {out}/failed*.json)")
     vectors = np.ascontiguousarray(np.concatenate(arrays), dtype=np.float32)
