@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 from abc import ABC, abstractmethod
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from lit_retrieval.data.annotations import load_annotations
 from lit_retrieval.data.bad_records import BadRecordPolicy, RecordCollector
+from lit_retrieval.data.frame_cache import FrameCache, cached_or_sampled
 from lit_retrieval.data.records import AnnotationError, VideoRecord
 from lit_retrieval.data.resume import EpochPosition
 from lit_retrieval.data.shots import ShotOptions, Shots, detect_many, frame_shot_index
@@ -53,6 +54,7 @@ class MultiEventDataset(Dataset):
         shots: list[Shots] | None = None,
         trim_to_annotation: bool = False,
         sampling: Sampling = "exact",
+        frame_cache: FrameCache | None = None,
     ) -> None:
         if shots is not None and len(shots) != len(records):
             raise ValueError(f"{len(shots)} shot lists for {len(records)} records")
@@ -66,6 +68,12 @@ class MultiEventDataset(Dataset):
         self.seek_threshold = seek_threshold
         self.trim_to_annotation = trim_to_annotation
         self.spec = SamplingSpec(num_frames, image_size, sampling=sampling)  # what every item's frames are
+        self.frame_cache = frame_cache
+
+    @staticmethod
+    def cache_params(spec: SamplingSpec, trim_to_annotation: bool) -> dict[str, Any]:
+        """What decides an item's frames, as a frame cache records it (`lit_retrieval.data.frame_cache`)."""
+        return {"consumer": "video-text", **asdict(spec), "trim_to_annotation": trim_to_annotation}
 
     def __len__(self) -> int:
         return len(self.records)
@@ -75,7 +83,10 @@ class MultiEventDataset(Dataset):
         path = self.video_root / record.path
         try:
             end = record.duration if self.trim_to_annotation else None
-            sample = sample_video(path, self.spec, end=end, seek_threshold=self.seek_threshold, duration=record.duration)
+            sample = cached_or_sampled(
+                self.frame_cache, path, None, end,
+                lambda: sample_video(path, self.spec, end=end, seek_threshold=self.seek_threshold, duration=record.duration),
+            )
         except VideoDecodeError as err:
             if self.on_bad_video == "raise":
                 raise
@@ -180,6 +191,9 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
         allow_split_overlap: a video (file) in the training split and in an evaluation split
             (val/test) is an error naming it, since evaluation would score videos trained on;
             `true` accepts such files and logs how many there are.
+        frame_cache: read frames from this frame cache (`lit-retrieval cache-frames`) instead of
+            decoding; a video missing from it is decoded (with a warning), a cache of other sampling
+            parameters or changed videos is refused (`lit_retrieval.data.frame_cache`).
     """
 
     def __init__(
@@ -206,6 +220,7 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
         sampling: Literal["exact", "keyframe"] = "exact",
         holdout_val: float = 0.0,
         allow_split_overlap: bool = False,
+        frame_cache: str | None = None,
     ) -> None:
         super().__init__()
         # impossible values are refused when the config is parsed (LightningCLI builds the module then)
@@ -242,6 +257,7 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
         self.sampling = sampling
         self.holdout_val = holdout_val
         self.allow_split_overlap = allow_split_overlap
+        self.frame_cache = frame_cache
         self.datasets: dict[str, MultiEventDataset] = {}
         self.dropped_records: list[AnnotationError] = []
 
@@ -268,6 +284,10 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
         self.dropped_records = collector.dropped
         self._check_split_overlap(records)
         video_root = self.video_root or self.default_video_root()
+        cache = None
+        if self.frame_cache:
+            spec = SamplingSpec(self.num_frames, self.image_size, sampling=self.sampling)
+            cache = FrameCache(self.frame_cache, MultiEventDataset.cache_params(spec, self.trim_to_annotation))
         for role, split in self.splits.items():
             if split is None:
                 continue
@@ -280,7 +300,7 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
                 chosen, shots = self._with_shots(chosen, video_root)
             self.datasets[role] = MultiEventDataset(
                 chosen, video_root, self.num_frames, self.image_size, self.on_bad_video, self.normalize, self.seek_threshold, shots,
-                self.trim_to_annotation, self.sampling,
+                self.trim_to_annotation, self.sampling, cache,
             )
 
     def _check_split_overlap(self, records: list[VideoRecord]) -> None:

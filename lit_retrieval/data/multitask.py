@@ -27,6 +27,7 @@ from lit_retrieval.data.resume import EpochPosition
 from lit_retrieval.data.task_sampler import TaskBatchSampler
 from lit_retrieval.data.tasks import TaskRecord, TaskSpec, read_task
 from lit_retrieval.data.video import VideoDecodeError
+from lit_retrieval.errors import ConfigError
 
 log = logging.getLogger(__name__)
 BadVideoPolicy = Literal["raise", "replace"]
@@ -161,6 +162,9 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
         on_bad_video: `raise` on an undecodable video or image, or `replace` the pair with the
             task's next usable one (counted and logged).
         seed: base of the task schedule and pair order.
+        frame_cache: read video frames from this frame cache (`lit-retrieval cache-frames`) instead
+            of decoding; a clip missing from it is decoded (with a warning), a cache of other
+            sampling settings or changed videos is refused (`lit_retrieval.data.frame_cache`).
     """
 
     def __init__(
@@ -175,6 +179,7 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
         on_bad_record: BadRecordPolicy = "raise",
         on_bad_video: BadVideoPolicy = "raise",
         seed: int = 0,
+        frame_cache: str | None = None,
     ) -> None:
         super().__init__()
         if sampling not in ("proportional", "uniform"):
@@ -193,6 +198,7 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
         self.on_bad_record = on_bad_record
         self.on_bad_video = on_bad_video
         self.seed = seed
+        self.frame_cache = frame_cache
         self.processing: ItemProcessing | None = None
         self.train_data: list[TaskData] = []
         self.val_data: list[TaskData] = []
@@ -210,6 +216,10 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
             if module is None or not hasattr(module, "processing"):
                 raise RuntimeError("MultiTaskDataModule takes its input processing from the model (a GVE module); set `.processing` to use it alone")
             self.processing = module.processing
+        if self.frame_cache and getattr(self.processing, "frame_cache", None) is None:
+            if not hasattr(self.processing, "with_frame_cache"):
+                raise ConfigError(f"data.frame_cache: the model's input processing ({type(self.processing).__name__}) reads no frame cache")
+            self.processing = self.processing.with_frame_cache(self.frame_cache)
         if not self.train_data and stage in (None, "fit"):
             self.train_data = [TaskData(s, read_task(s, self.on_bad_record, self.seed)) for s in self.specs]
         if not self.val_data and self.val_specs:

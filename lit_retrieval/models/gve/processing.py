@@ -22,6 +22,7 @@ processor cannot cut); each truncation is counted and warned about.
 
 from __future__ import annotations
 
+import copy
 import math
 import warnings
 from dataclasses import dataclass
@@ -33,8 +34,9 @@ from transformers import BatchFeature
 from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
 from transformers.video_utils import VideoMetadata
 
+from lit_retrieval.data.frame_cache import FrameCache, cached_or_sampled
 from lit_retrieval.data.media import ItemError, MediaItem
-from lit_retrieval.data.video import VideoDecodeError, sample_frames, video_duration
+from lit_retrieval.data.video import FrameSample, VideoDecodeError, sample_frames, video_duration
 
 END_OF_TEXT = "<|endoftext|>"
 
@@ -84,6 +86,34 @@ class InputConfig:
             raise ValueError(f"sampling must be 'exact' or 'keyframe', got {self.sampling!r}")
 
 
+def clip_frame_count(seconds: float, config: InputConfig, temporal_patch: int) -> int:
+    """qwen-vl-utils' `smart_nframes` for a window of `seconds`, before its clamp to the window's
+    frame count (the sampler applies that): seconds x fps within [min_frames rounded up, max_frames
+    rounded down] to multiples of the temporal patch, rounded down to a multiple of it."""
+    low = math.ceil(config.min_frames / temporal_patch) * temporal_patch
+    high = max(temporal_patch, config.max_frames // temporal_patch * temporal_patch)
+    return max(temporal_patch, math.floor(min(max(seconds * config.fps, low), high) / temporal_patch) * temporal_patch)
+
+
+def sample_clip(path: str, start: float | None, end: float | None, config: InputConfig, temporal_patch: int) -> FrameSample:
+    """The frames GVE embeds of `path` over `[start, end)` seconds (None: the video's start/end)."""
+    duration = video_duration(path)
+    first = start or 0.0
+    last = min(end, duration) if end is not None else duration
+    if last <= first:
+        raise VideoDecodeError(path, f"window [{first}, {end}] is outside the {duration:.2f} s video")
+    return sample_frames(
+        path, clip_frame_count(last - first, config, temporal_patch), first, last,
+        targets="linspace_frames", frame_multiple=temporal_patch, sampling=config.sampling,
+    )
+
+
+def clip_cache_params(config: InputConfig, temporal_patch: int) -> dict[str, Any]:
+    """What decides a clip's frames, as a frame cache records it (`lit_retrieval.data.frame_cache`)."""
+    return {"consumer": "gve", "fps": config.fps, "max_frames": config.max_frames, "min_frames": config.min_frames,
+            "sampling": config.sampling, "temporal_patch": temporal_patch}
+
+
 @dataclass
 class LoadedVideo:
     frames: np.ndarray  # [n, H, W, 3] uint8, n a multiple of the temporal patch size
@@ -103,28 +133,24 @@ class GVEProcessing:
         self.factor = int(video.patch_size) * int(video.merge_size)
         self.merge = int(video.merge_size)
         self.truncated = 0
+        self.frame_cache: FrameCache | None = None
+
+    def with_frame_cache(self, root: str) -> GVEProcessing:
+        """A copy that reads video frames from the frame cache at `root` (refused if built otherwise)."""
+        other = copy.copy(self)
+        other.frame_cache = FrameCache(root, clip_cache_params(self.config, self.temporal_patch))
+        return other
 
     # ---- media -------------------------------------------------------------------------------
     def frame_count(self, seconds: float) -> int:
-        """qwen-vl-utils' `smart_nframes` for a window of `seconds`, before its clamp to the window's
-        frame count (the sampler applies that): seconds x fps within [min_frames rounded up, max_frames
-        rounded down] to multiples of the temporal patch, rounded down to a multiple of it."""
-        patch = self.temporal_patch
-        low = math.ceil(self.config.min_frames / patch) * patch
-        high = max(patch, self.config.max_frames // patch * patch)
-        return max(patch, math.floor(min(max(seconds * self.config.fps, low), high) / patch) * patch)
+        """`clip_frame_count` with this processor's settings."""
+        return clip_frame_count(seconds, self.config, self.temporal_patch)
 
     def load_video(self, item: MediaItem) -> LoadedVideo:
         path = item.video
         assert path is not None
-        duration = video_duration(path)
-        start = item.start or 0.0
-        end = min(item.end, duration) if item.end is not None else duration
-        if end <= start:
-            raise VideoDecodeError(path, f"window [{start}, {item.end}] is outside the {duration:.2f} s video")
-        sample = sample_frames(
-            path, self.frame_count(end - start), start, end,
-            targets="linspace_frames", frame_multiple=self.temporal_patch, sampling=self.config.sampling,
+        sample = cached_or_sampled(
+            self.frame_cache, path, item.start, item.end, lambda: sample_clip(path, item.start, item.end, self.config, self.temporal_patch)
         )
         frames = sample.frames[sample.mask]
         fps = sample.sampled_fps

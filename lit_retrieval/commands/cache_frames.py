@@ -1,0 +1,205 @@
+"""`lit-retrieval cache-frames`: decode every video of a training config's splits once, with the
+sampling its data module uses, into a frame cache that the data module then reads
+(`data.init_args.frame_cache: DIR`, no other change).
+
+    lit-retrieval cache-frames --config TRAIN.yaml [--config PART.yaml ...] [--out DIR]
+        [--splits train val test] [--workers N] [--shard I --num-shards N] [--format raw|jpeg --quality Q]
+
+`--out` defaults to the config's `data.init_args.frame_cache`. Video-text data modules (MELON,
+ActivityNet, DiDeMo, MSR-VTT, Condensed Movies, the synthetic corpus) cache each record's window
+with the module's `num_frames`, `image_size`, `sampling` and `trim_to_annotation` (shot detection,
+where configured, runs as in training: it decides which records are kept); GVE's
+`MultiTaskDataModule` caches every video item of its training (`train`) and validation (`val`)
+tasks as the model's input processing samples it (`model.init_args.embedder.inputs`).
+
+An interrupted run is resumed by running it again (the result is the same as an uninterrupted
+run); array tasks (`--shard`, `slurm/array.sbatch`) write their own files into the same folder, and
+readers take them all. Undecodable videos are listed in the shard's `.failed.txt` and follow the
+data module's `on_bad_video` when read; the exit status is 1 if any failed under `raise`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from lit_retrieval.commands.sharding import add_shard_arguments, check_shard
+from lit_retrieval.data.frame_cache import CacheJob, CacheWriter, FrameFormat, file_stamp, frame_chunks, video_key
+from lit_retrieval.data.video import FrameSample, SamplingSpec, VideoDecodeError, sample_video
+from lit_retrieval.errors import ConfigError
+from lit_retrieval.locking import OutputLock
+
+
+@dataclass(frozen=True)
+class WindowSampler:
+    """A video-text data module's sampling (`MultiEventDataset`)."""
+
+    spec: SamplingSpec
+    seek_threshold: float
+
+    def __call__(self, job: CacheJob) -> FrameSample:
+        return sample_video(job.video, self.spec, job.start, job.end, seek_threshold=self.seek_threshold, duration=job.duration)
+
+
+@dataclass(frozen=True)
+class ClipSampler:
+    """GVE's clip sampling (`models.gve.processing.sample_clip`)."""
+
+    config: Any  # InputConfig
+    temporal_patch: int
+
+    def __call__(self, job: CacheJob) -> FrameSample:
+        from lit_retrieval.models.gve.processing import sample_clip
+
+        return sample_clip(job.video, job.start, job.end, self.config, self.temporal_patch)
+
+
+@dataclass
+class Plan:
+    """What to cache: the cache's parameters, how to sample, the jobs, and the bad-video policy."""
+
+    params: dict[str, Any]
+    sampler: WindowSampler | ClipSampler
+    jobs: list[CacheJob]
+    on_bad_video: str
+    default_out: str | None
+
+
+def load_config(paths: list[str]) -> Any:
+    """The composed training config (later files override earlier ones), parsed as `lit-retrieval
+    fit` parses it but with nothing built."""
+    from lit_retrieval.retrieval_cli import RetrievalCLI
+
+    class ConfigOnly(RetrievalCLI):
+        def instantiate_classes(self) -> None:
+            pass
+
+    args = [item for path in paths for item in ("--config", path)]
+    with warnings.catch_warnings():  # Lightning warns that sys.argv holds arguments besides `args`: they are this command's
+        warnings.filterwarnings("ignore", message=".*args parameter is intended to run from within Python")
+        return ConfigOnly(args=args, run=False).config
+
+
+def build_datamodule(config: Any) -> Any:
+    import lightning as L
+    from jsonargparse import ArgumentParser, Namespace
+
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_subclass_arguments(L.LightningDataModule, "data")
+    return parser.instantiate(Namespace(data=config.data)).data
+
+
+def _sorted_unique(jobs: list[CacheJob]) -> list[CacheJob]:
+    unique = {job.key: job for job in reversed(jobs)}  # the first job of each key wins
+    return sorted(unique.values(), key=lambda j: (j.video, j.start is not None, j.start or 0.0, j.end is not None, j.end or 0.0))
+
+
+def video_text_plan(datamodule: Any, splits: list[str]) -> Plan:
+    from lit_retrieval.data.datamodule import MultiEventDataset
+
+    datamodule.prepare_data()
+    datamodule.setup()
+    jobs = []
+    for role in splits:
+        dataset = datamodule.datasets.get(role)
+        if dataset is None:
+            continue
+        for record in dataset.records:
+            end = record.duration if dataset.trim_to_annotation else None
+            jobs.append(CacheJob(video_key(dataset.video_root / record.path), None, end, record.duration))
+    spec = SamplingSpec(datamodule.num_frames, datamodule.image_size, sampling=datamodule.sampling)
+    params = MultiEventDataset.cache_params(spec, datamodule.trim_to_annotation)
+    return Plan(params, WindowSampler(spec, datamodule.seek_threshold), _sorted_unique(jobs), datamodule.on_bad_video, datamodule.frame_cache)
+
+
+def gve_plan(datamodule: Any, config: Any, splits: list[str]) -> Plan:
+    from transformers import AutoProcessor
+
+    from lit_retrieval.data.tasks import read_task
+    from lit_retrieval.models.gve.processing import InputConfig, clip_cache_params
+
+    embedder = config.model.init_args.get("embedder") if config.model else None
+    if embedder is None:
+        raise ConfigError("cache-frames: a MultiTaskDataModule config needs model.init_args.embedder (model_path, inputs)")
+    inputs = InputConfig(**(embedder.inputs.as_dict() if embedder.get("inputs") else {}))
+    temporal_patch = int(AutoProcessor.from_pretrained(str(embedder.model_path)).video_processor.temporal_patch_size)
+    specs = (datamodule.specs if "train" in splits else []) + (datamodule.val_specs if "val" in splits else [])
+    jobs = []
+    for spec in specs:
+        for record in read_task(spec, datamodule.on_bad_record, datamodule.seed):
+            for item in (record.query, record.positive, *record.negatives):
+                if item.video is not None:
+                    jobs.append(CacheJob(video_key(item.video), item.start, item.end))
+    on_bad_video = "raise" if datamodule.on_bad_video == "raise" else "skip"
+    sampler = ClipSampler(inputs, temporal_patch)
+    return Plan(clip_cache_params(inputs, temporal_patch), sampler, _sorted_unique(jobs), on_bad_video, datamodule.frame_cache)
+
+
+def _decode(task: tuple[WindowSampler | ClipSampler, CacheJob, FrameFormat, int | None]) -> tuple:
+    """In a worker: one job's file stamp, then its frames encoded for the shard (or the error)."""
+    sampler, job, frame_format, quality = task
+    stamp = file_stamp(job.video) or (0, 0)
+    try:
+        sample = sampler(job)
+    except VideoDecodeError as err:
+        return job, stamp, err.reason, None
+    return job, stamp, sample, frame_chunks(sample.frames, frame_format, quality)
+
+
+def run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="lit-retrieval cache-frames", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", action="append", required=True, help="training YAML (repeat to compose, as for fit)")
+    parser.add_argument("--out", help="cache folder (default: the config's data.init_args.frame_cache)")
+    parser.add_argument("--splits", nargs="+", default=["train", "val", "test"], choices=["train", "val", "test"])
+    parser.add_argument("--workers", type=int, default=1, help="decoding processes")
+    parser.add_argument("--format", choices=["raw", "jpeg"], default="raw", help="raw uint8 frames (lossless) or JPEG per frame")
+    parser.add_argument("--quality", type=int, default=90, help="JPEG quality (--format jpeg)")
+    add_shard_arguments(parser)
+    args = parser.parse_args(argv)
+    check_shard(parser, args)
+    if args.workers < 1:
+        parser.error(f"--workers must be >= 1, got {args.workers}")
+    config = load_config(args.config)
+    datamodule = build_datamodule(config)
+    from lit_retrieval.data.multitask import MultiTaskDataModule
+
+    if isinstance(datamodule, MultiTaskDataModule):
+        plan = gve_plan(datamodule, config, args.splits)
+    elif hasattr(datamodule, "datasets") and hasattr(datamodule, "num_frames"):
+        plan = video_text_plan(datamodule, args.splits)
+    else:
+        raise ConfigError(f"cache-frames: {type(datamodule).__name__} reads no frame cache")
+    out = args.out or plan.default_out
+    if not out:
+        parser.error("no cache folder: give --out or set data.init_args.frame_cache in the config")
+    quality = args.quality if args.format == "jpeg" else None
+    start = time.perf_counter()
+    jobs = plan.jobs[args.shard :: args.num_shards]
+    with OutputLock(out, name=f"cache-frames-s{args.shard}" if args.num_shards > 1 else "cache-frames"):
+        writer = CacheWriter(out, plan.params, args.format, quality, args.shard, args.num_shards)
+        todo = writer.pending(jobs)
+        tasks = ((plan.sampler, job, args.format, quality) for job in todo)
+        if args.workers == 1:
+            results = map(_decode, tasks)
+            for job, stamp, result, chunks in results:
+                writer.add(job, stamp, result, chunks)
+        else:
+            with multiprocessing.get_context("fork").Pool(args.workers) as pool:
+                for job, stamp, result, chunks in pool.imap(_decode, tasks, chunksize=1):  # in order: resumable
+                    writer.add(job, stamp, result, chunks)
+        failed = writer.write_failures()
+    seconds = time.perf_counter() - start
+    for video, reason in failed:
+        print(f"failed: {video}: {reason}")
+    print(
+        f"{len(jobs)} videos in shard {args.shard} of {args.num_shards} ({len(jobs) - len(todo)} already cached, "
+        f"{len(todo)} decoded, {len(failed)} failed) in {seconds:.1f} s; cache {out} ({args.format}"
+        + (f", quality {quality})" if quality else ")")
+    )
+    if failed:
+        print(f"undecodable videos are listed in {writer.failed_path}; the data module's on_bad_video ({plan.on_bad_video}) applies to them")
+    return 1 if failed and plan.on_bad_video == "raise" else 0

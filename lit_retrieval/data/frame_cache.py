@@ -1,0 +1,349 @@
+"""Frame cache: every video's sampled frames decoded once (`lit-retrieval cache-frames`) and read
+back by the data modules instead of decoding (`data.init_args.frame_cache: DIR`).
+
+Layout of DIR (every writer its own files, so Slurm array shards never share one; a reader globs
+them all, no merge step):
+
+    cache.json                              format version, frame format, sampling parameters
+    shard-00003-of-00016.frames             frame bytes of shard 3, appended video after video
+    shard-00003-of-00016.index.jsonl        one line per video: its key and where its frames are
+    shard-00003-of-00016.failed.txt         videos that failed to decode, with the reason
+
+A video's key is (absolute path, window start, window end); its line also records the file's size
+and mtime (ns) when it was decoded, the frame times, mask and sampled rate (`FrameSample`), and
+either the frames' byte offset and shape or the decode error. `cache.json` records the consumer's
+sampling parameters (frames, size, targets, key-frame or exact sampling, window rule): a reader
+with other parameters, or one finding a video whose size or mtime changed, is refused with a
+`FrameCacheMismatch` naming the difference; a cache is never used silently for other frames.
+
+Frame formats (measured in docs/datasets.md):
+- `raw`: the uint8 frames `[T, H, W, 3]` as they are; read through one `numpy.memmap` per shard
+  (no decode, no copy until the batch), exactly the frames the sampler returns.
+- `jpeg`: each frame a JPEG (Pillow, `quality`, 4:4:4 chroma); ~20x smaller, lossy (PSNR in the docs).
+
+Writing is resumable: a writer appends frames first and the index line after, so after an
+interruption a rerun truncates the frame file to the last indexed video and continues in the same
+order, giving the same bytes as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import math
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from PIL import Image
+
+from lit_retrieval.data.video import FrameSample, VideoDecodeError
+from lit_retrieval.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+CACHE_FORMAT_VERSION = 1
+FrameFormat = Literal["raw", "jpeg"]
+Window = tuple[float | None, float | None]
+
+
+class FrameCacheMismatch(ConfigError):
+    """The cache was built for other frames (sampling parameters, format version) or other videos."""
+
+
+@dataclass(frozen=True)
+class CacheJob:
+    """One video window to cache: the key (`video`, `start`, `end`) and the header duration the
+    sampler falls back on for truncation checks."""
+
+    video: str
+    start: float | None = None
+    end: float | None = None
+    duration: float | None = None
+
+    @property
+    def key(self) -> tuple[str, float | None, float | None]:
+        return (self.video, self.start, self.end)
+
+
+def video_key(path: str | Path) -> str:
+    """The absolute, normalised path a cache entry is keyed by."""
+    return os.path.abspath(path)
+
+
+def file_stamp(path: str | Path) -> tuple[int, int] | None:
+    """(size in bytes, mtime in ns) of a file, None if it does not exist."""
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return stat.st_size, stat.st_mtime_ns
+
+
+def _header(params: dict[str, Any], frame_format: FrameFormat, quality: int | None) -> dict[str, Any]:
+    return {"version": CACHE_FORMAT_VERSION, "format": frame_format, "quality": quality, "sampling": params}
+
+
+def _canonical(value: Any) -> Any:
+    """`value` as it reads back from JSON (tuples become lists)."""
+    return json.loads(json.dumps(value))
+
+
+def _differences(found: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+    keys = sorted(set(found) | set(wanted))
+    return [f"{k}={found.get(k)!r} (wanted {wanted.get(k)!r})" for k in keys if found.get(k) != wanted.get(k)]
+
+
+def read_header(root: Path) -> dict[str, Any]:
+    path = root / "cache.json"
+    try:
+        header = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise FrameCacheMismatch(f"{root}: not a frame cache (no cache.json); build it with lit-retrieval cache-frames") from None
+    except ValueError as err:
+        raise FrameCacheMismatch(f"{path}: unreadable ({err})") from None
+    if header.get("version") != CACHE_FORMAT_VERSION:
+        raise FrameCacheMismatch(
+            f"{root}: cache format version {header.get('version')!r}, this version reads {CACHE_FORMAT_VERSION}; rebuild it"
+        )
+    return header
+
+
+def check_params(root: Path, header: dict[str, Any], params: dict[str, Any]) -> None:
+    """Refuse a cache whose sampling parameters are not `params`, naming each difference."""
+    diff = _differences(header["sampling"], _canonical(params))
+    if diff:
+        raise FrameCacheMismatch(f"{root}: frame cache built with other sampling parameters: {', '.join(diff)}")
+
+
+def encode_jpeg(frame: np.ndarray, quality: int) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(frame).save(buffer, format="JPEG", quality=quality, subsampling=0)
+    return buffer.getvalue()
+
+
+def decode_jpeg(data: bytes | memoryview) -> np.ndarray:
+    with Image.open(io.BytesIO(data)) as image:
+        return np.asarray(image.convert("RGB"))
+
+
+def frame_chunks(frames: np.ndarray, frame_format: FrameFormat, quality: int | None) -> list[bytes]:
+    """The bytes a shard stores for `frames` [T, H, W, 3]: one raw block, or one JPEG per frame."""
+    if frame_format == "raw":
+        return [np.ascontiguousarray(frames).tobytes()]
+    assert quality is not None
+    return [encode_jpeg(frame, quality) for frame in frames]
+
+
+def _stem(shard: int, num_shards: int) -> str:
+    return f"shard-{shard:05d}-of-{num_shards:05d}"
+
+
+class FrameCache:
+    """Read side: `get(video, start, end)` -> the cached `FrameSample`, None when absent; raises
+    `VideoDecodeError` for a video recorded as undecodable and `FrameCacheMismatch` for a changed
+    video file or a cache of other parameters. Safe in DataLoader workers (files open lazily)."""
+
+    def __init__(self, root: str | Path, params: dict[str, Any]) -> None:
+        self.root = Path(root)
+        header = read_header(self.root)
+        check_params(self.root, header, params)
+        self.format: FrameFormat = header["format"]
+        self.quality: int | None = header["quality"]
+        # key -> (index file, byte offset of its line): lines are parsed on use, so 10^5 videos cost
+        # a few MB per worker, not their frame times
+        self.entries: dict[tuple[str, float | None, float | None], tuple[str, int]] = {}
+        for index in sorted(self.root.glob("shard-*.index.jsonl")):
+            for offset, entry in read_index(index):
+                self.entries.setdefault((entry["video"], entry["start"], entry["end"]), (index.name, offset))
+        self._files: dict[str, Any] = {}
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __getstate__(self) -> dict[str, Any]:  # files and memory maps are reopened in each worker
+        return {**self.__dict__, "_files": {}}
+
+    def _open(self, name: str) -> Any:
+        if name not in self._files:
+            path = self.root / name
+            if name.endswith(".frames"):
+                self._files[name] = np.memmap(path, dtype=np.uint8, mode="r") if path.stat().st_size else np.zeros(0, np.uint8)
+            else:
+                self._files[name] = open(path, "rb")  # noqa: SIM115 (kept open for the process's lifetime)
+        return self._files[name]
+
+    def _entry(self, index_file: str, offset: int) -> dict[str, Any]:
+        handle = self._open(index_file)
+        handle.seek(offset)
+        return json.loads(handle.readline())
+
+    def get(self, video: str | Path, start: float | None = None, end: float | None = None) -> FrameSample | None:
+        key = video_key(video)
+        found = self.entries.get((key, start, end))
+        if found is None:
+            return None
+        index_file, line = found
+        entry = self._entry(index_file, line)
+        stamp = file_stamp(key)
+        if stamp is not None and stamp != (entry["size"], entry["mtime_ns"]):
+            raise FrameCacheMismatch(
+                f"{key}: changed since it was cached in {self.root} (size {entry['size']} -> {stamp[0]}, "
+                f"mtime_ns {entry['mtime_ns']} -> {stamp[1]}); rerun lit-retrieval cache-frames into a new folder"
+            )
+        if "error" in entry:
+            raise VideoDecodeError(key, entry["error"])
+        return self._sample(index_file[: -len(".index.jsonl")] + ".frames", entry)
+
+    def _sample(self, data_file: str, entry: dict[str, Any]) -> FrameSample:
+        blob = self._open(data_file)
+        offset, lengths, shape = entry["offset"], entry["lengths"], tuple(entry["shape"])
+        if self.format == "raw":
+            frames = np.array(blob[offset : offset + lengths[0]]).reshape(shape)
+        else:
+            frames = np.zeros(shape, dtype=np.uint8)
+            for i, length in enumerate(lengths):
+                frames[i] = decode_jpeg(memoryview(blob[offset : offset + length]))
+                offset += length
+        times = np.array([math.nan if t is None else t for t in entry["times"]], dtype=np.float64)
+        return FrameSample(frames, times, np.array(entry["mask"], dtype=bool), entry["sampled_fps"])
+
+
+def read_index(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(byte offset, entry) of the complete lines of an index file (a torn last line, from an
+    interrupted writer, is not one)."""
+    offset = 0
+    with open(path, "rb") as handle:
+        for line in handle:
+            if not line.endswith(b"\n"):
+                return
+            yield offset, json.loads(line)
+            offset += len(line)
+
+
+def open_cache(root: str | Path | None, params: dict[str, Any]) -> FrameCache | None:
+    """The cache at `root` for frames sampled with `params` (None when `root` is None)."""
+    return None if root is None else FrameCache(root, params)
+
+
+def cached_or_sampled(
+    cache: FrameCache | None, video: str | Path, start: float | None, end: float | None, sample: Callable[[], FrameSample]
+) -> FrameSample:
+    """The cached frames of (video, start, end), else `sample()` with a warning naming the video."""
+    if cache is not None:
+        found = cache.get(video, start, end)
+        if found is not None:
+            return found
+        log.warning("frame cache %s has no entry for %s (window %s-%s): decoding it", cache.root, video, start, end)
+    return sample()
+
+
+class CacheWriter:
+    """Write side of one shard: `pending(jobs)` lists what is not cached yet (after repairing an
+    interrupted run), `add(job, sample | error)` appends one video."""
+
+    def __init__(
+        self,
+        root: str | Path,
+        params: dict[str, Any],
+        frame_format: FrameFormat = "raw",
+        quality: int | None = None,
+        shard: int = 0,
+        num_shards: int = 1,
+    ) -> None:
+        if frame_format not in ("raw", "jpeg"):
+            raise ConfigError(f"frame cache format must be 'raw' or 'jpeg', got {frame_format!r}")
+        if frame_format == "jpeg" and not (quality and 1 <= quality <= 100):
+            raise ConfigError(f"a jpeg frame cache needs a quality in [1, 100], got {quality!r}")
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.format = frame_format
+        self.quality = quality if frame_format == "jpeg" else None
+        self._write_header(params)
+        stem = _stem(shard, num_shards)
+        self.data_path = self.root / f"{stem}.frames"
+        self.index_path = self.root / f"{stem}.index.jsonl"
+        self.failed_path = self.root / f"{stem}.failed.txt"
+        self.done: dict[tuple[str, float | None, float | None], dict[str, Any]] = {}
+        self._repair()
+
+    def _write_header(self, params: dict[str, Any]) -> None:
+        header = _header(_canonical(params), self.format, self.quality)
+        path = self.root / "cache.json"
+        if path.exists():
+            found = read_header(self.root)
+            check_params(self.root, found, params)
+            diff = _differences({k: found[k] for k in ("format", "quality")}, {"format": self.format, "quality": self.quality})
+            if diff:
+                raise FrameCacheMismatch(f"{self.root}: frame cache written in another frame format: {', '.join(diff)}")
+            return
+        tmp = path.with_name(f".cache.json.{os.getpid()}")
+        tmp.write_text(json.dumps(header, indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, path)  # shards writing at once write the same header
+
+    def _repair(self) -> None:
+        """Keep the complete index lines and the frame bytes they cover; drop a torn tail."""
+        end, kept = 0, b""
+        if self.index_path.exists():
+            entries = [entry for _, entry in read_index(self.index_path)]
+            kept = b"".join(_line(e) for e in entries)
+            for entry in entries:
+                self.done[(entry["video"], entry["start"], entry["end"])] = entry
+                if "offset" in entry:
+                    end = max(end, entry["offset"] + sum(entry["lengths"]))
+        if self.index_path.exists() and self.index_path.stat().st_size != len(kept):
+            self.index_path.write_bytes(kept)
+        if self.data_path.exists() and self.data_path.stat().st_size > end:
+            with open(self.data_path, "r+b") as handle:
+                handle.truncate(end)
+
+    def pending(self, jobs: Iterable[CacheJob]) -> list[CacheJob]:
+        """`jobs` not cached yet; a cached video whose file changed since is refused."""
+        todo = []
+        for job in jobs:
+            entry = self.done.get(job.key)
+            if entry is None:
+                todo.append(job)
+            elif file_stamp(job.video) not in (None, (entry["size"], entry["mtime_ns"])):
+                raise FrameCacheMismatch(f"{job.video}: changed since it was cached in {self.root}; write the cache into a new folder")
+        return todo
+
+    def add(self, job: CacheJob, stamp: tuple[int, int], result: FrameSample | str, chunks: list[bytes] | None = None) -> None:
+        """Append one video's frames (or, given a string, its decode error) to this shard; `chunks`:
+        the frames already encoded by `frame_chunks` (e.g. in a worker process)."""
+        entry: dict[str, Any] = {"video": job.video, "start": job.start, "end": job.end, "size": stamp[0], "mtime_ns": stamp[1]}
+        if isinstance(result, str):
+            entry["error"] = result
+        else:
+            chunks = chunks if chunks is not None else frame_chunks(result.frames, self.format, self.quality)
+            offset = self.data_path.stat().st_size if self.data_path.exists() else 0
+            with open(self.data_path, "ab") as handle:
+                for chunk in chunks:
+                    handle.write(chunk)
+                handle.flush()
+                os.fsync(handle.fileno())
+            entry.update(
+                offset=offset,
+                lengths=[len(c) for c in chunks],
+                shape=list(result.frames.shape),
+                times=[None if math.isnan(t) else float(t) for t in result.times],
+                mask=[bool(m) for m in result.mask],
+                sampled_fps=float(result.sampled_fps),
+            )
+        with open(self.index_path, "ab") as handle:
+            handle.write(_line(entry))
+        self.done[job.key] = entry
+
+    def write_failures(self) -> list[tuple[str, str]]:
+        """List this shard's undecodable videos in its `.failed.txt` (path TAB reason); returns them."""
+        failed = sorted((e["video"], e["error"]) for e in self.done.values() if "error" in e)
+        self.failed_path.write_text("".join(f"{video}\t{reason}\n" for video, reason in failed))
+        return failed
+
+
+def _line(entry: dict[str, Any]) -> bytes:
+    return (json.dumps(entry, sort_keys=True) + "\n").encode()
