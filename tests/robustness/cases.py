@@ -1,0 +1,529 @@
+"""The table of bad inputs, per entry point. Each case builds its files under a fresh folder and
+returns the command line and what the one-line error must name: the path and the reason.
+
+Entry points: `fit` with each data module (media, every annotation format, configs, checkpoints),
+`metrics`, `uvrb report`, `index`, `search` and `shots`. The expected reasons are written from each
+format's layout (the parser modules' docstrings), not read back from the error messages.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from media import write_noise_video
+
+from .files import (
+    DIDEMO_SPLITS,
+    activitynet_dir,
+    activitynet_video,
+    canonical_file,
+    canonical_video,
+    cmd_dir,
+    didemo_dir,
+    didemo_moment,
+    fit_config,
+    melon_record,
+    msrvtt_data,
+    msrvtt_dir,
+)
+
+
+@dataclass(frozen=True)
+class Expect:
+    argv: list[str]
+    path: str  # must appear in the error line
+    reason: str  # must appear in the error line (case-insensitive)
+
+
+@dataclass(frozen=True)
+class Case:
+    entry: str  # the entry point the case belongs to (report key)
+    name: str
+    build: Callable[[Path], Expect]
+    subprocess: bool = False  # also run as a real `lit-retrieval` process
+
+    @property
+    def id(self) -> str:
+        return f"{self.entry}:{self.name}"
+
+
+CASES: list[Case] = []
+
+
+def case(entry: str, name: str, subprocess: bool = False):
+    def register(build: Callable[[Path], Expect]) -> Callable[[Path], Expect]:
+        CASES.append(Case(entry, name, build, subprocess))
+        return build
+
+    return register
+
+
+def fit(tmp: Path, data_class: str, init_args: dict, *extra: str, **trainer) -> list[str]:
+    return ["fit", "--config", str(fit_config(tmp / "fit.yaml", data_class, init_args, **trainer)), *extra]
+
+
+# -- canonical multi-event annotations (MultiEventDataModule) ------------------------------------
+
+
+def canonical_case(name: str, reason: str, subprocess: bool = False, **file_args):
+    def build(tmp: Path) -> Expect:
+        path = canonical_file(tmp / "ann.json", **file_args)
+        return Expect(fit(tmp, "MultiEventDataModule", {"annotation": str(path)}), str(path), reason)
+
+    CASES.append(Case("annotations/canonical", name, build, subprocess))
+
+
+def raw_file_case(entry: str, name: str, content: bytes, reason: str, data_class: str, file_name: str, key: str, **init):
+    """A case whose whole annotation file is `content` (bytes as they are on disk)."""
+
+    def build(tmp: Path) -> Expect:
+        folder = tmp / "ann"
+        folder.mkdir()
+        path = folder / file_name
+        path.write_bytes(content)
+        target = str(path) if key == "annotation" else str(folder)
+        return Expect(fit(tmp, data_class, {key: target, **init}), str(path), reason)
+
+    CASES.append(Case(entry, name, build))
+
+
+NOT_UTF8 = '{"videos": ["caf\u00e9"]}'.encode("latin-1")
+GOOD_CANONICAL = json.dumps({"format": "lit-retrieval/multi-event", "version": 1, "videos": [canonical_video()]})
+
+raw_file_case("annotations/canonical", "not UTF-8", NOT_UTF8, "not UTF-8", "MultiEventDataModule", "ann.json", "annotation")
+raw_file_case("annotations/canonical", "truncated JSON", GOOD_CANONICAL[:40].encode(), "not valid JSON", "MultiEventDataModule", "ann.json", "annotation")
+raw_file_case("annotations/canonical", "duplicate key", GOOD_CANONICAL.replace('"version": 1', '"version": 1, "version": 1').encode(),
+              "duplicate key 'version'", "MultiEventDataModule", "ann.json", "annotation")
+raw_file_case("annotations/canonical", "NaN literal", GOOD_CANONICAL.replace('"duration": 10.0', '"duration": NaN').encode(),
+              "NaN", "MultiEventDataModule", "ann.json", "annotation")
+raw_file_case("annotations/canonical", "duration 1e400 (infinite)", GOOD_CANONICAL.replace('"duration": 10.0', '"duration": 1e400').encode(),
+              "finite", "MultiEventDataModule", "ann.json", "annotation")
+
+
+@case("annotations/canonical", "missing file")
+def _(tmp: Path) -> Expect:
+    return Expect(fit(tmp, "MultiEventDataModule", {"annotation": str(tmp / "absent.json")}), str(tmp / "absent.json"), "annotation file not found")
+
+
+canonical_case("not the format", "multi-event", format="something-else")
+canonical_case("videos not a list", "'videos' must be a list", videos={"v1": canonical_video()})
+canonical_case("video not an object", "must be a JSON object", videos=["v1"])
+canonical_case("missing field", "missing field 'duration'", videos=[{k: v for k, v in canonical_video().items() if k != "duration"}])
+canonical_case("duration zero", "duration must be positive", videos=[canonical_video(duration=0)])
+canonical_case("duration negative", "duration must be positive", videos=[canonical_video(duration=-3.0)])
+canonical_case("duration a string", "duration must be a finite number", videos=[canonical_video(duration="10")])
+canonical_case("end before start", "0 <= start < end", videos=[canonical_video(events=[{"description": "x", "start": 5.0, "end": 2.0}])])
+canonical_case("end equals start", "0 <= start < end", videos=[canonical_video(events=[{"description": "x", "start": 5.0, "end": 5.0}])])
+canonical_case("interval past the end", "past the duration", videos=[canonical_video(events=[{"description": "x", "start": 0.0, "end": 11.0}])])
+canonical_case("cuts a number", "'cuts' must be a list", videos=[canonical_video(cuts=3)])
+canonical_case("cut outside the video", "cut times must lie in", videos=[canonical_video(cuts=[12.0])])
+canonical_case("duplicate video_id", "duplicate video_id", videos=[canonical_video("v1"), canonical_video("v1", "test")])
+canonical_case("empty description", "description", videos=[canonical_video(events=[{"description": " ", "start": 0, "end": 1}])])
+canonical_case("path not a string", "'path' must be a non-empty string", videos=[canonical_video(path=["v1.mp4"])])
+canonical_case("split not a string", "'split' must be a non-empty string", videos=[canonical_video(split=1)])
+canonical_case("events empty", "'events' must be a non-empty list", videos=[canonical_video(events=[])])
+canonical_case("theme a list", "'theme' must be a string", videos=[canonical_video(events=[{"description": "x", "start": 0, "end": 1, "theme": ["a"]}])])
+canonical_case("intervals a number", "'intervals' must be a non-empty list", videos=[canonical_video(events=[{"description": "x", "intervals": 4}])])
+canonical_case("video in train and test", "also in the training split",
+               videos=[canonical_video("v1"), canonical_video("v2", "test", path="v1.mp4")])
+
+# -- media (MultiEventDataModule, on_bad_video: raise) -------------------------------------------
+
+
+def media_case(name: str, write: Callable[[Path], None], reason: str, subprocess: bool = False, **init):
+    def build(tmp: Path) -> Expect:
+        write(tmp / "v1.mp4")
+        events = [{"description": "x", "start": 0, "end": 1}]
+        videos = [canonical_video("v1", duration=2.0, events=events), canonical_video("v2", "test", duration=2.0, events=events)]
+        path = canonical_file(tmp / "ann.json", videos=videos)
+        init_args = {"annotation": str(path), "num_frames": 2, "image_size": 16, "batch_size": 1, **init}
+        return Expect(fit(tmp, "MultiEventDataModule", init_args), str(tmp / "v1.mp4"), reason)
+
+    CASES.append(Case("media", name, build, subprocess))
+
+
+def truncated(path: Path) -> None:
+    write_noise_video(path, 2.0)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+media_case("garbage bytes", lambda p: p.write_bytes(b"\x00not a video" * 64), "undecodable", subprocess=True)
+media_case("empty file", lambda p: p.write_bytes(b""), "empty")
+media_case("missing file", lambda p: None, "not found")
+media_case("a text file", lambda p: p.write_text("hello\n" * 50), "undecodable")
+media_case("truncated mp4", truncated, "v1.mp4")
+media_case("garbage bytes, in a DataLoader worker", lambda p: p.write_bytes(b"\x00not a video" * 64), "undecodable", num_workers=1)
+
+# -- MELON ---------------------------------------------------------------------------------------
+
+
+def melon_case(name: str, data, reason: str, **init):
+    def build(tmp: Path) -> Expect:
+        path = tmp / "melon.json"
+        path.write_text(json.dumps(data))
+        return Expect(fit(tmp, "MELONDataModule", {"annotation": str(path), "probe_durations": False, **init}), str(path), reason)
+
+    CASES.append(Case("annotations/melon", name, build))
+
+
+raw_file_case("annotations/melon", "not UTF-8", NOT_UTF8, "not UTF-8", "MELONDataModule", "melon.json", "annotation", probe_durations=False)
+melon_case("a JSON string", "videos", "expected a list of videos or an object")
+melon_case("record not an object", [3], "must be an object or a list of events")
+melon_case("unreadable timestamp", [melon_record(events=[{"Description": "x", "Timestamp": "soon"}])], "bad 'timestamp'")
+melon_case("end before start", [melon_record(events=[{"Description": "x", "Timestamp": "01:00 - 00:30"}])], "0 <= start < end")
+melon_case("infinite clock duration", [melon_record(duration="9" * 400)], "positive and finite")
+melon_case("no duration, no probing", [{k: v for k, v in melon_record().items() if k != "duration"}], "missing field 'duration'")
+melon_case("duplicate video ids", [melon_record("a"), melon_record("a", "test")], "duplicate video_id")
+melon_case("missing split", [{k: v for k, v in melon_record().items() if k != "split"}], "missing field 'split'")
+melon_case("video id a list", [melon_record(video_id=["a"])], "must be a non-empty string")
+melon_case("event not an object", [melon_record(events=["x"])], "an event must be an object")
+
+# -- ActivityNet Captions ------------------------------------------------------------------------
+
+
+def activitynet_case(name: str, reason: str, file: str = "train.json", **files):
+    def build(tmp: Path) -> Expect:
+        root = activitynet_dir(tmp / "anet", **files)
+        return Expect(fit(tmp, "ActivityNetDataModule", {"annotation_dir": str(root)}), str(root / file), reason)
+
+    CASES.append(Case("annotations/activitynet", name, build))
+
+
+def activitynet_raw(name: str, content: bytes, reason: str):
+    def build(tmp: Path) -> Expect:
+        root = activitynet_dir(tmp / "anet")
+        (root / "train.json").write_bytes(content)
+        return Expect(fit(tmp, "ActivityNetDataModule", {"annotation_dir": str(root)}), str(root / "train.json"), reason)
+
+    CASES.append(Case("annotations/activitynet", name, build))
+
+
+activitynet_raw("not UTF-8", NOT_UTF8, "not UTF-8")
+activitynet_raw("duplicate video key", b'{"v_a": ' + json.dumps(activitynet_video()).encode() + b', "v_a": '
+                + json.dumps(activitynet_video()).encode() + b"}", "duplicate key 'v_a'")
+activitynet_case("not an object", "expected an object keyed by video id", train=[activitynet_video()])
+activitynet_case("record not an object", "must be an object", train={"v_a": 5})
+activitynet_case("more sentences than timestamps", "3 sentences but 2 timestamps", train={"v_a": activitynet_video(sentences=["a", "b", "c"])})
+activitynet_case("timestamp not a pair", "is not [start, end]", train={"v_a": activitynet_video(timestamps=[[0.0], [1.0, 2.0]])})
+activitynet_case("duration zero", "duration must be positive", train={"v_a": activitynet_video(duration=0)})
+activitynet_case("duration a string", "finite number", train={"v_a": activitynet_video(duration="30")})
+activitynet_case("end before start", "0 <= start < end", train={"v_a": activitynet_video(timestamps=[[5.0, 1.0], [10.0, 30.0]])})
+activitynet_case("video in train and test", "also in the training split", file="", test={"v_a": activitynet_video()})
+
+# -- DiDeMo ----------------------------------------------------------------------------------------
+
+
+def didemo_case(name: str, reason: str, file: str = "train_data.json", **files):
+    def build(tmp: Path) -> Expect:
+        root = didemo_dir(tmp / "didemo", **files)
+        return Expect(fit(tmp, "DiDeMoDataModule", {"annotation_dir": str(root), "split_files": DIDEMO_SPLITS}), str(root / file), reason)
+
+    CASES.append(Case("annotations/didemo", name, build))
+
+
+didemo_case("not a list", "expected a list of moment annotations", train={"a": didemo_moment()})
+didemo_case("moment not an object", "an annotation must be an object", train=["x"])
+didemo_case("chunks not integers", "(integers)", train=[didemo_moment(times=[[0.5, 1]])])
+didemo_case("chunk past the video", "past the video's 6 segments", train=[didemo_moment(times=[[0, 6]])])
+didemo_case("end chunk before start", "0 <= start <= end", train=[didemo_moment(times=[[3, 1]])])
+didemo_case("num_segments a boolean", "num_segments must be a positive integer", train=[didemo_moment(num_segments=True)])
+didemo_case("duplicate annotation_id", "duplicate annotation_id", train=[didemo_moment(1), didemo_moment(1, "c.mp4")])
+didemo_case("video in train and test", "also in the training split", file="", test=[didemo_moment(2, "a.mp4")])
+
+# -- Condensed Movies --------------------------------------------------------------------------------
+
+
+def cmd_case(name: str, file: str, reason: str, **tables):
+    def build(tmp: Path) -> Expect:
+        root = cmd_dir(tmp / "cmd", **tables)
+        return Expect(fit(tmp, "CondensedMoviesDataModule", {"metadata_dir": str(root), "require_video": False, "val_split": None}),
+                      str(root / file), reason)
+
+    CASES.append(Case("annotations/condensed_movies", name, build))
+
+
+def cmd_raw(name: str, file: str, content: bytes, reason: str):
+    def build(tmp: Path) -> Expect:
+        root = cmd_dir(tmp / "cmd")
+        (root / file).write_bytes(content)
+        return Expect(fit(tmp, "CondensedMoviesDataModule", {"metadata_dir": str(root), "require_video": False, "val_split": None}),
+                      str(root / file), reason)
+
+    CASES.append(Case("annotations/condensed_movies", name, build))
+
+
+cmd_raw("not UTF-8", "descriptions.csv", "imdbid,videoid,description\ntt1,c1,caf\u00e9\n".encode("latin-1"), "not UTF-8")
+cmd_case("short row", "durations.csv", "fewer fields", durations=[["videoid", "duration"], ["c1"]])
+cmd_case("long row", "split.csv", "more fields", split=[["imdbid", "split"], ["tt1", "train", "extra"]])
+cmd_case("missing column", "durations.csv", "missing column(s) ['duration']", durations=[["videoid", "length"], ["c1", "3"]])
+cmd_case("infinite duration", "descriptions.csv", "positive and finite", durations=[["videoid", "duration"], ["c1", "inf"], ["c2", "98"]])
+cmd_case("NaN duration", "descriptions.csv", "positive and finite", durations=[["videoid", "duration"], ["c1", "nan"], ["c2", "98"]])
+cmd_case("clip listed twice, differently", "clips.csv", "repeated videoid",
+         clips=[["videoid", "upload_year", "imdbid"], ["c1", "2011.0", "tt1"], ["c1", "2013.0", "tt1"], ["c2", "2012.0", "tt2"]])
+
+# -- MSR-VTT -------------------------------------------------------------------------------------------
+
+
+def msrvtt_case(name: str, file: str, reason: str, **files):
+    def build(tmp: Path) -> Expect:
+        root = msrvtt_dir(tmp / "msrvtt", **files)
+        return Expect(fit(tmp, "MSRVTTDataModule", {"annotation_dir": str(root), "val_fraction": 0.0, "val_split": None}), str(root / file), reason)
+
+    CASES.append(Case("annotations/msrvtt", name, build))
+
+
+TEST_HEADER = ["key", "vid_key", "video_id", "sentence"]
+msrvtt_case("duplicate test rows", "MSRVTT_JSFUSION_test.csv", "listed again",
+            test=[TEST_HEADER, ["ret0", "msr3", "video3", "a cat"], ["ret1", "msr3", "video3", "a cat"]])
+msrvtt_case("end time before start time", "MSRVTT_data.json", "need 0 <= start < end",
+            data=msrvtt_data(videos=[{"video_id": "video0", "start time": 5.0, "end time": 2.0}]))
+msrvtt_case("video entry not an object", "MSRVTT_data.json", "a video entry must be an object", data=msrvtt_data(videos=["video0"]))
+msrvtt_case("sentence entry not an object", "MSRVTT_data.json", "a sentence entry must be an object", data=msrvtt_data(sentences=[7]))
+msrvtt_case("videos not a list", "MSRVTT_data.json", "'videos' and 'sentences' lists", data={"videos": {}, "sentences": []})
+msrvtt_case("short test row", "MSRVTT_JSFUSION_test.csv", "fewer fields", test=[TEST_HEADER, ["ret0", "msr3"]])
+msrvtt_case("duplicate video_id in the data file", "MSRVTT_data.json", "duplicate video_id",
+            data=msrvtt_data(videos=[{"video_id": "video0", "start time": 0.0, "end time": 2.0}] * 2))
+msrvtt_case("video in train and test", "", "also in the training split",
+            test=[TEST_HEADER, ["ret0", "msr0", "video0", "a cat"]])
+
+# -- configs ---------------------------------------------------------------------------------------------
+
+
+def config_case(name: str, init_changes: dict, reason: str, subprocess: bool = False):
+    def build(tmp: Path) -> Expect:
+        annotation = canonical_file(tmp / "ann.json")
+        argv = fit(tmp, "MultiEventDataModule", {"annotation": str(annotation), **init_changes})
+        return Expect(argv, str(tmp / "fit.yaml"), reason)
+
+    CASES.append(Case("configs", name, build, subprocess))
+
+
+config_case("batch_size 0", {"batch_size": 0}, "data.batch_size must be an integer >= 1", subprocess=True)
+config_case("image_size 0", {"image_size": 0}, "data.image_size must be an integer >= 1")
+config_case("num_frames 0", {"num_frames": 0}, "data.num_frames must be an integer >= 1")
+config_case("eval_batch_size 0", {"eval_batch_size": 0}, "data.eval_batch_size must be an integer >= 1")
+config_case("num_workers -1", {"num_workers": -1}, "data.num_workers must be an integer >= 0")
+config_case("min_events 0", {"min_events": 0}, "data.min_events must be an integer >= 1")
+config_case("holdout_val 1.5", {"holdout_val": 1.5}, "holdout_val must lie in [0, 1)")
+config_case("misspelled key", {"batchsize": 4}, "valid: batch_size")
+config_case("on_bad_video unknown", {"on_bad_video": "ignore"}, "on_bad_video")
+
+
+@case("configs", "config file missing")
+def _(tmp: Path) -> Expect:
+    return Expect(["fit", "--config", str(tmp / "nowhere.yaml")], str(tmp / "nowhere.yaml"), "nowhere.yaml")
+
+
+@case("configs", "config not YAML")
+def _(tmp: Path) -> Expect:
+    (tmp / "bad.yaml").write_text("model: [unclosed\n")
+    return Expect(["fit", "--config", str(tmp / "bad.yaml")], str(tmp / "bad.yaml"), "bad.yaml")
+
+
+# -- checkpoints (fit --ckpt_path; index --ckpt) -----------------------------------------------------
+
+
+def torch_archive() -> bytes:
+    buffer = io.BytesIO()
+    torch.save({"state_dict": {"w": torch.zeros(64)}}, buffer)
+    return buffer.getvalue()
+
+
+def plain_zip() -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("readme.txt", "not a checkpoint")
+    return buffer.getvalue()
+
+
+CHECKPOINTS = {
+    "garbage": (lambda: b"\x00garbage" * 100, "corrupt or partial checkpoint"),
+    "truncated": (lambda: torch_archive()[: len(torch_archive()) // 2], "corrupt or partial checkpoint"),
+    "plain zip": (plain_zip, "not a torch checkpoint"),
+    "empty": (lambda: b"", "empty checkpoint file"),
+}
+
+
+def ckpt_case(kind: str):
+    content, reason = CHECKPOINTS[kind]
+
+    def build(tmp: Path) -> Expect:
+        ckpt = tmp / "model.ckpt"
+        ckpt.write_bytes(content())
+        argv = fit(tmp, "MultiEventDataModule", {"annotation": str(canonical_file(tmp / "ann.json"))}, "--ckpt_path", str(ckpt))
+        return Expect(argv, str(ckpt), reason)
+
+    CASES.append(Case("checkpoints", f"fit --ckpt_path {kind}", build))
+
+
+def index_ckpt_case(kind: str):
+    content, reason = CHECKPOINTS[kind]
+
+    def build(tmp: Path) -> Expect:
+        ckpt = tmp / "model.ckpt"
+        ckpt.write_bytes(content())
+        (tmp / "videos").mkdir()
+        write_noise_video(tmp / "videos" / "a.mp4", 1.0)
+        config = fit_config(tmp / "fit.yaml", "MultiEventDataModule", {"annotation": str(canonical_file(tmp / "ann.json"))})
+        argv = ["index", "--config", str(config), "--ckpt", str(ckpt), "--videos", str(tmp / "videos"), "--out", str(tmp / "idx")]
+        return Expect(argv, str(ckpt), reason)
+
+    CASES.append(Case("checkpoints", f"index --ckpt {kind}", build))
+
+
+for _kind in CHECKPOINTS:
+    ckpt_case(_kind)
+for _kind in ("garbage", "plain zip"):
+    index_ckpt_case(_kind)
+
+# -- metrics --------------------------------------------------------------------------------------------
+
+
+def metrics_case(name: str, reason: str, scores=None, targets=None, raw: bytes | None = None, file: str = "scores.npy", subprocess=False):
+    def build(tmp: Path) -> Expect:
+        path = tmp / file
+        if raw is not None:
+            path.write_bytes(raw)
+        elif file.endswith(".npz"):
+            np.savez(path, scores=np.eye(3))
+        elif scores is not None:
+            np.save(path, scores, allow_pickle=True)
+        argv = ["metrics", str(path)]
+        bad = path
+        if targets is not None:
+            np.save(tmp / "targets.npy", targets)
+            argv += ["--text-video", str(tmp / "targets.npy")]
+            bad = tmp / "targets.npy"
+        return Expect(argv, str(bad), reason)
+
+    CASES.append(Case("metrics", name, build, subprocess))
+
+
+metrics_case("string array", "scores must be numbers", scores=np.array([["a", "b"], ["c", "d"]]), subprocess=True)
+metrics_case(".npz archive", "an .npz archive", file="scores.npz")
+metrics_case("float targets", "targets must be an integer array", scores=np.eye(3), targets=np.array([0.0, 1.7, 2.0]))
+metrics_case("garbage file", "not a .npy array", raw=b"\x00garbage" * 10)
+metrics_case("pickled object array", "not a .npy array", scores=np.array([{"a": 1}, None], dtype=object))
+metrics_case("NaN scores", "scores are NaN", scores=np.array([[np.nan, 0.0], [0.0, 1.0]]))
+metrics_case("one-dimensional scores", "scores must be [texts, videos]", scores=np.arange(3.0))
+metrics_case("missing file", "No such file", file="absent.npy")
+metrics_case("targets out of range", "targets", scores=np.eye(3), targets=np.array([0, 1, 7]))
+
+# -- uvrb report ------------------------------------------------------------------------------------
+
+
+def report_case(name: str, content: bytes, reason: str, subprocess: bool = False):
+    def build(tmp: Path) -> Expect:
+        path = tmp / "results.json"
+        path.write_bytes(content)
+        return Expect(["uvrb", "report", str(path)], str(path), reason)
+
+    CASES.append(Case("uvrb report", name, build, subprocess))
+
+
+report_case("malformed JSON", b'{"MSRVTT": 0.5,', "not valid JSON", subprocess=True)
+report_case("a JSON string", b'"MSRVTT"', "expected a JSON object")
+report_case("null", b"null", "expected a JSON object")
+report_case("a list", b"[0.5, 0.6]", "expected a JSON object")
+report_case("NaN score", b'{"MSRVTT": NaN}', "dataset 'MSRVTT': the score must be a finite number")
+report_case("null score", b'{"MSRVTT": null}', "dataset 'MSRVTT': the score must be a finite number")
+report_case("string score", b'{"datasets": {"MSRVTT": {"score": "0.5"}}}', "dataset 'MSRVTT': the score must be a finite number")
+report_case("datasets a list", b'{"datasets": [1, 2]}', "'datasets' must be an object")
+report_case("dataset entry a list", b'{"datasets": {"MSRVTT": [0.5]}}', "dataset 'MSRVTT': expected an object")
+report_case("datasets missing", b'{"MSRVTT": 0.5}', "need a score for each of the 16 UVRB datasets")
+report_case("not UTF-8", '{"caf\u00e9": 1}'.encode("latin-1"), "not UTF-8")
+report_case("duplicate key", b'{"MSRVTT": 0.5, "MSRVTT": 0.7}', "duplicate key 'MSRVTT'")
+
+# -- index -------------------------------------------------------------------------------------------
+
+
+def index_case(name: str, make_videos: Callable[[Path], Path], reason: str, subprocess: bool = False):
+    def build(tmp: Path) -> Expect:
+        videos = make_videos(tmp)
+        return Expect(["index", "--model", str(tmp / "no-model"), "--videos", str(videos), "--out", str(tmp / "idx")], str(videos), reason)
+
+    CASES.append(Case("index", name, build, subprocess))
+
+
+def one_video(tmp: Path) -> Path:
+    return write_noise_video(tmp / "clip.mp4", 1.0)
+
+
+def text(tmp: Path, name: str, content: bytes) -> Path:
+    (tmp / name).write_bytes(content)
+    return tmp / name
+
+
+index_case("--videos a video file", one_video, "a video file, where a folder of videos or a list file", subprocess=True)
+index_case("--videos an empty list", lambda tmp: text(tmp, "list.txt", b"\n# nothing\n"), "no videos found")
+index_case("--videos an empty folder", lambda tmp: (tmp / "empty").mkdir() or tmp / "empty", "no videos found")
+index_case("--videos missing", lambda tmp: tmp / "absent.txt", "neither a folder of videos nor a list file")
+index_case("--videos list not UTF-8", lambda tmp: text(tmp, "list.txt", "caf\u00e9.mp4\n".encode("latin-1")), "not UTF-8")
+
+# -- search ------------------------------------------------------------------------------------------
+
+
+def search_case(name: str, make_index: Callable[[Path], Path], reason: str, file: str = "", subprocess: bool = False):
+    def build(tmp: Path) -> Expect:
+        index = make_index(tmp)
+        return Expect(["search", str(index), "a dog"], str(index / file) if file else str(index), reason)
+
+    CASES.append(Case("search", name, build, subprocess))
+
+
+def index_folder(tmp: Path, meta: bytes, videos: bytes, faiss_bytes: bytes) -> Path:
+    root = tmp / "idx"
+    root.mkdir()
+    (root / "meta.json").write_bytes(meta)
+    (root / "videos.json").write_bytes(videos)
+    (root / "index.faiss").write_bytes(faiss_bytes)
+    return root
+
+
+search_case("index folder missing", lambda tmp: tmp / "absent", "not a finished index", subprocess=True)
+search_case("meta.json garbage", lambda tmp: index_folder(tmp, b"{garbage", b"[]", b"x"), "not valid JSON", file="meta.json")
+search_case("index.faiss garbage", lambda tmp: index_folder(tmp, b'{"model": {}}', b'["a.mp4"]', b"\x00garbage" * 20),
+            "not a readable faiss index", file="index.faiss")
+search_case("videos.json an object", lambda tmp: index_folder(tmp, b"{}", b'{"a": 1}', b"x"), "is not what `lit-retrieval index` writes")
+
+# -- shots -------------------------------------------------------------------------------------------
+
+
+def shots_case(name: str, build_argv: Callable[[Path], tuple[list[str], Path]], reason: str, subprocess: bool = False):
+    def build(tmp: Path) -> Expect:
+        argv, path = build_argv(tmp)
+        return Expect(["shots", *argv, "--cache", str(tmp / "cache")], str(path), reason)
+
+    CASES.append(Case("shots", name, build, subprocess))
+
+
+def shots_config(tmp: Path, content: str) -> tuple[list[str], Path]:
+    (tmp / "train.yaml").write_text(content)
+    return ["--config", str(tmp / "train.yaml"), str(one_video(tmp))], tmp / "train.yaml"
+
+
+shots_case("--list a video file", lambda tmp: (["--list", str(one_video(tmp))], tmp / "clip.mp4"), "a video file, where a list file", subprocess=True)
+shots_case("--list not UTF-8", lambda tmp: (["--list", str(text(tmp, "l.txt", b"\xff\xfe\n"))], tmp / "l.txt"), "not UTF-8")
+shots_case("--config missing", lambda tmp: (["--config", str(tmp / "absent.yaml"), str(one_video(tmp))], tmp / "absent.yaml"), "No such file")
+shots_case("--config not YAML", lambda tmp: shots_config(tmp, "data: [unclosed\n"), "not valid YAML")
+shots_case("--config without data.shots", lambda tmp: shots_config(tmp, "data: {init_args: {}}\n"), "no data.shots section")
+shots_case("--config unknown shots key", lambda tmp: shots_config(tmp, "data: {shots: {detectr: {}}}\n"), "unknown data.shots keys")
+shots_case("--on-error raise, garbage video",
+           lambda tmp: (["--on-error", "raise", str(text(tmp, "bad.mp4", b"\x00garbage" * 64))], tmp / "bad.mp4"), "shot detection failed")
+
+
+def by_entry() -> dict[str, int]:
+    """How many cases each entry point has."""
+    counts: dict[str, int] = {}
+    for c in CASES:
+        counts[c.entry] = counts.get(c.entry, 0) + 1
+    return counts

@@ -1,0 +1,88 @@
+"""Every bad input of the table (cases.py) ends as one line, `lit-retrieval COMMAND: PATH...: reason`,
+with exit status 2 and no traceback: in-process through `cli.main` for every case, and as a real
+`lit-retrieval` process for a representative case of each entry point. `--debug` and
+`LIT_RETRIEVAL_DEBUG=1` give the traceback instead."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from lit_retrieval.cli import main
+
+from .cases import CASES, Case, by_entry
+
+pytestmark = pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")  # in-process runs pass argv
+ENTRY_POINTS = {"media", "annotations/canonical", "annotations/melon", "annotations/activitynet", "annotations/didemo",
+                "annotations/condensed_movies", "annotations/msrvtt", "configs", "checkpoints", "metrics", "uvrb report",
+                "index", "search", "shots"}
+
+
+def error_line(stderr: str, command: str) -> str:
+    """The one contract line of `stderr`: the only line starting with `lit-retrieval`, and the last
+    one (library log lines such as Lightning's "Seed set to 0" may come before it)."""
+    assert "Traceback" not in stderr, stderr[-3000:]
+    lines = [line for line in stderr.splitlines() if line.startswith("lit-retrieval")]
+    assert len(lines) == 1, stderr[-3000:]
+    assert stderr.rstrip("\n").splitlines()[-1] == lines[0], stderr[-3000:]
+    assert lines[0].startswith(f"lit-retrieval {command}: "), lines[0]
+    return lines[0]
+
+
+def check(line: str, path: str, reason: str) -> None:
+    assert path in line, f"{path!r} not named in: {line}"
+    assert reason.lower() in line.lower(), f"{reason!r} not in: {line}"
+
+
+def test_every_entry_point_has_cases():
+    assert set(by_entry()) == ENTRY_POINTS
+    assert all(count >= 4 for count in by_entry().values()), by_entry()
+    assert len({c.id for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("bad", CASES, ids=[c.id for c in CASES])
+def test_bad_input_is_one_line_with_exit_status_2(bad: Case, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("LIT_RETRIEVAL_DEBUG", raising=False)
+    expect = bad.build(tmp_path)
+    with pytest.raises(SystemExit) as finished:
+        main(list(expect.argv))
+    err = capsys.readouterr().err
+    assert finished.value.code == 2, err[-3000:]
+    check(error_line(err, expect.argv[0]), expect.path, expect.reason)
+
+
+SUBPROCESS_CASES = [c for c in CASES if c.subprocess]
+
+
+@pytest.mark.slow  # a fresh interpreter per case (the in-process test above covers every case)
+@pytest.mark.parametrize("bad", SUBPROCESS_CASES, ids=[c.id for c in SUBPROCESS_CASES])
+def test_lit_retrieval_process_prints_one_line(bad: Case, tmp_path):
+    expect = bad.build(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "LIT_RETRIEVAL_DEBUG"}
+    out = subprocess.run([sys.executable, "-m", "lit_retrieval", *expect.argv], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 2, out.stderr[-3000:]
+    line = error_line(out.stderr, expect.argv[0])
+    check(line, expect.path, expect.reason)
+    if expect.argv[0] not in ("fit", "validate", "test", "predict"):  # no library log lines before it
+        assert out.stderr.strip() == line
+
+
+def test_each_entry_point_has_a_process_case():
+    assert {c.entry for c in SUBPROCESS_CASES} == {"media", "configs", "metrics", "uvrb report", "index", "search", "shots"}
+
+
+@pytest.mark.parametrize("how", ["flag", "environment"])
+def test_debug_shows_the_traceback(how, tmp_path, monkeypatch):
+    bad = next(c for c in CASES if c.id == "uvrb report:a list")
+    expect = bad.build(tmp_path)
+    argv = [*expect.argv, "--debug"] if how == "flag" else list(expect.argv)
+    if how == "environment":
+        monkeypatch.setenv("LIT_RETRIEVAL_DEBUG", "1")
+    from lit_retrieval.errors import InputError
+
+    with pytest.raises(InputError, match="expected a JSON object"):
+        main(argv)
