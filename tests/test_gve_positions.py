@@ -29,8 +29,9 @@ def tensor_or_none(values, dtype=torch.long):
 
 @pytest.mark.parametrize("case", json.loads(FIXTURE.read_text())["cases"], ids=lambda c: c["name"])
 def test_positions_equal_those_of_release_era_transformers(case):
-    """Expected values: transformers 4.51.3 `get_rope_index` (tests/fixtures/mrope/make_positions.py)."""
-    layout = MRopeLayout(**json.loads(FIXTURE.read_text())["layout"])
+    """Expected values: transformers 4.51.3 `get_rope_index` of Qwen2.5-VL (and of Qwen2-VL for one
+    batch), written by tests/fixtures/mrope/make_positions.py."""
+    layout = MRopeLayout(**json.loads(FIXTURE.read_text())["layouts"][case.get("model", "qwen2_5_vl")])
     ids, mask = torch.tensor(case["input_ids"]), torch.tensor(case["attention_mask"])
     seconds = None if case["seconds"] is None else torch.tensor(case["seconds"], dtype=torch.float32)
     grids = tensor_or_none(case["images"]), tensor_or_none(case["videos"])
