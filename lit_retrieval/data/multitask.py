@@ -27,7 +27,7 @@ from lit_retrieval.data.resume import EpochPosition
 from lit_retrieval.data.task_sampler import TaskBatchSampler
 from lit_retrieval.data.tasks import TaskRecord, TaskSpec, read_task
 from lit_retrieval.data.video import VideoDecodeError
-from lit_retrieval.errors import ConfigError
+from lit_retrieval.errors import ConfigError, check_at_least
 
 log = logging.getLogger(__name__)
 BadVideoPolicy = Literal["raise", "replace"]
@@ -182,14 +182,18 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
         frame_cache: str | None = None,
     ) -> None:
         super().__init__()
+        # impossible values are refused when the config is parsed (LightningCLI builds the module then)
+        check_at_least("data", 1, eval_batch_size=eval_batch_size)
+        check_at_least("data", 1, **({"steps_per_epoch": steps_per_epoch} if steps_per_epoch is not None else {}))
+        check_at_least("data", 0, num_workers=num_workers)
         if sampling not in ("proportional", "uniform"):
-            raise ValueError(f"sampling must be 'proportional' or 'uniform', got {sampling!r}")
+            raise ConfigError(f"data.sampling must be 'proportional' or 'uniform', got {sampling!r}")
         self.specs = [t for t in tasks if include_synthetic or not t.synthetic]
         if not self.specs:
-            raise ValueError("no training task left (all are synthetic and include_synthetic is false)")
+            raise ConfigError("data.tasks: no training task left (all are synthetic and include_synthetic is false)")
         names = [t.name for t in self.specs]
         if len(set(names)) != len(names):
-            raise ValueError(f"task names must be unique, got {names}")
+            raise ConfigError(f"data.tasks: task names must be unique, got {names}")
         self.val_specs = list(val_tasks or [])
         self.steps_per_epoch = steps_per_epoch
         self.sampling = sampling

@@ -25,6 +25,7 @@ import numpy as np
 from lit_retrieval.data.bad_records import BadRecordPolicy, RecordCollector
 from lit_retrieval.data.media import ItemError, MediaItem, item_from_json, parse_format
 from lit_retrieval.data.records import AnnotationError, loads_strict, read_text, record_id
+from lit_retrieval.errors import ConfigError
 
 
 @dataclass
@@ -59,9 +60,12 @@ class TaskSpec:
     synthetic: bool = False
 
     def __post_init__(self) -> None:
-        parse_format(self.format)
+        try:
+            parse_format(self.format)
+        except ValueError as err:
+            raise ConfigError(f"task {self.name!r}: {err}") from None
         if self.batch_size < 1 or self.num_negatives < 0 or self.repeat < 1:
-            raise ValueError(f"task {self.name!r}: batch_size >= 1, num_negatives >= 0 and repeat >= 1 are required")
+            raise ConfigError(f"task {self.name!r}: batch_size >= 1, num_negatives >= 0 and repeat >= 1 are required")
 
 
 @dataclass(frozen=True)

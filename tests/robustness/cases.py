@@ -318,6 +318,21 @@ config_case("misspelled key", {"batchsize": 4}, "valid: batch_size")
 config_case("on_bad_video unknown", {"on_bad_video": "ignore"}, "on_bad_video")
 
 
+
+def gve_config_case(name: str, task_changes: dict, init_changes: dict, reason: str):
+    def build(tmp: Path) -> Expect:
+        task = {"name": "t2v", "path": str(tmp / "t2v.jsonl"), "format": "T->V", **task_changes}
+        argv = fit(tmp, "MultiTaskDataModule", {"tasks": [task], **init_changes})
+        return Expect(argv, str(tmp / "fit.yaml"), reason)
+
+    CASES.append(Case("configs", name, build))
+
+
+gve_config_case("GVE task batch_size 0", {"batch_size": 0}, {}, "batch_size >= 1")
+gve_config_case("GVE eval_batch_size 0", {}, {"eval_batch_size": 0}, "data.eval_batch_size must be an integer >= 1")
+gve_config_case("GVE task format unknown", {"format": "T->X"}, {}, "T->X")
+
+
 @case("configs", "config file missing")
 def _(tmp: Path) -> Expect:
     return Expect(["fit", "--config", str(tmp / "nowhere.yaml")], str(tmp / "nowhere.yaml"), "nowhere.yaml")
