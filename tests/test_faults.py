@@ -44,7 +44,7 @@ def small_fit(tiny_clip, corpus, tmp_path, policy):
     data = MultiEventDataModule(annotation=str(corpus / "annotations.json"), num_frames=2, image_size=32, batch_size=4, num_workers=0)
     trainer = L.Trainer(accelerator="cpu", max_epochs=1, limit_train_batches=4, limit_val_batches=0, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, default_root_dir=str(tmp_path))
-    module.loss_fn = NaNOnCall(module.loss_fn, 2)
+    module.objectives.infonce.loss = NaNOnCall(module.objectives.infonce.loss, 2)
     return module, data, trainer
 
 

@@ -127,7 +127,7 @@ def _dual_encoder(tiny_clip: str):
         owner = [i for i, e in enumerate(events) for _ in range(2)]
         return PartialBatch(events=[e[: k + 1] for e in events for k in range(2)], owner=owner, slot=[k for _ in events for k in range(2)], num_slots=2)
 
-    module.mea.partial_queries = first_events
+    module.objectives.mea.partial_queries = first_events
     return module
 
 

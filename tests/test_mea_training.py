@@ -43,7 +43,7 @@ def test_mea_step_encodes_texts_once_and_follows_the_equations(corpus, tiny_clip
     module.encoder.encode_text = lambda texts: calls["text"].append(len(texts)) or encode_text(texts)
     module.encoder.encode_video = lambda *a, **k: calls.__setitem__("video", calls["video"] + 1) or encode_video(*a, **k)
     out = module.training_step(batch, 0)
-    partial = module.mea.partial_queries(batch["events"], 0, 0, 0)
+    partial = module.objectives.mea.partial_queries(batch["events"], 0, 0, 0)
     assert calls == {"text": [len(batch["events"]) + len(partial.events)], "video": 1}
     with torch.no_grad():  # the same quantities, computed separately
         text = module.head.encode_text(module.encode_queries(batch["events"]))

@@ -109,4 +109,4 @@ def test_event_caption_training_and_exclusive_with_mea(tmp_path, corpus, tiny_cl
     trainer = L.Trainer(accelerator="cpu", max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(module, data)
     trainer.test(module, data, verbose=False)
-    assert "event_loss.prev_ratio" in module.state_dict() and module.eval_results["test"]["t2v/R@1"] >= 0
+    assert "objectives.event_loss.loss.prev_ratio" in module.state_dict() and module.eval_results["test"]["t2v/R@1"] >= 0

@@ -40,7 +40,7 @@ def mean_train_loss(module, data):
         losses = []
         for batch in data.train_dataloader():
             text, video = module(batch)
-            losses.append(module.loss_fn(module.head.logits(module.head.score(text, video))).item())
+            losses.append(module.objectives.infonce.loss(module.head.logits(module.head.score(text, video))).item())
     module.train()
     return sum(losses) / len(losses)
 

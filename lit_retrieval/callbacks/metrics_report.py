@@ -14,7 +14,8 @@ COLUMNS = ("R@1", "R@5", "R@10", "Rsum", "MdR", "MnR")
 
 def metrics_table(results: dict[str, float], title: str = "retrieval") -> Table:
     """A rich table with one row per key prefix (`t2v`, `v2t`, `order/reversed/t2v`, ...) and the
-    usual columns; a cell the results do not hold stays blank (e.g. Avg-Event R@5)."""
+    usual columns; a cell the results do not hold stays blank (e.g. Avg-Event R@5). Videos the
+    evaluation skipped as undecodable (`skipped_videos`) are counted in the caption."""
     table = Table(title=title)
     table.add_column("direction")
     for column in COLUMNS:
@@ -23,6 +24,9 @@ def metrics_table(results: dict[str, float], title: str = "retrieval") -> Table:
     for prefix in prefixes:
         cells = (results.get(f"{prefix}/{c}") for c in COLUMNS)
         table.add_row(prefix, *("" if v is None else f"{v:.2f}" for v in cells))
+    skipped = int(results.get("skipped_videos", 0))
+    if skipped:
+        table.caption = f"{skipped} video{'s' if skipped > 1 else ''} skipped as undecodable (not in the gallery)"
     return table
 
 

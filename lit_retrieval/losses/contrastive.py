@@ -24,53 +24,12 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from lit_retrieval.distributed import distributed_world, gather_global
+
 HardNegatives = Literal["own", "shared"]
-
-
-def distributed_world() -> int:
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-
-
-class _GatherWithGradient(torch.autograd.Function):
-    """All-gather along dim 0 whose backward sums every rank's gradient for this rank's slice."""
-
-    @staticmethod
-    def forward(ctx, tensor: torch.Tensor) -> torch.Tensor:
-        parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
-        dist.all_gather(parts, tensor.contiguous())
-        ctx.rank, ctx.rows = dist.get_rank(), tensor.shape[0]
-        return torch.cat(parts)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-        grad = grad.contiguous().clone()
-        dist.all_reduce(grad)  # all_reduce rather than reduce_scatter: gloo has only the former
-        return grad[ctx.rank * ctx.rows : (ctx.rank + 1) * ctx.rows]
-
-
-def gather_global(tensor: torch.Tensor) -> torch.Tensor:
-    """Concatenate `tensor` from every rank along dim 0. For floating tensors the gradient of each
-    rank's slice is the sum over ranks of the gradients it receives there, so when every rank
-    computes the same global loss, DDP's averaging yields exactly that loss's gradient for every
-    parameter (also those applied after the gather, like a logit scale). Every rank must pass the
-    same shape (the task sampler gives all ranks the same task and batch size)."""
-    world = distributed_world()
-    if world == 1:
-        return tensor
-    shape = torch.tensor(tensor.shape, device=tensor.device)
-    shapes = [torch.empty_like(shape) for _ in range(world)]
-    dist.all_gather(shapes, shape)
-    if any(not torch.equal(s, shape) for s in shapes):
-        raise RuntimeError(f"cross-device negatives need equal shapes on every rank, got {[s.tolist() for s in shapes]}")
-    if tensor.is_floating_point():
-        return _GatherWithGradient.apply(tensor)
-    parts = [torch.empty_like(tensor) for _ in range(world)]
-    dist.all_gather(parts, tensor.contiguous())
-    return torch.cat(parts)
 
 
 class MultimodalInfoNCE(nn.Module):

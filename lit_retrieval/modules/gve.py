@@ -13,17 +13,18 @@ refused with the names that differ.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import lightning as L
 import torch
 
+from lit_retrieval.distributed import gather_variable
 from lit_retrieval.losses.contrastive import HardNegatives, MultimodalInfoNCE
-from lit_retrieval.metrics.ranking import retrieval_metrics
 from lit_retrieval.models.gve.embedder import GVEEmbedder, LoRASettings
 from lit_retrieval.models.gve.processing import GVEProcessing, InputConfig
-from lit_retrieval.modules.gather import gather_variable
+from lit_retrieval.modules.evaluation import EvaluationConfig, RetrievalEvaluator
+from lit_retrieval.modules.item_embedders import FrameInput, GVEItemEmbedder, ItemEmbedder, file_identity
 from lit_retrieval.modules.nonfinite import NonFiniteGuard, NonFinitePolicy
 from lit_retrieval.modules.optim import OptimConfig, build_optimizer, build_scheduler, parameter_groups
 from lit_retrieval.modules.rng import rng_states, set_rng_states
@@ -82,12 +83,19 @@ class GVERetrieval(L.LightningModule):
         self.optim = optim or gve_optim()
         self.nonfinite = NonFiniteGuard(nonfinite)
         self.strict_loading = False  # checkpoints carry the trainable weights only
+        self.evaluator = RetrievalEvaluator(EvaluationConfig())
         self.eval_results: dict[str, dict[str, float]] = {}
         self._eval_parts: list[dict[str, torch.Tensor]] = []
 
     @property
     def processing(self) -> GVEProcessing:
         return self.embedder.processing
+
+    def item_embedder(self, identity: Any, frames: FrameInput) -> ItemEmbedder:
+        """The tuned embedder as the `ItemEmbedder` of index, search and UVRB (frames sampled by
+        its own processing, with `frames.sampling`); the base model's files join the identity."""
+        self.processing.config = replace(self.processing.config, sampling=frames.sampling)
+        return GVEItemEmbedder(self.embedder, [*identity, file_identity(self.embedder.model_path)])
 
     # ---- training ----------------------------------------------------------------------------
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, torch.Tensor] | None:
@@ -131,7 +139,9 @@ class GVERetrieval(L.LightningModule):
             query = self._ordered(parts, t, True, len(data.records))
             gallery = self._ordered(parts, t, False, len(datamodule.eval_set.targets[t]))
             targets = torch.tensor(datamodule.eval_set.query_targets[t], device=query.device)
-            metrics = retrieval_metrics(query @ gallery.t(), targets)
+            positions = torch.arange(len(targets), device=query.device)
+            # every process holds the whole task already: no merge of rows across processes
+            metrics = self.evaluator.rank(cosine_scores, query, gallery, targets, positions, synced=False).metrics
             for key, value in metrics.items():
                 results[f"{data.spec.name}/{key.replace('t2v/', 'q2c/').replace('v2t/', 'c2q/')}"] = value
         names = [d.spec.name for d in datamodule.val_data]
@@ -168,3 +178,8 @@ class GVERetrieval(L.LightningModule):
             )
         if "rng_states" in checkpoint:  # LoRA dropout continues as in an uninterrupted run
             set_rng_states(checkpoint["rng_states"])
+
+
+def cosine_scores(query: torch.Tensor, gallery: torch.Tensor) -> torch.Tensor:
+    """Scores of L2-normalised embeddings (GVE Definition 1: s = cos(E(q), E(v)))."""
+    return query @ gallery.t()

@@ -1,20 +1,14 @@
-"""The MEA objective inside a LightningModule: partial queries, their scores, L_mea (MELON Eq. 9).
+"""`MEAConfig`: the YAML block `model.mea`, the settings of the MEA objective (MELON Eq. 9).
 
-`MEAConfig` is the YAML block `model.mea`; `MultiEventObjective` owns the partial-query sampler
-and the `MEALoss` (whose threshold buffers therefore land in the module's checkpoint).
+`MultiEventObjective` (`modules/objectives.py`) builds the partial-query sampler and the `MEALoss`
+from it. (This class path is recorded in checkpoints' hyper-parameters, so it stays here.)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-import torch
-from torch import nn
-
-from lit_retrieval.data.queries import PartialBatch, PartialQuerySampler, PartialSource
-from lit_retrieval.losses.mea import MEALoss, MEAOutput
-from lit_retrieval.models.heads.base import SimilarityHead, map_rep
+from lit_retrieval.data.queries import PartialSource
 
 
 @dataclass
@@ -45,36 +39,3 @@ class MEAConfig:
     def __post_init__(self) -> None:
         if self.weight < 0:
             raise ValueError(f"mea.weight (lambda) must be >= 0, got {self.weight}")
-
-
-class MultiEventObjective(nn.Module):
-    """Draws partial queries and turns the batch's scores into `MEAOutput`."""
-
-    def __init__(self, config: MEAConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.sampler = PartialQuerySampler(config.drop, config.num_partial, config.source, config.replace_prob, config.seed)
-        self.loss = MEALoss(use_xi=config.use_xi, use_pull=config.use_pull)
-
-    def partial_queries(self, events: list[list[str]], *stream: int) -> PartialBatch:
-        return self.sampler.sample(events, *stream)
-
-    def partial_scores(self, head: SimilarityHead, partial_text: Any, video: Any, partial: PartialBatch, similarity: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """`[B, L]` scores of each video against its own partial queries (dtype and device of the
-        batch's `similarity` [B, B]), and the mask of the slots that hold one. `partial_text` are
-        the head's representations of `partial.events`."""
-        batch = similarity.shape[0]
-        partial_sim = similarity.new_zeros(batch, partial.num_slots)
-        mask = torch.zeros(batch, partial.num_slots, dtype=torch.bool, device=similarity.device)
-        if partial.events:
-            owner = torch.tensor(partial.owner, device=similarity.device)
-            slot = torch.tensor(partial.slot, device=similarity.device)
-            scores = head.score_pairs(partial_text, map_rep(video, lambda t: t[owner]))
-            partial_sim = partial_sim.index_put((owner, slot), scores.to(partial_sim.dtype))
-            mask[owner, slot] = True
-        return partial_sim, mask
-
-    def forward(self, head: SimilarityHead, similarity: torch.Tensor, partial_text: Any, video: Any, partial: PartialBatch) -> MEAOutput:
-        """`similarity` [B, B] of the full queries; `partial_text` the head's representations of
-        `partial.events` (one row each, from the same text forward as the full queries)."""
-        return self.loss(similarity, *self.partial_scores(head, partial_text, video, partial, similarity))

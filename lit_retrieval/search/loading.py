@@ -4,12 +4,12 @@ encoder with an indexable head). `ModelSpec` records the choice so an index can 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from lit_retrieval.checkpoint_io import read_checkpoint
 from lit_retrieval.models.gve import GVEEmbedder, InputConfig
-from lit_retrieval.search.embedders import DualEncoderEmbedder, GVEItemEmbedder, ItemEmbedder, file_identity
+from lit_retrieval.search.embedders import FrameInput, GVEItemEmbedder, ItemEmbedder, file_identity
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def instantiate_module(config: str):
 
 def load_checkpoint_weights(module, ckpt: str) -> None:
     state = read_checkpoint(ckpt, map_location="cpu", weights_only=False)  # clear errors for corrupt files
-    adapters_only = hasattr(module, "trainable_names")  # GVE checkpoints hold the LoRA weights only
+    adapters_only = not module.strict_loading  # GVE checkpoints hold the LoRA weights only
     if adapters_only:
         module.on_load_checkpoint(state)  # refuses a checkpoint of another LoRA setting
     result = module.load_state_dict(state["state_dict"], strict=not adapters_only)
@@ -59,14 +59,9 @@ def load_item_embedder(spec: ModelSpec) -> ItemEmbedder:
     identity = [Path(spec.config).read_text(), file_identity(spec.ckpt) if spec.ckpt else None]
     if spec.ckpt:
         load_checkpoint_weights(module, spec.ckpt)
-    module = module.to(spec.device)
-    if hasattr(module, "embedder"):
-        module.embedder.processing.config = replace(module.embedder.processing.config, sampling=spec.sampling)
-        return GVEItemEmbedder(module.embedder, identity + [file_identity(module.embedder.model_path)])
     data = _data_settings(spec.config)
-    return DualEncoderEmbedder(
-        module, identity, data.get("num_frames", 12), data.get("image_size", 224), data.get("mean"), data.get("std"), spec.sampling
-    )
+    frames = FrameInput(data.get("num_frames", 12), data.get("image_size", 224), data.get("mean"), data.get("std"), spec.sampling)
+    return module.to(spec.device).item_embedder(identity, frames)
 
 
 def _data_settings(config: str) -> dict:

@@ -1,0 +1,313 @@
+"""`RetrievalEvaluator`: the one evaluation path of the retrieval modules.
+
+An evaluation stage (`val`, `test`) collects one `EvalBatch` per batch: the head's
+representations of the batch's queries and videos, their dataset indices and per-query
+attributes. At the end of the stage the evaluator
+
+1. gathers the video representations of every process into one gallery, ordered by dataset
+   index, the duplicates a distributed sampler adds removed (`EvalSplit`);
+2. scores this process's queries against it, `query_rows` queries at a time, each block within a
+   pairwise working-memory budget (`SimilarityHead.score_blocks`);
+3. computes R@K, MdR, MnR in both directions (`RetrievalMetrics`, rows merged over processes) and
+   the requested analyses: the MELON analyses (`EvalAnalyses`: Avg-Event R@1, slices, event
+   orders, query modes; MELON Sec. 5.3, Tab. 5-6, Fig. 5-6) and SALI's relational metrics
+   (`RelationalEval`: relational / Rel-Multi, shot-quartile diagnosis; SALI Sec. 2 and 4);
+4. reports how many videos were skipped as undecodable, and refuses an evaluation in which
+   nothing could be evaluated (`NothingToEvaluateError`);
+5. optionally writes the test score matrix (`save_scores`, format in `save_score_matrix`).
+
+`GVERetrieval` ranks its per-task galleries with the same block scoring and metrics (`rank`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import lightning as L
+import numpy as np
+import torch
+
+from lit_retrieval.data.queries import QueryMode, concat_query, reorder_events
+from lit_retrieval.data.spans import SpanSplitter
+from lit_retrieval.distributed import gather_objects, gather_variable
+from lit_retrieval.metrics.analyses import EvalAnalyses, avg_event_hits, avg_event_metrics, sliced_metrics
+from lit_retrieval.metrics.ranking import Ties, text_to_video_ranks
+from lit_retrieval.metrics.relational import RelationalEval, relational_metrics
+from lit_retrieval.metrics.retrieval import RetrievalMetrics, first_occurrence
+from lit_retrieval.models.heads.base import SimilarityHead, cat_reps, map_rep, rep_len
+
+SCORES_FILE = "scores.npy"
+SCORE_IDS_FILE = "scores_ids.json"
+ScoreFn = Callable[[Any, Any], torch.Tensor]
+
+
+class NothingToEvaluateError(RuntimeError):
+    """An evaluation stage without a single query (every video skipped, or an empty split)."""
+
+
+@dataclass
+class EvaluationConfig:
+    """How a stage is evaluated.
+
+    Args:
+        analyses: MELON analyses run after the standard metrics (`None`: none).
+        relational: SALI's relational / Rel-Multi metrics and diagnosis (`None`: none).
+        ties: tie rule of the ranking metrics (`optimistic`, `pessimistic`, `average`).
+        query_rows: queries encoded and scored at once.
+        memory_mb: pairwise working memory one scoring block may use (pairwise heads such as
+            tightTransf score blocks of text x video pairs within it).
+        save_scores: write the test split's text x video score matrix to the run directory
+            (`scores.npy` + `scores_ids.json`, see `save_score_matrix`).
+    """
+
+    analyses: EvalAnalyses | None = None
+    relational: RelationalEval | None = None
+    ties: Ties = "optimistic"
+    query_rows: int = 1024
+    memory_mb: int = 2048
+    save_scores: bool = False
+
+    def __post_init__(self) -> None:
+        if self.query_rows < 1 or self.memory_mb < 1:
+            raise ValueError(f"query_rows and memory_mb must be >= 1, got {self.query_rows} and {self.memory_mb}")
+
+    @property
+    def budget_bytes(self) -> int:
+        return self.memory_mb * 2**20
+
+
+class RetrievalModel(Protocol):
+    """What the evaluator needs from a module besides being a LightningModule."""
+
+    head: SimilarityHead
+
+    def query_reps(self, events: list[list[str]], mode: QueryMode | None = None) -> Any:
+        """The head's representations of multi-event queries (`mode`: another query encoding)."""
+
+
+@dataclass
+class EvalBatch:
+    """One evaluation batch: query i describes video i (the same dataset record)."""
+
+    text: Any  # head representations of the queries
+    video: Any  # head representations of the videos
+    index: torch.Tensor  # [B] dataset index of each record
+    events: list[list[str]]  # each query's event descriptions
+    video_ids: list[str]
+    attributes: dict[str, torch.Tensor]  # [B] per-query values the analyses read (duration, ...)
+
+
+@dataclass
+class EvalSplit:
+    """This process's queries and the gallery of every process's videos."""
+
+    text: Any
+    index: torch.Tensor  # dataset index of each local query
+    events: list[list[str]]
+    attributes: dict[str, torch.Tensor]
+    targets: torch.Tensor  # gallery column of each local query's video
+    gallery: Any  # every process's videos, ordered by dataset index
+    gallery_ids: torch.Tensor  # dataset index of each gallery column
+    video_ids: list[str]  # id of each gallery column's video
+
+
+@dataclass
+class RankedQueries:
+    """Metrics of a set of queries against a gallery, each query's text-to-video rank, and (when
+    kept) its score rows."""
+
+    metrics: dict[str, float]
+    ranks: torch.Tensor
+    scores: torch.Tensor | None = None
+
+
+class RetrievalEvaluator:
+    """Collects evaluation batches per stage and evaluates them (module docstring)."""
+
+    def __init__(self, config: EvaluationConfig | None = None) -> None:
+        self.config = config or EvaluationConfig()
+        self._batches: dict[str, list[EvalBatch]] = {}
+        self._skipped: dict[str, int] = {}
+
+    def collect(self, stage: str, batch: dict[str, Any], text: Any, video: Any, spans: SpanSplitter) -> None:
+        """Keep a data batch's query and video representations, and the per-query values the
+        analyses read (`[B]` tensors): duration, and with `relational` the relational flag
+        (`spans`) and the video's shot count."""
+        device = batch["frames"].device
+        attributes = {"duration": batch["duration"].to(device)}
+        if self.config.relational is not None:
+            if "num_shots" not in batch:
+                raise ValueError("relational_eval needs each video's shot count: set `data.shots`")
+            flags = [spans.split(concat_query(e)).relational for e in batch["events"]]
+            attributes["relational"] = torch.tensor(flags, dtype=torch.bool, device=device)
+            attributes["num_shots"] = batch["num_shots"].to(device)
+        record = EvalBatch(text, video, batch["index"].to(device), batch["events"], batch["video_id"], attributes)
+        self._batches.setdefault(stage, []).append(record)
+
+    def count_skipped(self, stage: str, count: int) -> None:
+        self._skipped[stage] = self._skipped.get(stage, 0) + count
+
+    def wants(self, stage: str, option: EvalAnalyses | RelationalEval | None) -> bool:
+        return option is not None and stage in option.stages
+
+    # ---- shared by every module -----------------------------------------------------------------
+    def rank(
+        self, score: ScoreFn, text: Any, gallery: Any, targets: torch.Tensor, query_ids: torch.Tensor,
+        synced: bool = True, keep_scores: bool = False,
+    ) -> RankedQueries:
+        """Score `text` against `gallery`, `query_rows` queries at a time, and compute the
+        retrieval metrics. With `synced` the rows of every process are merged (by `query_ids`)
+        before the metrics; without, the rows are taken to be the whole split already."""
+        metric = RetrievalMetrics(self.config.ties, sync_on_compute=synced).to(targets.device)
+        ranks, kept = [], []
+        for rows, scores in self.score_rows(score, text, gallery):
+            metric.update(scores, targets[rows], query_ids[rows])
+            ranks.append(text_to_video_ranks(scores.float(), targets[rows], self.config.ties))
+            if keep_scores:
+                kept.append(scores.float())
+        return RankedQueries(metric.compute(), torch.cat(ranks).to(targets.device), torch.cat(kept) if kept else None)
+
+    def score_rows(self, score: ScoreFn, text: Any, gallery: Any) -> Iterator[tuple[slice, torch.Tensor]]:
+        """(row slice, scores) of `text` against `gallery`, `query_rows` rows at a time."""
+        for start in range(0, rep_len(text), self.config.query_rows):
+            rows = slice(start, start + self.config.query_rows)
+            yield rows, score(map_rep(text, lambda t: t[rows]), gallery)
+
+    # ---- the dual-encoder family ----------------------------------------------------------------
+    def evaluate(self, model: L.LightningModule, stage: str) -> dict[str, float]:
+        """Metrics and analyses of `stage` from the batches collected since the last call."""
+        batches, skipped = self._batches.pop(stage, []), self._skipped.pop(stage, 0)
+        totals = gather_variable(model, torch.tensor([[sum(len(b.index) for b in batches), skipped]], device=model.device)).sum(0)
+        queries, skipped = int(totals[0]), int(totals[1])
+        if queries == 0:
+            reason = f"all {skipped} videos were skipped as undecodable" if skipped else "the split has no videos"
+            raise NothingToEvaluateError(f"{stage}: nothing could be evaluated: {reason}")
+        if not batches:
+            return {}
+        head: SimilarityHead = model.head
+        split = self.gather(model, batches)
+        if head.calibration_bank:
+            split.gallery = head.calibrate(self.query_bank(model, head.calibration_bank), split.gallery, self.config.budget_bytes)
+        head.before_evaluation(stage)
+        save = self.config.save_scores and stage == "test"
+        ranked = self.rank(self.head_score(head), split.text, split.gallery, split.targets, split.index, keep_scores=save)
+        results = ranked.metrics
+        if stage == "val" and type(head).fit_on_validation is not SimilarityHead.fit_on_validation:
+            # every process's queries, in gallery order: query i belongs to gallery video i
+            all_text = self.merge_queries(model, split, split.text)
+            results.update(head.fit_on_validation(all_text, split.gallery, torch.arange(len(split.gallery_ids), device=split.index.device)))
+        if self.wants(stage, self.config.analyses):
+            results.update(self.analyses(model, split, ranked.ranks))
+        if self.wants(stage, self.config.relational):
+            merged = {k: self.merge_queries(model, split, v) for k, v in {"rank": ranked.ranks, **split.attributes}.items()}
+            results.update(relational_metrics(merged["rank"], merged["relational"], merged["num_shots"], self.config.relational))
+        if save:
+            save_score_matrix(model, split, ranked.scores)
+        if skipped:
+            results["skipped_videos"] = float(skipped)
+        return results
+
+    def head_score(self, head: SimilarityHead) -> ScoreFn:
+        return lambda text, gallery: head.score_blocks(text, gallery, self.config.budget_bytes)
+
+    def gather(self, model: L.LightningModule, batches: list[EvalBatch]) -> EvalSplit:
+        """This process's queries and every process's videos as one gallery (`EvalSplit`)."""
+        index = torch.cat([b.index for b in batches]).to(model.device)
+        video = cat_reps([b.video for b in batches])
+        gallery_ids, first = first_occurrence(gather_variable(model, index))
+        video_ids = [v for b in batches for v in b.video_ids]
+        all_video_ids = gather_objects(video_ids)
+        return EvalSplit(
+            text=cat_reps([b.text for b in batches]),
+            index=index,
+            events=[e for b in batches for e in b.events],
+            attributes={k: torch.cat([b.attributes[k] for b in batches]) for k in batches[0].attributes},
+            targets=torch.searchsorted(gallery_ids, index),
+            gallery=map_rep(video, lambda t: gather_variable(model, t)[first]),
+            gallery_ids=gallery_ids,
+            video_ids=[all_video_ids[i] for i in first.tolist()],
+        )
+
+    @staticmethod
+    def merge_queries(model: L.LightningModule, split: EvalSplit, values: Any) -> Any:
+        """Per-query `values` of every process in gallery order (query i <-> gallery video i)."""
+        _, first = first_occurrence(gather_variable(model, split.index))
+        return map_rep(values, lambda t: gather_variable(model, t.to(split.index.device))[first])
+
+    def query_bank(self, model: L.LightningModule, size: int) -> Any:
+        """Text representations of `size` queries of the training split (seeded draw), the bank of
+        test-time calibrations such as UCoFiA's SK-norm; never the evaluated split."""
+        datasets = getattr(model.trainer.datamodule, "datasets", {}) if model.trainer is not None else {}
+        if "train" not in datasets:
+            raise ValueError("the head's calibration needs the training split as its query bank (data.train_split)")
+        events = [record.descriptions for record in datasets["train"].records]
+        chosen = np.random.default_rng(0).permutation(len(events))[:size]
+        bank = [events[i] for i in chosen]
+        rows = self.config.query_rows
+        return cat_reps([model.query_reps(bank[start : start + rows]) for start in range(0, len(bank), rows)])
+
+    def encoded_rows(self, model: L.LightningModule, events: list[list[str]], gallery: Any, mode: QueryMode | None = None) -> Iterator[tuple[slice, torch.Tensor]]:
+        """(row slice, scores) of `events` encoded as queries, `query_rows` at a time."""
+        score = self.head_score(model.head)
+        for start in range(0, len(events), self.config.query_rows):
+            rows = slice(start, start + self.config.query_rows)
+            yield rows, score(model.query_reps(events[rows], mode), gallery)
+
+    def analyses(self, model: L.LightningModule, split: EvalSplit, ranks: torch.Tensor) -> dict[str, float]:
+        """The `EvalAnalyses` of this process's queries against the whole gallery, merged over ranks."""
+        config = self.config.analyses
+        assert config is not None
+        device, ties = split.index.device, self.config.ties
+        events, targets = split.events, split.targets
+        num_events = torch.tensor([len(e) for e in events], device=device)
+        per_query = {"rank": ranks, "num_events": num_events, "duration": split.attributes["duration"].double()}
+        out: dict[str, float] = {}
+        if config.avg_event:
+            singles = [[d] for e in events for d in e]
+            owner = torch.repeat_interleave(torch.arange(len(events), device=device), num_events)
+            single_ranks = torch.cat([
+                text_to_video_ranks(scores.float(), targets[owner[rows]], ties) for rows, scores in self.encoded_rows(model, singles, split.gallery)
+            ])
+            per_query["avg_event"] = avg_event_hits(single_ranks.to(device), owner, len(events))
+        merged = self.merge_queries(model, split, per_query)
+        if config.slices:
+            out.update(sliced_metrics(merged["rank"], merged["num_events"], merged["duration"], config.length_edges))
+        if config.avg_event:
+            out.update(avg_event_metrics(merged["avg_event"], merged["num_events"]))
+        variants: dict[str, tuple[list[list[str]], QueryMode | None]] = {}
+        for order in config.event_orders:
+            reordered = [reorder_events(e, order, np.random.default_rng([config.seed, int(i)])) for e, i in zip(events, split.index)]
+            variants[f"order/{order}"] = (reordered, None)
+        for mode in config.query_modes:
+            variants[f"query_mode/{mode}"] = (events, mode)
+        for name, (variant_events, mode) in variants.items():
+            metric = RetrievalMetrics(ties).to(device)
+            for rows, scores in self.encoded_rows(model, variant_events, split.gallery, mode):
+                metric.update(scores, targets[rows], split.index[rows])
+            out.update({f"{name}/{k}": v for k, v in metric.compute().items()})
+        return out
+
+
+def save_score_matrix(model: L.LightningModule, split: EvalSplit, scores: torch.Tensor) -> None:
+    """Write the split's text x video scores to the run directory (rank 0):
+
+    - `scores.npy`: float32 `[num_texts, num_videos]`, row i = query i, column j = video j, both
+      in dataset order (duplicates from distributed padding removed);
+    - `scores_ids.json`: `{"text_ids": [...], "video_ids": [...], "targets": [...]}`, where
+      `text_ids[i]` is the id of the video query i describes, `video_ids[j]` the id of column j's
+      video and `targets[i]` query i's column.
+    """
+    rows = RetrievalEvaluator.merge_queries(model, split, scores)
+    targets = RetrievalEvaluator.merge_queries(model, split, split.targets)
+    trainer = model.trainer
+    run_dir = Path(trainer.log_dir or trainer.default_root_dir)  # a broadcast under DDP: every rank asks
+    if not trainer.is_global_zero:
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)
+    np.save(run_dir / SCORES_FILE, rows.cpu().numpy().astype(np.float32))
+    ids = {"text_ids": [split.video_ids[t] for t in targets.tolist()], "video_ids": split.video_ids, "targets": targets.tolist()}
+    (run_dir / SCORE_IDS_FILE).write_text(json.dumps(ids))

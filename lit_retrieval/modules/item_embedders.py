@@ -1,0 +1,114 @@
+"""The item embedders the retrieval modules offer for search and UVRB (`item_embedder()` of
+`DualEncoderRetrieval` and `GVERetrieval`), and the interface they share (UVR as GVE Definition 1
+states it: relevance s = cos(E(q), E(v)) of one embedding per side): `embed(items, instruction,
+batch_size) -> [N, d]` L2-normalised float32 CPU tensors, a `fingerprint` naming the model and
+its preprocessing (caches and indexes are keyed by it), and the item `modalities` it accepts.
+
+- `GVEItemEmbedder`: a GVE / Qwen2.5-VL embedder (every modality and composition).
+- `DualEncoderEmbedder`: a CLIP-style `DualEncoderRetrieval` whose head is indexable (text and
+  video items; frames sampled as its data module does, `FrameInput`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from lit_retrieval.data.media import MediaItem
+from lit_retrieval.data.transforms import NormalizeFrames
+from lit_retrieval.data.video import Sampling, SamplingSpec, sample_video
+from lit_retrieval.models.gve import GVEEmbedder
+
+
+@dataclass(frozen=True)
+class FrameInput:
+    """How a training config's data module turns a video into frames (`data.init_args`), so an
+    index embeds videos as the model saw them in training. Dual encoders use all of it, GVE (whose
+    processing samples its own frames) only `sampling`."""
+
+    num_frames: int = 12
+    image_size: int = 224
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
+    sampling: Sampling = "exact"
+
+
+class ItemEmbedder(Protocol):
+    fingerprint: str
+    modalities: set[str]
+
+    def embed(self, items: list[MediaItem], instruction: str | None = None, batch_size: int = 8) -> torch.Tensor: ...
+
+
+def digest(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def file_identity(path: str | Path) -> list:
+    """(resolved path, size, mtime) of a file, or of every file in a directory."""
+    path = Path(path)
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    return [[str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns] for p in files]
+
+
+def check_modalities(embedder: ItemEmbedder, items: list[MediaItem]) -> None:
+    unsupported = {i.modality for i in items} - embedder.modalities
+    if unsupported:
+        raise ValueError(f"this model embeds {sorted(embedder.modalities)} items, not {sorted(unsupported)}")
+
+
+class GVEItemEmbedder:
+    modalities = {"T", "I", "V", "TI", "TV", "IV", "TIV"}
+
+    def __init__(self, embedder: GVEEmbedder, identity: Any) -> None:
+        self.embedder = embedder.eval()
+        self.fingerprint = digest("gve", identity, asdict(embedder.processing.config))
+
+    def embed(self, items: list[MediaItem], instruction: str | None = None, batch_size: int = 8) -> torch.Tensor:
+        return self.embedder.embed(items, instruction, batch_size).float().cpu()
+
+
+class DualEncoderEmbedder:
+    """Text items through the text tower and head; video items (their window) as `num_frames`
+    frames at `image_size` (`sampling`: `exact` or `keyframe`), normalised with `mean`/`std`, through
+    the vision tower and head. Instructions do not apply to these models and are ignored."""
+
+    modalities = {"T", "V"}
+
+    def __init__(
+        self, module, identity: Any, num_frames: int, image_size: int, mean=None, std=None, sampling: Sampling = "exact"
+    ) -> None:
+        if not module.head.indexable:
+            raise ValueError(f"{type(module.head).__name__} is not indexable (its score is not a dot product of one vector per side)")
+        self.module = module.eval()
+        self.spec = SamplingSpec(num_frames, image_size, sampling=sampling)
+        self.normalize = NormalizeFrames(**{k: v for k, v in (("mean", mean), ("std", std)) if v is not None})
+        self.fingerprint = digest("dual", identity, num_frames, image_size, mean, std, sampling)
+
+    @torch.no_grad()
+    def embed(self, items: list[MediaItem], instruction: str | None = None, batch_size: int = 8) -> torch.Tensor:
+        check_modalities(self, items)
+        device = next(self.module.parameters()).device
+        out = []
+        for start in range(0, len(items), batch_size):
+            chunk = items[start : start + batch_size]
+            if chunk[0].video is None:
+                if any(i.video is not None for i in chunk):
+                    raise ValueError("a batch mixes text and video items")
+                rep = self.module.head.encode_text(self.module.encode_queries([[i.text] for i in chunk]))
+            else:
+                samples = [sample_video(i.video, self.spec, i.start, i.end) for i in chunk]
+                batch = {
+                    "frames": torch.stack([self.normalize(s.frames) for s in samples]).to(device),
+                    "frame_mask": torch.from_numpy(np.stack([s.mask for s in samples])).to(device),
+                }
+                rep = self.module.encode_videos(batch)
+            out.append(F.normalize(rep.float(), dim=-1).cpu())
+        return torch.cat(out) if out else torch.empty(0)
