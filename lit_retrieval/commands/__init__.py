@@ -19,6 +19,8 @@ COMMANDS = {
     "validate-melon": "lit_retrieval.commands.validate_melon",
     "export-gve": "lit_retrieval.commands.export_gve",
     "cache-frames": "lit_retrieval.commands.cache_frames",
+    "grid": "lit_retrieval.commands.grid",
+    "report": "lit_retrieval.commands.report",
 }
 
 

@@ -1,0 +1,141 @@
+"""`lit-retrieval grid`: run a plan (a paper table: rows x seeds) locally or as one Slurm job array.
+
+    lit-retrieval grid configs/plans/melon_tab2.yaml --out runs/melon_tab2 --dry-run
+    lit-retrieval grid configs/plans/melon_tab2.yaml --out runs/melon_tab2 --slurm --set ACCOUNT=proj PARTITION=a100 \
+        --override model.init_args.encoder.init_args.pretrained=/models/longclip-B.pt
+    lit-retrieval grid configs/plans/synthetic_mea.yaml --out runs/synthetic_mea --local
+    lit-retrieval report runs/melon_tab2 --out reports/melon_tab2
+
+Each row x seed runs in RUNS_DIR/<row>/seed<k>/ with its resolved config (config.yaml); re-running
+the command skips finished runs (done.json) and runs or submits only the missing and failed ones.
+`--local` runs them one after another here; `--slurm` renders slurm/grid.sbatch with one array task
+per unfinished run (requeue on SIGUSR1 included) and submits it with `sbatch`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from lit_retrieval.commands.slurm import render_template, template_variables
+from lit_retrieval.errors import UsageError
+from lit_retrieval.grid.plan import Plan, Run, load_plan
+from lit_retrieval.grid.runs import execute, prepare, status
+
+TEMPLATE = Path(__file__).resolve().parents[2] / "slurm" / "grid.sbatch"
+SUBMITTED = re.compile(r"Submitted batch job (\d+)")
+
+
+def _pairs(items: list[str], flag: str) -> dict[str, str]:
+    pairs = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(flag, f"expected KEY=VALUE, got {item!r}")
+        pairs[key] = value
+    return pairs
+
+
+def _array_spec(indices: list[int]) -> str:
+    """Task ids as Slurm's --array list, consecutive ids as ranges: [0, 1, 2, 5] -> '0-2,5'."""
+    parts, start = [], indices[0]
+    for prev, cur in zip(indices, [*indices[1:], None]):
+        if cur != prev + 1:
+            parts.append(f"{start}-{prev}" if prev > start else f"{prev}")
+            start = cur
+    return ",".join(parts)
+
+
+def _record(runs_dir: Path, plan: Plan) -> None:
+    """RUNS_DIR/grid.json names the plan, so `report RUNS_DIR` finds its rows, seeds and metrics."""
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    (runs_dir / "grid.json").write_text(json.dumps({"plan": str(plan.path.resolve()), "title": plan.title}, indent=2))
+
+
+def _submit(plan: Plan, runs_dir: Path, pending: list[Run], values: dict[str, str], sbatch: str, max_parallel: int) -> int:
+    settings = {**values, "PLAN": str(plan.path.resolve()), "RUNS_DIR": str(runs_dir.resolve()),
+                "ARRAY": f"{_array_spec([r.index for r in pending])}%{max_parallel}"}
+    try:
+        script = render_template(TEMPLATE.read_text(), settings)
+    except ValueError as err:
+        raise UsageError(str(TEMPLATE), str(err)) from None
+    (runs_dir / "slurm").mkdir(parents=True, exist_ok=True)
+    job = runs_dir / "slurm" / f"grid-{time.strftime('%Y%m%d-%H%M%S')}.sbatch"
+    job.write_text(script)
+    done = subprocess.run([sbatch, str(job)], capture_output=True, text=True)
+    if done.returncode:
+        print(f"lit-retrieval grid: {sbatch} {job} failed ({done.returncode}): {done.stderr.strip()}", file=sys.stderr)
+        return 1
+    match = SUBMITTED.search(done.stdout)
+    with (runs_dir / "slurm" / "submissions.jsonl").open("a") as log:
+        log.write(json.dumps({"job": match.group(1) if match else None, "script": str(job), "array": settings["ARRAY"],
+                              "time": time.time()}) + "\n")
+    print(f"submitted {len(pending)} task(s) ({settings['ARRAY']}) as job {match.group(1) if match else '?'}: {job}")
+    return 0
+
+
+def _slurm_overrides(values: dict[str, str]) -> dict[str, object]:
+    """Each task trains on NODES x GPUS (the template's defaults unless --set)."""
+    declared = template_variables(TEMPLATE.read_text())
+    return {"trainer.num_nodes": int(values.get("NODES", declared["NODES"])), "trainer.devices": int(values.get("GPUS", declared["GPUS"]))}
+
+
+def run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="lit-retrieval grid", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("plan", help="plan YAML (configs/plans/*.yaml)")
+    parser.add_argument("--out", required=True, help="runs folder: RUNS_DIR/<row>/seed<k>/")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--local", action="store_true", help="run here, one run after another (default)")
+    where.add_argument("--slurm", action="store_true", help="submit one Slurm job array (slurm/grid.sbatch)")
+    where.add_argument("--task", type=int, help=argparse.SUPPRESS)  # one array task (what grid.sbatch runs)
+    parser.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE", help="slurm/grid.sbatch variables (ACCOUNT, PARTITION, GPUS, TIME, ...)")
+    parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="config keys for every row, e.g. model.init_args.encoder.init_args.pretrained=/models/longclip-B.pt")
+    parser.add_argument("--max-parallel", type=int, default=64, help="--slurm: array tasks running at once")
+    parser.add_argument("--dry-run", action="store_true", help="resolve every row's configs and list the runs; write and run nothing")
+    parser.add_argument("--sbatch", default="sbatch", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    plan = load_plan(args.plan)
+    runs_dir = Path(args.out)
+    extra = {k: yaml.safe_load(v) for k, v in _pairs(args.override, "--override").items()}
+    values = _pairs(args.set, "--set")
+    if args.slurm:
+        extra = {**_slurm_overrides(values), **extra}
+    runs = plan.runs()
+    if args.task is not None:
+        if not 0 <= args.task < len(runs):
+            raise UsageError(args.plan, f"task {args.task} out of range: the plan has {len(runs)} runs")
+        signal.signal(signal.SIGUSR1, lambda *_: None)  # Slurm's requeue signal is for the fit below, not this process
+        folder = runs[args.task].folder(runs_dir)
+        if not (folder / "run.json").exists():
+            raise UsageError(str(folder), "not prepared: `lit-retrieval grid PLAN --out RUNS_DIR --slurm` writes it before submitting")
+        return execute(folder)
+    pending = [r for r in runs if status(r.folder(runs_dir)) != "done"]
+    print(f"{plan.title}: {len(runs)} runs ({len(plan.rows)} rows x {len(plan.seeds)} seeds), {len(runs) - len(pending)} finished")
+    resolved: dict = {}
+    for run_ in runs:
+        steps = prepare(plan, run_, runs_dir, extra, resolved, write=not args.dry_run and run_ in pending)
+        state = status(run_.folder(runs_dir))
+        if args.dry_run:
+            shown = " && ".join(f"lit-retrieval {' '.join(s)}" for s in (steps["fit"], steps["evaluate"]) if s)
+            print(f"[{run_.index}] {run_.row.name} seed {run_.seed}: {state}\n    {shown}")
+    if args.dry_run or not pending:
+        return 0
+    _record(runs_dir, plan)
+    if args.slurm:
+        return _submit(plan, runs_dir, pending, values, args.sbatch, args.max_parallel)
+    failures = 0
+    for run_ in pending:
+        print(f"[{run_.index}] {run_.row.name} seed {run_.seed} ...", flush=True)
+        code = execute(run_.folder(runs_dir))
+        print(f"[{run_.index}] {run_.row.name} seed {run_.seed}: {'done' if code == 0 else f'failed ({code})'}", flush=True)
+        failures += code != 0
+    return 1 if failures else 0

@@ -1,0 +1,1 @@
+"""Paper tables as grids of runs: plans (`plan`), run folders (`runs`) and seed statistics (`report`)."""

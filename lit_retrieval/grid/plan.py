@@ -1,0 +1,197 @@
+"""Plans: a paper table as rows (label, config files, overrides) x seeds, the metrics to report and,
+optionally, the paper's published numbers (`lit-retrieval grid` runs a plan, `report` tabulates it).
+
+    title: "MELON Tab. 2"
+    seeds: [0, 1, 2]
+    configs: [configs/melon/train.yaml, configs/melon/data/melon.yaml]   # before every row's configs
+    overrides: {trainer.max_epochs: 10}                                  # after every row's overrides
+    evaluate: test                  # `test` (metrics.json) or `uvrb` (results.json); default test
+    checkpoint: "last*.ckpt"        # the checkpoint evaluated (glob in the run folder); e.g. best*.ckpt
+    uvrb: {tasks: configs/uvrb/uvrb.yaml, args: [--device, cuda]}        # with evaluate: uvrb
+    metrics: [t2v/R@1, v2t/R@1]
+    published: published/melon_tab2.yaml                                 # relative to the plan file
+    rows:
+      - {name: clip4clip, label: CLIP4Clip, configs: [configs/melon/heads/clip4clip.yaml, ...],
+         overrides: {...}, test_configs: [...], test_overrides: {...}}
+      - {name: gve3b, label: GVE-3B, model: /models/GVE-3B}              # evaluate a model, no training
+
+Config paths are relative to the directory the command runs in (the repository root), like
+`lit-retrieval fit --config`; `published` is relative to the plan file. Overrides are LightningCLI
+keys (`model.init_args.mea.weight`) with YAML values.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lit_retrieval.errors import UsageError
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+EVALUATIONS = ("test", "uvrb")
+PLAN_KEYS = {"title", "source", "seeds", "configs", "overrides", "evaluate", "checkpoint", "uvrb", "metrics", "published", "rows"}
+ROW_KEYS = {"name", "label", "configs", "overrides", "test_configs", "test_overrides", "model"}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One table row: `name` names its run folders, `label` is what the table shows."""
+
+    name: str
+    label: str
+    configs: list[str]
+    overrides: dict[str, Any] = field(default_factory=dict)
+    test_configs: list[str] = field(default_factory=list)
+    test_overrides: dict[str, Any] = field(default_factory=dict)
+    model: str | None = None  # evaluate this model directory as it is (no `fit`)
+
+    @property
+    def trains(self) -> bool:
+        return self.model is None
+
+
+@dataclass(frozen=True)
+class Run:
+    """One row x seed; `index` is its Slurm array task id (row-major over the plan's rows and seeds)."""
+
+    index: int
+    row: Row
+    seed: int
+
+    def folder(self, runs_dir: str | Path) -> Path:
+        return Path(runs_dir) / self.row.name / f"seed{self.seed}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    path: Path
+    title: str
+    seeds: list[int]
+    rows: list[Row]
+    metrics: list[str]
+    evaluate: str = "test"
+    checkpoint: str = "last*.ckpt"
+    uvrb_tasks: str = "configs/uvrb/uvrb.yaml"
+    uvrb_args: list[str] = field(default_factory=list)
+    published: Path | None = None
+    source: str = ""
+
+    def runs(self) -> list[Run]:
+        return [Run(i * len(self.seeds) + j, row, seed) for i, row in enumerate(self.rows) for j, seed in enumerate(self.seeds)]
+
+    def row(self, name: str) -> Row | None:
+        return next((r for r in self.rows if r.name == name), None)
+
+
+def _strings(value: Any, where: str, path: Path) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise UsageError(str(path), f"{where} must be a list of strings, got {value!r}")
+    return list(value)
+
+
+def _mapping(value: Any, where: str, path: Path) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise UsageError(str(path), f"{where} must be a mapping of config keys to values, got {value!r}")
+    return dict(value)
+
+
+def _row(raw: Any, number: int, common_configs: list[str], common_overrides: dict[str, Any], path: Path) -> Row:
+    where = f"rows[{number}]"
+    if not isinstance(raw, dict):
+        raise UsageError(str(path), f"{where} must be a mapping, got {raw!r}")
+    unknown = set(raw) - ROW_KEYS
+    if unknown:
+        raise UsageError(str(path), f"{where}: unknown key(s) {sorted(unknown)}; a row takes {sorted(ROW_KEYS)}")
+    name = raw.get("name")
+    if not isinstance(name, str) or not NAME.match(name):
+        raise UsageError(str(path), f"{where}: 'name' must be a folder name (letters, digits, _ . -), got {name!r}")
+    model = raw.get("model")
+    configs = _strings(raw.get("configs"), f"{where}.configs", path)
+    if model is not None and configs:
+        raise UsageError(str(path), f"{where} ({name}): a row evaluates either a 'model' or trains from 'configs', not both")
+    return Row(
+        name=name,
+        label=str(raw.get("label", name)),
+        configs=[] if model is not None else common_configs + configs,
+        overrides={**common_overrides, **_mapping(raw.get("overrides"), f"{where}.overrides", path)},
+        test_configs=_strings(raw.get("test_configs"), f"{where}.test_configs", path),
+        test_overrides=_mapping(raw.get("test_overrides"), f"{where}.test_overrides", path),
+        model=None if model is None else str(model),
+    )
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Read and check a plan; any mistake is a `UsageError` naming the file and the entry."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise UsageError(str(path), f"not valid YAML: {err}") from None
+    if not isinstance(raw, dict):
+        raise UsageError(str(path), "a plan is a mapping with 'seeds', 'metrics' and 'rows'")
+    unknown = set(raw) - PLAN_KEYS
+    if unknown:
+        raise UsageError(str(path), f"unknown key(s) {sorted(unknown)}; a plan takes {sorted(PLAN_KEYS)}")
+    seeds = raw.get("seeds", [0])
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+        raise UsageError(str(path), f"'seeds' must be a non-empty list of integers, got {seeds!r}")
+    if len(set(seeds)) != len(seeds):
+        raise UsageError(str(path), f"'seeds' repeats a seed: {seeds}")
+    evaluate = raw.get("evaluate", "test")
+    if evaluate not in EVALUATIONS:
+        raise UsageError(str(path), f"'evaluate' must be one of {list(EVALUATIONS)}, got {evaluate!r}")
+    uvrb = _mapping(raw.get("uvrb"), "uvrb", path)
+    metrics = _strings(raw.get("metrics"), "metrics", path)
+    if not metrics:
+        raise UsageError(str(path), "'metrics' must name at least one metric key (e.g. t2v/R@1)")
+    configs = _strings(raw.get("configs"), "configs", path)
+    overrides = _mapping(raw.get("overrides"), "overrides", path)
+    rows_raw = raw.get("rows")
+    if not isinstance(rows_raw, list) or not rows_raw:
+        raise UsageError(str(path), "'rows' must be a non-empty list")
+    rows = [_row(r, i, configs, overrides, path) for i, r in enumerate(rows_raw)]
+    names = [r.name for r in rows]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise UsageError(str(path), f"row names must be unique (they name the run folders); repeated: {repeated}")
+    if evaluate == "test" and any(not r.trains for r in rows):
+        raise UsageError(str(path), "a row with 'model' (no training) needs 'evaluate: uvrb'")
+    published = raw.get("published")
+    return Plan(
+        path=path,
+        title=str(raw.get("title", path.stem)),
+        source=str(raw.get("source", "")),
+        seeds=seeds,
+        rows=rows,
+        metrics=metrics,
+        evaluate=evaluate,
+        checkpoint=str(raw.get("checkpoint", "last*.ckpt")),
+        uvrb_tasks=str(uvrb.get("tasks", "configs/uvrb/uvrb.yaml")),
+        uvrb_args=_strings(uvrb.get("args"), "uvrb.args", path),
+        published=None if published is None else path.parent / str(published),
+    )
+
+
+def load_published(path: Path) -> dict[str, dict[str, float]]:
+    """A published-numbers file: `{table, page, rows: {row name: {metric: value}}}` -> the rows.
+    `table` and `page` (where in the paper the numbers are printed) are required."""
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise UsageError(str(path), f"cannot read the published numbers: {err}") from None
+    if not isinstance(raw, dict) or not raw.get("table") or not raw.get("page") or not isinstance(raw.get("rows"), dict):
+        raise UsageError(str(path), "published numbers need 'table', 'page' (where they are printed) and 'rows'")
+    rows = {}
+    for name, values in raw["rows"].items():
+        if not isinstance(values, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values.values()):
+            raise UsageError(str(path), f"row {name!r}: expected {{metric: number}}, got {values!r}")
+        rows[str(name)] = {str(k): float(v) for k, v in values.items()}
+    return rows

@@ -1,0 +1,151 @@
+"""Seed statistics of a grid's runs: mean and sample standard deviation (ddof = 1, Bessel's
+correction; `statistics.stdev`) per row and metric over the seeds that finished, the number of
+seeds found against the number planned, and the paper's published numbers with the difference.
+
+A row with fewer finished seeds than planned is marked `incomplete` in every table (its mean is
+over the seeds found, and the seed count says how many); a row with one seed has no std (blank).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from lit_retrieval.grid.plan import Plan, load_published
+from lit_retrieval.grid.runs import run_metrics, status
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One row x metric: the values of the finished seeds (in seed order) and their statistics."""
+
+    values: list[float]
+
+    @property
+    def mean(self) -> float:
+        return statistics.mean(self.values) if self.values else math.nan
+
+    @property
+    def std(self) -> float:
+        return statistics.stdev(self.values) if len(self.values) > 1 else math.nan
+
+
+@dataclass(frozen=True)
+class RowResult:
+    name: str
+    label: str
+    seeds_found: list[int]
+    seeds_planned: list[int]
+    cells: dict[str, Cell]
+    published: dict[str, float]
+
+    @property
+    def complete(self) -> bool:
+        return set(self.seeds_found) == set(self.seeds_planned)
+
+
+def collect(plan: Plan, runs_dir: Path) -> list[RowResult]:
+    """Every plan row's finished runs under `runs_dir`; a metric a run lacks is a `KeyError` naming it."""
+    published = load_published(plan.published) if plan.published else {}
+    results = []
+    for row in plan.rows:
+        found = [s for s in plan.seeds if status(Path(runs_dir) / row.name / f"seed{s}") == "done"]
+        per_seed = [run_metrics(Path(runs_dir) / row.name / f"seed{s}") for s in found]
+        cells = {}
+        for metric in plan.metrics:
+            missing = [s for s, m in zip(found, per_seed) if metric not in m]
+            if missing:
+                raise KeyError(f"{runs_dir}/{row.name}: seed(s) {missing} have no metric {metric!r}")
+            cells[metric] = Cell([m[metric] for m in per_seed])
+        results.append(RowResult(row.name, row.label, found, list(plan.seeds), cells, published.get(row.name, {})))
+    return results
+
+
+def _number(value: float, digits: int) -> str:
+    return "" if math.isnan(value) else f"{value:.{digits}f}"
+
+
+def _seeds(row: RowResult) -> str:
+    return f"{len(row.seeds_found)}/{len(row.seeds_planned)}" + ("" if row.complete else " incomplete")
+
+
+def markdown(plan: Plan, rows: list[RowResult], digits: int = 2) -> str:
+    """The measured table (mean ± std, seeds found) and, where published numbers exist, measured vs
+    paper with measured − paper."""
+    lines = [f"# {plan.title}", "", f"Mean ± sample standard deviation (ddof = 1) over seeds {plan.seeds}; "
+             "`incomplete`: fewer seeds finished than planned (mean over those found).", ""]
+    lines += ["| row | seeds | " + " | ".join(plan.metrics) + " |", "|---|---|" + "---|" * len(plan.metrics)]
+    for row in rows:
+        cells = []
+        for metric in plan.metrics:
+            cell = row.cells[metric]
+            cells.append("" if not cell.values else _number(cell.mean, digits) + (f" ± {_number(cell.std, digits)}" if cell.values[1:] else ""))
+        lines.append(f"| {row.label} | {_seeds(row)} | " + " | ".join(cells) + " |")
+    if any(row.published for row in rows):
+        lines += ["", f"## Measured vs published ({plan.source or plan.published})", "",
+                  "Each cell: measured mean / paper (measured − paper).", ""]
+        lines += ["| row | seeds | " + " | ".join(plan.metrics) + " |", "|---|---|" + "---|" * len(plan.metrics)]
+        for row in rows:
+            cells = []
+            for metric in plan.metrics:
+                mean, paper = row.cells[metric].mean, row.published.get(metric)
+                if paper is None:
+                    cells.append(_number(mean, digits))
+                elif math.isnan(mean):
+                    cells.append(f"– / {paper:g}")
+                else:
+                    cells.append(f"{mean:.{digits}f} / {paper:g} ({mean - paper:+.{digits}f})")
+            lines.append(f"| {row.label} | {_seeds(row)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_csv(rows: list[RowResult], metrics: list[str], path: Path) -> None:
+    """One line per row x metric: seeds, mean, std, every seed's value, published and difference."""
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["row", "label", "metric", "seeds_found", "seeds_planned", "complete", "mean", "std_ddof1",
+                         "values", "published", "difference"])
+        for row in rows:
+            for metric in metrics:
+                cell, paper = row.cells[metric], row.published.get(metric)
+                difference = "" if paper is None or not cell.values else repr(cell.mean - paper)
+                writer.writerow([row.name, row.label, metric, len(row.seeds_found), len(row.seeds_planned), row.complete,
+                                 "" if not cell.values else repr(cell.mean), "" if math.isnan(cell.std) else repr(cell.std),
+                                 " ".join(repr(v) for v in cell.values), "" if paper is None else paper, difference])
+
+
+def plot(plan: Plan, rows: list[RowResult], path: Path) -> None:
+    """One panel per metric: a bar per row (mean, error bar ± std; hatched if incomplete) and the
+    published number as a black marker."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    count = len(plan.metrics)
+    cols = min(count, 3)
+    fig, axes = plt.subplots((count + cols - 1) // cols, cols, figsize=(1.2 + 0.55 * len(rows) * cols + 2 * cols, 3.6 * ((count + cols - 1) // cols)),
+                             squeeze=False)
+    positions = list(range(len(rows)))
+    for ax, metric in zip(axes.flat, plan.metrics):
+        means = [row.cells[metric].mean for row in rows]
+        stds = [0.0 if math.isnan(row.cells[metric].std) else row.cells[metric].std for row in rows]
+        bars = ax.bar(positions, [0.0 if math.isnan(m) else m for m in means], yerr=stds, capsize=3, color="tab:blue")
+        for bar, row in zip(bars, rows):
+            if not row.complete:
+                bar.set_hatch("//")
+        paper = [(i, row.published[metric]) for i, row in enumerate(rows) if metric in row.published]
+        if paper:
+            ax.scatter([i for i, _ in paper], [v for _, v in paper], color="black", marker="_", s=300, zorder=3, label="paper")
+            ax.legend(loc="lower right", fontsize=7)
+        ax.set_title(metric)
+        ax.set_xticks(positions, [row.label for row in rows], rotation=45, ha="right", fontsize=7)
+    for ax in list(axes.flat)[count:]:
+        ax.axis("off")
+    fig.suptitle(f"{plan.title} (mean ± std over seeds)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

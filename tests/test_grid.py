@@ -1,0 +1,210 @@
+"""`lit-retrieval grid` and `report`: every shipped plan parses and its rows resolve with the real CLI
+parser; a two-row x two-seed plan over the synthetic corpus runs end to end with --local (real
+`fit` and `test` subprocesses) and its report equals mean / sample stdev computed here from the
+runs' own metrics.json files; --slurm renders and submits one array under a fake `sbatch`/`srun`."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import statistics
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fit_configs import clean_launch_env, clip_fit_config
+from lit_retrieval.commands import run_command
+from lit_retrieval.commands.slurm import render_template
+from lit_retrieval.errors import UsageError
+from lit_retrieval.grid.plan import load_plan, load_published
+
+ROOT = Path(__file__).resolve().parents[1]
+PLANS = sorted((ROOT / "configs" / "plans").glob("*.yaml"))
+METRICS = ["t2v/R@1", "t2v/R@5", "v2t/R@1", "t2v/MnR"]
+
+
+def test_every_shipped_plan_parses_and_dry_runs(monkeypatch, capsys, tmp_path):
+    """Each plan's rows resolve through `fit --print_config` (dry run: nothing written); each
+    published-numbers file names its table and place and only rows and metrics of its plan."""
+    monkeypatch.chdir(ROOT)
+    assert len(PLANS) >= 9
+    for path in PLANS:
+        plan = load_plan(path)
+        for row in plan.rows:
+            assert all((ROOT / c).is_file() for c in row.configs + row.test_configs), (path, row.name)
+        assert run_command("grid", [str(path), "--out", str(tmp_path / path.stem), "--dry-run"]) == 0
+        out = capsys.readouterr().out
+        assert all(f"] {row.name} seed {plan.seeds[0]}: pending" in out for row in plan.rows), path
+        assert not (tmp_path / path.stem).exists()
+        if plan.published:
+            published = load_published(plan.published)
+            assert set(published) <= {r.name for r in plan.rows}, path
+            assert all(set(values) <= set(plan.metrics) for values in published.values()), path
+
+
+def test_melon_tab2_published_numbers_match_the_paper_text():
+    """A few cells re-read from the seed paper's Tab. 2 / Tab. 4 text (MELON Sec. 5.2, 5.3)."""
+    tab2 = load_published(ROOT / "configs" / "plans" / "published" / "melon_tab2.yaml")
+    assert tab2["clip4clip"]["t2v/R@1"] == 52.7 and tab2["pau_mea"]["t2v/R@1"] == 55.4
+    assert tab2["mevtr"]["v2t/MnR"] == 18.1 and tab2["xclip_mea"]["v2t/Rsum"] == 228.4
+    tab4 = load_published(ROOT / "configs" / "plans" / "published" / "melon_tab4.yaml")
+    assert tab4["didemo_tempme_mea"]["v2t/R@1"] == 52.5 and tab4["anet_clip4clip"]["t2v/R@10"] == 84.8
+
+
+def test_plan_errors_name_the_file_and_entry(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"seeds": [0], "metrics": ["t2v/R@1"], "rows": [{"name": "a b", "configs": []}]}))
+    with pytest.raises(UsageError, match=r"bad.yaml: rows\[0\]: 'name' must be a folder name"):
+        load_plan(bad)
+    bad.write_text(yaml.safe_dump({"seeds": [0, 0], "metrics": ["x"], "rows": [{"name": "a"}]}))
+    with pytest.raises(UsageError, match="repeats a seed"):
+        load_plan(bad)
+    bad.write_text(yaml.safe_dump({"seeds": [0], "metrics": ["x"], "rows": [{"name": "a", "configs": ["nowhere.yaml"]}]}))
+    with pytest.raises(UsageError, match=r"row 'a'.*not found: \['nowhere.yaml'\]"):
+        run_command("grid", [str(bad), "--out", str(tmp_path / "r"), "--dry-run"])
+
+
+@pytest.fixture(scope="module")
+def local_grid(tmp_path_factory, tiny_clip, corpus):
+    """The two-row (meanP, meanP + MEA) x two-seed plan, run with --local in a fresh folder whose
+    base config keeps its own run folder (runs/base) that the grid must move per run."""
+    work = tmp_path_factory.mktemp("grid")
+    base = clip_fit_config(tiny_clip, corpus, {
+        "devices": 1, "max_epochs": 1, "limit_train_batches": 2, "limit_val_batches": 0, "default_root_dir": "runs/base",
+        "enable_progress_bar": False, "enable_model_summary": False,
+        "logger": {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": "runs/base", "name": "logs", "version": "fit"}},
+        "callbacks": [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                       "init_args": {"dirpath": "runs/base/checkpoints", "save_last": True, "save_top_k": 0}}],
+    }, data={"min_events": 2})
+    (work / "base.yaml").write_text(yaml.safe_dump(base))
+    plan = {"title": "synthetic MEA", "seeds": [0, 1], "configs": ["base.yaml"], "metrics": METRICS,
+            "published": "paper.yaml",
+            "rows": [{"name": "meanp", "label": "meanP"},
+                     {"name": "meanp_mea", "label": "meanP + MEA", "overrides": {"model.init_args.mea": {"weight": 0.5}}}]}
+    (work / "plan.yaml").write_text(yaml.safe_dump(plan))
+    (work / "paper.yaml").write_text(yaml.safe_dump({"table": "test", "page": "none", "rows": {"meanp": {"t2v/R@1": 10.0}}}))
+    previous, env = os.getcwd(), os.environ.copy()
+    os.chdir(work)
+    os.environ.clear()
+    os.environ.update(clean_launch_env(str(ROOT / "tests")))
+    try:
+        assert run_command("grid", ["plan.yaml", "--out", "runs/grid", "--local"]) == 0
+    finally:
+        os.chdir(previous)
+        os.environ.clear()
+        os.environ.update(env)
+    return work
+
+
+def _test_metrics(run: Path) -> dict:
+    """The run's own test metrics, found by walking its folder (not through the grid's done.json)."""
+    found = [json.loads(p.read_text())["test"] for p in run.rglob("metrics.json") if "test" in json.loads(p.read_text())]
+    assert len(found) == 1, run
+    return found[0]
+
+
+def test_local_grid_runs_each_seed_in_its_own_folder(local_grid):
+    runs = local_grid / "runs" / "grid"
+    for row in ("meanp", "meanp_mea"):
+        for seed in (0, 1):
+            run = runs / row / f"seed{seed}"
+            config = yaml.safe_load((run / "config.yaml").read_text())
+            assert config["seed_everything"] == seed and config["trainer"]["default_root_dir"] == str(run.relative_to(local_grid))
+            assert config["trainer"]["callbacks"][0]["init_args"]["dirpath"] == f"runs/grid/{row}/seed{seed}/checkpoints"
+            assert (config["model"]["init_args"].get("mea") or {}).get("weight") == (0.5 if row == "meanp_mea" else None)
+            assert (run / "checkpoints" / "last.ckpt").is_file() and (run / "done.json").is_file()
+            assert json.loads((run / "done.json").read_text())["metrics"] == "logs/test/metrics.json"
+    assert not (local_grid / "runs" / "base").exists()
+
+
+def test_report_means_and_stds_equal_the_runs_metrics(local_grid, capsys):
+    runs = local_grid / "runs" / "grid"
+    out = local_grid / "report"
+    assert run_command("report", [str(runs), "--out", str(out), "--plan", str(local_grid / "plan.yaml")]) == 0
+    table = {(r["row"], r["metric"]): r for r in csv.DictReader((out / "report.csv").open())}
+    for row in ("meanp", "meanp_mea"):
+        per_seed = [_test_metrics(runs / row / f"seed{s}") for s in (0, 1)]
+        for metric in METRICS:
+            values = [m[metric] for m in per_seed]
+            line = table[(row, metric)]
+            assert float(line["mean"]) == pytest.approx(statistics.mean(values), abs=1e-12)
+            assert float(line["std_ddof1"]) == pytest.approx(statistics.stdev(values), abs=1e-12)
+            assert line["seeds_found"] == "2" and line["complete"] == "True"
+    paper = table[("meanp", "t2v/R@1")]
+    assert float(paper["difference"]) == pytest.approx(float(paper["mean"]) - 10.0)
+    text = (out / "report.md").read_text()
+    r1 = [m["t2v/R@1"] for m in (_test_metrics(runs / "meanp" / f"seed{s}") for s in (0, 1))]
+    assert f"| meanP | 2/2 | {statistics.mean(r1):.2f} ± {statistics.stdev(r1):.2f} |" in text
+    assert "Measured vs published" in text and (out / "report.png").stat().st_size > 0
+
+
+def test_rerun_skips_finished_runs_and_missing_seeds_are_marked(local_grid, tmp_path, monkeypatch):
+    work = tmp_path / "work"
+    shutil.copytree(local_grid, work, symlinks=True)
+    monkeypatch.chdir(work)
+    runs = Path("runs/grid")
+    (runs / "meanp_mea" / "seed1" / "done.json").unlink()  # fit.done stays: only `test` runs again
+    assert run_command("report", [str(runs), "--out", "rep", "--plan", "plan.yaml"]) == 0
+    lines = (Path("rep") / "report.md").read_text().splitlines()
+    assert any(line.startswith("| meanP + MEA | 1/2 incomplete |") for line in lines)
+    before = {p: p.stat().st_size for p in runs.rglob("*.log")}
+    for key in [k for k in os.environ if k.startswith(("SLURM_", "MASTER_", "PL_")) or k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")]:
+        monkeypatch.delenv(key)
+    assert run_command("grid", ["plan.yaml", "--out", str(runs), "--local"]) == 0
+    grown = {p for p in runs.rglob("*.log") if p.stat().st_size != before.get(p)}
+    assert grown == {runs / "meanp_mea" / "seed1" / "test.log"}
+    assert (runs / "meanp_mea" / "seed1" / "done.json").is_file()
+
+
+def fake_slurm(tmp_path: Path) -> dict[str, str]:
+    """`sbatch` that records its arguments and answers like Slurm; `srun` that records its own."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text(f'#!/bin/bash\necho "$@" >> "{tmp_path}/sbatch.log"\necho "Submitted batch job 777"\n')
+    (bin_dir / "srun").write_text(f'#!/bin/bash\necho "$@" >> "{tmp_path}/srun.log"\n')
+    for tool in ("sbatch", "srun"):
+        (bin_dir / tool).chmod(0o755)
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin" / "activate").write_text("")
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_ARRAY_TASK_ID": "2", "SLURM_ARRAY_JOB_ID": "777",
+            "SLURM_JOB_NODELIST": "gpu01"}
+
+
+def test_slurm_submits_one_array_of_the_unfinished_runs(local_grid, tmp_path, monkeypatch):
+    work = tmp_path / "work"
+    shutil.copytree(local_grid, work, symlinks=True)
+    monkeypatch.chdir(work)
+    env = fake_slurm(tmp_path)
+    monkeypatch.setenv("PATH", env["PATH"])
+    runs = Path("runs/grid")
+    for run in ("meanp/seed1", "meanp_mea/seed0"):
+        (runs / run / "done.json").unlink()
+    args = ["plan.yaml", "--out", str(runs), "--slurm", "--set", "ACCOUNT=proj", "PARTITION=a100", "GPUS=2", "TIME=02:00:00",
+            f"VENV={tmp_path / 'venv'}"]
+    assert run_command("grid", args) == 0
+    submitted = (tmp_path / "sbatch.log").read_text().split()
+    script = Path(submitted[-1]).read_text()
+    assert "#SBATCH --array=1-2%64" in script and "#SBATCH --requeue" in script and "#SBATCH --signal=SIGUSR1@300" in script
+    assert "#SBATCH --ntasks-per-node=2" in script and "#SBATCH --gres=gpu:2" in script and "#SBATCH --time=02:00:00" in script
+    config = yaml.safe_load((runs / "meanp" / "seed1" / "config.yaml").read_text())
+    assert config["trainer"]["devices"] == 2 and config["trainer"]["num_nodes"] == 1
+    finished = yaml.safe_load((runs / "meanp" / "seed0" / "config.yaml").read_text())
+    assert finished["trainer"]["devices"] == 1  # a finished run keeps the config it ran with
+    record = json.loads((runs / "slurm" / "submissions.jsonl").read_text().splitlines()[-1])
+    assert record["job"] == "777" and record["array"] == "1-2%64"
+    subprocess.run(["bash", submitted[-1]], env=env, check=True, capture_output=True)  # the array task under a fake srun
+    srun = (tmp_path / "srun.log").read_text().split()
+    assert srun == ["--kill-on-bad-exit=1", "lit-retrieval", "grid", str((work / "plan.yaml").resolve()), "--out",
+                    str(runs.resolve()), "--task", "2"]
+
+
+def test_grid_template_renders_and_rejects_unknown_variables():
+    text = (ROOT / "slurm" / "grid.sbatch").read_text()
+    script = render_template(text, {"PLAN": "p.yaml", "RUNS_DIR": "r", "ARRAY": "0-5%64", "ACCOUNT": "a", "PARTITION": "p"})
+    assert "#SBATCH --array=0-5%64" in script and 'grid "p.yaml" --out "r" --task "$SLURM_ARRAY_TASK_ID"' in script
+    with pytest.raises(ValueError, match="unknown variable"):
+        render_template(text, {"PLAN": "p", "RUNS_DIR": "r", "ARRAY": "0", "ACCOUNT": "a", "PARTITION": "p", "GPU": "1"})
