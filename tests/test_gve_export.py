@@ -69,6 +69,7 @@ def plain_transformers_embeddings(path, batch) -> torch.Tensor:
     return F.normalize(hidden[:, -1].float(), dim=-1)
 
 
+@pytest.mark.slow
 def test_exported_directory_loads_with_plain_transformers_and_embeds_as_the_module(trained, corpus, tmp_path):
     from lit_retrieval.search.loading import instantiate_module, load_checkpoint_weights
 
@@ -96,6 +97,7 @@ def test_exported_directory_loads_with_plain_transformers_and_embeds_as_the_modu
     torch.testing.assert_close(plain_transformers_embeddings(again, batch), expected, atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 def test_exported_files_follow_the_released_qwen25vl_layout(trained, tmp_path):
     """What transformers 4.5x needs (the layout of the released Qwen2.5-VL / GVE hub configs)."""
     out = tmp_path / "export"
@@ -126,14 +128,14 @@ def test_exported_files_follow_the_released_qwen25vl_layout(trained, tmp_path):
     assert model.config.text_config.rope_parameters["mrope_section"] == [2, 1, 1]
 
 
-def test_bad_inputs_are_refused(trained, tmp_path):
+def test_bad_inputs_are_refused(tmp_path):
     with pytest.raises(UsageError, match="DeepSpeed"):
         run_command("export-gve", [str(tmp_path), str(tmp_path / "out")])
+    bare = tmp_path / "bare.ckpt"
+    torch.save({"state_dict": {}}, bare)
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("x")
     with pytest.raises(UsageError, match="not an empty directory"):
-        run_command("export-gve", [str(trained["ckpt"]), str(tmp_path / "full")])
-    bare = tmp_path / "bare.ckpt"
-    torch.save({"state_dict": {}}, bare)
+        run_command("export-gve", [str(bare), str(tmp_path / "full")])
     with pytest.raises(UsageError, match="--config"):
         run_command("export-gve", [str(bare), str(tmp_path / "out")])
