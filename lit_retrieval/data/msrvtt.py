@@ -8,7 +8,9 @@ Records: every caption of a training video is its own training record (CLIP4Clip
 `expand_msrvtt_sentences`); SALI holds out 10% of the training videos as validation
 (`val_fraction`, seeded), each with its first caption; the 1k-A test records take the CSV's
 caption. Video files are `{video_id}{video_ext}` under the video root; the duration is the
-clip's `end time - start time`.
+clip's `end time - start time` (positive and finite, else a bad record). A `video_id` listed twice
+(in `videos`, the train CSV or the test CSV) is a bad record, not deduplicated: a test video
+listed twice would stand twice in the gallery.
 """
 
 from __future__ import annotations

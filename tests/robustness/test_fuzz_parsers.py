@@ -80,7 +80,8 @@ def written(folder: str, name: str, content: bytes | str) -> Path:
 # -- canonical -------------------------------------------------------------------------------------
 
 event_shapes = near({"description": "a dog", "start": 0.0, "end": 5.0, "intervals": [[0.0, 5.0]], "theme": "x", "event_id": "e"})
-canonical_videos = near({**canonical_video(), "cuts": [1.0]}) | st.builds(lambda events, base: {**base, "events": events}, st.lists(event_shapes, max_size=3), near(canonical_video()))
+with_events = st.builds(lambda events, base: {**base, "events": events}, st.lists(event_shapes, max_size=3), near(canonical_video()))
+canonical_videos = near({**canonical_video(), "cuts": [1.0]}) | with_events
 
 
 @FUZZ
