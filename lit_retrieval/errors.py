@@ -72,7 +72,9 @@ def input_error_line(err: BaseException) -> str | None:
         lines = [line.strip() for line in text.splitlines() if line.strip()]
         match = _TRACEBACK_LAST_LINE.match(lines[-1])
         text = match.group(1) if match else lines[-1]
-    elif isinstance(err, OSError) and not isinstance(err, InputError) and (err.filename is not None or isinstance(err, _PATH_ERRORS)):
+    elif isinstance(err, OSError) and not isinstance(err, InputError):
+        if err.filename is None and not isinstance(err, _PATH_ERRORS):
+            return None
         text = f"{err.filename}: {err.strerror or type(err).__name__}" if err.filename is not None else str(err)
     elif not isinstance(err, InputError):
         return None
