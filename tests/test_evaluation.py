@@ -9,14 +9,17 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+import yaml
 
 from lit_retrieval.callbacks.metrics_report import MetricsReport
+from lit_retrieval.cli import main
 from lit_retrieval.data import MultiEventDataModule
 from lit_retrieval.models.encoders import CLIPEncoder
 from lit_retrieval.models.heads import MeanPHead
 from lit_retrieval.models.heads.base import SimilarityHead
 from lit_retrieval.modules import DualEncoderRetrieval
 from lit_retrieval.modules.evaluation import EvaluationConfig, NothingToEvaluateError, RetrievalEvaluator
+from fit_configs import clip_fit_config
 from media import write_noise_video
 
 # 3 queries x 4 videos; query i describes video i, video 3 has no query.
@@ -154,8 +157,20 @@ def test_skipped_test_videos_are_counted_in_metrics_and_table(tmp_path, tiny_cli
     assert "1 video skipped as undecodable" in capsys.readouterr().out
 
 
-def test_an_evaluation_with_nothing_to_evaluate_fails_clearly(tmp_path, tiny_clip):
+def test_an_evaluation_with_nothing_to_evaluate_fails_clearly(tmp_path, tiny_clip, corpus, capsys):
     annotation = noise_corpus(tmp_path / "data", num_test=3, corrupt=3)
     module = DualEncoderRetrieval(CLIPEncoder(pretrained=str(tiny_clip)), MeanPHead())
-    with pytest.raises(NothingToEvaluateError, match="test: nothing could be evaluated: all 3 videos were skipped as undecodable"):
+    with pytest.raises(NothingToEvaluateError, match="test split: nothing could be evaluated: all 3 videos were skipped as undecodable"):
         eval_trainer(tmp_path / "run").test(module, skip_data(annotation), verbose=False)
+    # the command line: one line on stderr, exit status 2, no metrics written
+    trainer = {"logger": False, "enable_progress_bar": False, "default_root_dir": str(tmp_path / "cli")}
+    config = clip_fit_config(tiny_clip, corpus, trainer, data={"annotation": str(annotation), "on_bad_video": "skip", "num_workers": 0})
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["test", "--config", str(tmp_path / "config.yaml")])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lit-retrieval")]
+    assert exit_info.value.code == 2 and lines == [
+        "lit-retrieval test: test split: nothing could be evaluated: all 3 videos were skipped as undecodable (data.on_bad_video: skip)"
+    ]
+    assert not list((tmp_path / "cli").rglob("metrics.json"))

@@ -34,6 +34,7 @@ import torch
 from lit_retrieval.data.queries import QueryMode, concat_query, reorder_events
 from lit_retrieval.data.spans import SpanSplitter
 from lit_retrieval.distributed import gather_objects, gather_variable
+from lit_retrieval.errors import InputError
 from lit_retrieval.metrics.analyses import EvalAnalyses, avg_event_hits, avg_event_metrics, sliced_metrics
 from lit_retrieval.metrics.ranking import Ties, text_to_video_ranks
 from lit_retrieval.metrics.relational import RelationalEval, relational_metrics
@@ -45,8 +46,9 @@ SCORE_IDS_FILE = "scores_ids.json"
 ScoreFn = Callable[[Any, Any], torch.Tensor]
 
 
-class NothingToEvaluateError(RuntimeError):
-    """An evaluation stage without a single query (every video skipped, or an empty split)."""
+class NothingToEvaluateError(InputError, RuntimeError):
+    """An evaluation stage without a single query (every video skipped, or an empty split); the
+    command line reports it as one line."""
 
 
 @dataclass
@@ -184,8 +186,8 @@ class RetrievalEvaluator:
         totals = gather_variable(model, torch.tensor([[sum(len(b.index) for b in batches), skipped]], device=model.device)).sum(0)
         queries, skipped = int(totals[0]), int(totals[1])
         if queries == 0:
-            reason = f"all {skipped} videos were skipped as undecodable" if skipped else "the split has no videos"
-            raise NothingToEvaluateError(f"{stage}: nothing could be evaluated: {reason}")
+            reason = f"all {skipped} videos were skipped as undecodable (data.on_bad_video: skip)" if skipped else "the split has no videos"
+            raise NothingToEvaluateError(f"{stage} split: nothing could be evaluated: {reason}")
         if not batches:
             return {}
         head: SimilarityHead = model.head
