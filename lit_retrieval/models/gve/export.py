@@ -23,7 +23,8 @@ from typing import Any
 
 from torch import nn
 
-TEXT_ONLY_FIELDS = {"model_type", "rope_parameters", "layer_types", "dtype", "torch_dtype"}
+# text-config fields not copied to the top level: 5.x-only, or set below
+NOT_COPIED = {"model_type", "rope_parameters", "layer_types", "dtype", "torch_dtype", "use_cache"}
 
 
 def release_config(saved: dict[str, Any]) -> dict[str, Any]:
@@ -35,8 +36,12 @@ def release_config(saved: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"not a Qwen2.5-VL config: no mrope_section in its rope parameters ({rope})")
     dtype = config.pop("dtype", None) or config.pop("torch_dtype", None) or text.get("dtype") or "float32"
     for key, value in text.items():
-        if key not in TEXT_ONLY_FIELDS:
-            config.setdefault(key, value)
+        if key in NOT_COPIED:
+            continue
+        known = config.get(key)
+        if known is not None and value is not None and known != value:  # one flat namespace cannot hold both
+            raise ValueError(f"config field {key!r}: model {known!r} vs text config {value!r}")
+        config[key] = value if value is not None else known
     config["rope_theta"] = rope.get("rope_theta", 1_000_000.0)
     config["rope_scaling"] = {"type": "mrope", "mrope_section": list(rope["mrope_section"])}
     config["torch_dtype"] = str(dtype).removeprefix("torch.")
