@@ -27,6 +27,7 @@ PLANS = sorted((ROOT / "configs" / "plans").glob("*.yaml"))
 METRICS = ["t2v/R@1", "t2v/R@5", "v2t/R@1", "t2v/MnR"]
 
 
+@pytest.mark.slow
 def test_every_shipped_plan_parses_and_dry_runs(monkeypatch, capsys, tmp_path):
     """Each plan's rows resolve through `fit --print_config` (dry run: nothing written); each
     published-numbers file names its table and place and only rows and metrics of its plan."""
@@ -65,6 +66,11 @@ def test_plan_errors_name_the_file_and_entry(tmp_path):
         load_plan(bad)
     bad.write_text(yaml.safe_dump({"seeds": [0], "metrics": ["x"], "rows": [{"name": "a", "configs": ["nowhere.yaml"]}]}))
     with pytest.raises(UsageError, match=r"row 'a'.*not found: \['nowhere.yaml'\]"):
+        run_command("grid", [str(bad), "--out", str(tmp_path / "r"), "--dry-run"])
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(yaml.safe_dump({"trainer": {"max_epoch": 3}}))
+    bad.write_text(yaml.safe_dump({"seeds": [0], "metrics": ["x"], "rows": [{"name": "a", "configs": [str(typo)]}]}))
+    with pytest.raises(UsageError, match=r"row 'a'.*do not parse.*max_epoch"):
         run_command("grid", [str(bad), "--out", str(tmp_path / "r"), "--dry-run"])
 
 
@@ -107,6 +113,7 @@ def _test_metrics(run: Path) -> dict:
     return found[0]
 
 
+@pytest.mark.slow
 def test_local_grid_runs_each_seed_in_its_own_folder(local_grid):
     runs = local_grid / "runs" / "grid"
     for row in ("meanp", "meanp_mea"):
@@ -121,6 +128,7 @@ def test_local_grid_runs_each_seed_in_its_own_folder(local_grid):
     assert not (local_grid / "runs" / "base").exists()
 
 
+@pytest.mark.slow
 def test_report_means_and_stds_equal_the_runs_metrics(local_grid, capsys):
     runs = local_grid / "runs" / "grid"
     out = local_grid / "report"
@@ -142,6 +150,7 @@ def test_report_means_and_stds_equal_the_runs_metrics(local_grid, capsys):
     assert "Measured vs published" in text and (out / "report.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_rerun_skips_finished_runs_and_missing_seeds_are_marked(local_grid, tmp_path, monkeypatch):
     work = tmp_path / "work"
     shutil.copytree(local_grid, work, symlinks=True)
@@ -174,6 +183,7 @@ def fake_slurm(tmp_path: Path) -> dict[str, str]:
             "SLURM_JOB_NODELIST": "gpu01"}
 
 
+@pytest.mark.slow
 def test_slurm_submits_one_array_of_the_unfinished_runs(local_grid, tmp_path, monkeypatch):
     work = tmp_path / "work"
     shutil.copytree(local_grid, work, symlinks=True)

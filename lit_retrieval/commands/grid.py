@@ -119,7 +119,7 @@ def run(argv: list[str]) -> int:
             raise UsageError(str(folder), "not prepared: `lit-retrieval grid PLAN --out RUNS_DIR --slurm` writes it before submitting")
         return execute(folder)
     pending = [r for r in runs if status(r.folder(runs_dir)) != "done"]
-    print(f"{plan.title}: {len(runs)} runs ({len(plan.rows)} rows x {len(plan.seeds)} seeds), {len(runs) - len(pending)} finished")
+    print(f"{plan.title}: {len(runs)} runs ({len(plan.rows)} rows, seeds {plan.seeds}), {len(runs) - len(pending)} finished")
     resolved: dict = {}
     for run_ in runs:
         steps = prepare(plan, run_, runs_dir, extra, resolved, write=not args.dry_run and run_ in pending)

@@ -2,7 +2,7 @@
 optionally, the paper's published numbers (`lit-retrieval grid` runs a plan, `report` tabulates it).
 
     title: "MELON Tab. 2"
-    seeds: [0, 1, 2]
+    seeds: [0, 1, 2]                # a row may name its own (e.g. a baseline run once)
     configs: [configs/melon/train.yaml, configs/melon/data/melon.yaml]   # before every row's configs
     overrides: {trainer.max_epochs: 10}                                  # after every row's overrides
     evaluate: test                  # `test` (metrics.json) or `uvrb` (results.json); default test
@@ -17,7 +17,8 @@ optionally, the paper's published numbers (`lit-retrieval grid` runs a plan, `re
 
 Config paths are relative to the directory the command runs in (the repository root), like
 `lit-retrieval fit --config`; `published` is relative to the plan file. Overrides are LightningCLI
-keys (`model.init_args.mea.weight`) with YAML values.
+keys (`model.init_args.mea.weight`) with YAML values; `{runs}` in a string value is replaced by the
+runs folder (e.g. a warm start from another row's run: `{runs}/cm_clip4clip/seed0/...`).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from lit_retrieval.errors import UsageError
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 EVALUATIONS = ("test", "uvrb")
 PLAN_KEYS = {"title", "source", "seeds", "configs", "overrides", "evaluate", "checkpoint", "uvrb", "metrics", "published", "rows"}
-ROW_KEYS = {"name", "label", "configs", "overrides", "test_configs", "test_overrides", "model"}
+ROW_KEYS = {"name", "label", "seeds", "configs", "overrides", "test_configs", "test_overrides", "model"}
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class Row:
 
     name: str
     label: str
+    seeds: list[int]
     configs: list[str]
     overrides: dict[str, Any] = field(default_factory=dict)
     test_configs: list[str] = field(default_factory=list)
@@ -56,7 +58,7 @@ class Row:
 
 @dataclass(frozen=True)
 class Run:
-    """One row x seed; `index` is its Slurm array task id (row-major over the plan's rows and seeds)."""
+    """One row x seed; `index` is its Slurm array task id (row-major over the rows and their seeds)."""
 
     index: int
     row: Row
@@ -81,7 +83,8 @@ class Plan:
     source: str = ""
 
     def runs(self) -> list[Run]:
-        return [Run(i * len(self.seeds) + j, row, seed) for i, row in enumerate(self.rows) for j, seed in enumerate(self.seeds)]
+        pairs = [(row, seed) for row in self.rows for seed in row.seeds]
+        return [Run(index, row, seed) for index, (row, seed) in enumerate(pairs)]
 
     def row(self, name: str) -> Row | None:
         return next((r for r in self.rows if r.name == name), None)
@@ -103,7 +106,15 @@ def _mapping(value: Any, where: str, path: Path) -> dict[str, Any]:
     return dict(value)
 
 
-def _row(raw: Any, number: int, common_configs: list[str], common_overrides: dict[str, Any], path: Path) -> Row:
+def _seeds(value: Any, where: str, path: Path) -> list[int]:
+    if not isinstance(value, list) or not value or not all(isinstance(s, int) and not isinstance(s, bool) for s in value):
+        raise UsageError(str(path), f"'{where}' must be a non-empty list of integers, got {value!r}")
+    if len(set(value)) != len(value):
+        raise UsageError(str(path), f"'{where}' repeats a seed: {value}")
+    return list(value)
+
+
+def _row(raw: Any, number: int, seeds: list[int], common_configs: list[str], common_overrides: dict[str, Any], path: Path) -> Row:
     where = f"rows[{number}]"
     if not isinstance(raw, dict):
         raise UsageError(str(path), f"{where} must be a mapping, got {raw!r}")
@@ -120,6 +131,7 @@ def _row(raw: Any, number: int, common_configs: list[str], common_overrides: dic
     return Row(
         name=name,
         label=str(raw.get("label", name)),
+        seeds=_seeds(raw["seeds"], f"{where}.seeds", path) if "seeds" in raw else seeds,
         configs=[] if model is not None else common_configs + configs,
         overrides={**common_overrides, **_mapping(raw.get("overrides"), f"{where}.overrides", path)},
         test_configs=_strings(raw.get("test_configs"), f"{where}.test_configs", path),
@@ -140,11 +152,7 @@ def load_plan(path: str | Path) -> Plan:
     unknown = set(raw) - PLAN_KEYS
     if unknown:
         raise UsageError(str(path), f"unknown key(s) {sorted(unknown)}; a plan takes {sorted(PLAN_KEYS)}")
-    seeds = raw.get("seeds", [0])
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
-        raise UsageError(str(path), f"'seeds' must be a non-empty list of integers, got {seeds!r}")
-    if len(set(seeds)) != len(seeds):
-        raise UsageError(str(path), f"'seeds' repeats a seed: {seeds}")
+    seeds = _seeds(raw.get("seeds", [0]), "seeds", path)
     evaluate = raw.get("evaluate", "test")
     if evaluate not in EVALUATIONS:
         raise UsageError(str(path), f"'evaluate' must be one of {list(EVALUATIONS)}, got {evaluate!r}")
@@ -157,7 +165,7 @@ def load_plan(path: str | Path) -> Plan:
     rows_raw = raw.get("rows")
     if not isinstance(rows_raw, list) or not rows_raw:
         raise UsageError(str(path), "'rows' must be a non-empty list")
-    rows = [_row(r, i, configs, overrides, path) for i, r in enumerate(rows_raw)]
+    rows = [_row(r, i, seeds, configs, overrides, path) for i, r in enumerate(rows_raw)]
     names = [r.name for r in rows]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
@@ -181,14 +189,15 @@ def load_plan(path: str | Path) -> Plan:
 
 
 def load_published(path: Path) -> dict[str, dict[str, float]]:
-    """A published-numbers file: `{table, page, rows: {row name: {metric: value}}}` -> the rows.
-    `table` and `page` (where in the paper the numbers are printed) are required."""
+    """A published-numbers file: `{table, page or section, rows: {row name: {metric: value}}}` -> the
+    rows. `table` and where in the paper it is printed (`page` or `section`) are required."""
     try:
         raw = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as err:
         raise UsageError(str(path), f"cannot read the published numbers: {err}") from None
-    if not isinstance(raw, dict) or not raw.get("table") or not raw.get("page") or not isinstance(raw.get("rows"), dict):
-        raise UsageError(str(path), "published numbers need 'table', 'page' (where they are printed) and 'rows'")
+    where = isinstance(raw, dict) and (raw.get("page") or raw.get("section"))
+    if not isinstance(raw, dict) or not raw.get("table") or not where or not isinstance(raw.get("rows"), dict):
+        raise UsageError(str(path), "published numbers need 'table', 'page' or 'section' (where they are printed) and 'rows'")
     rows = {}
     for name, values in raw["rows"].items():
         if not isinstance(values, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values.values()):

@@ -52,7 +52,7 @@ def collect(plan: Plan, runs_dir: Path) -> list[RowResult]:
     published = load_published(plan.published) if plan.published else {}
     results = []
     for row in plan.rows:
-        found = [s for s in plan.seeds if status(Path(runs_dir) / row.name / f"seed{s}") == "done"]
+        found = [s for s in row.seeds if status(Path(runs_dir) / row.name / f"seed{s}") == "done"]
         per_seed = [run_metrics(Path(runs_dir) / row.name / f"seed{s}") for s in found]
         cells = {}
         for metric in plan.metrics:
@@ -60,7 +60,7 @@ def collect(plan: Plan, runs_dir: Path) -> list[RowResult]:
             if missing:
                 raise KeyError(f"{runs_dir}/{row.name}: seed(s) {missing} have no metric {metric!r}")
             cells[metric] = Cell([m[metric] for m in per_seed])
-        results.append(RowResult(row.name, row.label, found, list(plan.seeds), cells, published.get(row.name, {})))
+        results.append(RowResult(row.name, row.label, found, list(row.seeds), cells, published.get(row.name, {})))
     return results
 
 
@@ -75,7 +75,7 @@ def _seeds(row: RowResult) -> str:
 def markdown(plan: Plan, rows: list[RowResult], digits: int = 2) -> str:
     """The measured table (mean ± std, seeds found) and, where published numbers exist, measured vs
     paper with measured − paper."""
-    lines = [f"# {plan.title}", "", f"Mean ± sample standard deviation (ddof = 1) over seeds {plan.seeds}; "
+    lines = [f"# {plan.title}", "", f"Mean ± sample standard deviation (ddof = 1) over the seeds (plan: {plan.seeds}); "
              "`incomplete`: fewer seeds finished than planned (mean over those found).", ""]
     lines += ["| row | seeds | " + " | ".join(plan.metrics) + " |", "|---|---|" + "---|" * len(plan.metrics)]
     for row in rows:

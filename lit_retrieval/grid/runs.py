@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import io
 import json
 import os
@@ -24,7 +25,6 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import yaml
 
@@ -43,21 +43,40 @@ def override_args(overrides: dict[str, Any]) -> list[str]:
     return args
 
 
+class _ParserBuilt(Exception):
+    """Carries the CLI's parser out of `LightningCLI.__init__` before it parses anything."""
+
+
+@functools.cache
+def cli_parser() -> Any:
+    """The argument parser of `lit-retrieval fit/test/...` (RetrievalCLI's own), built once: building
+    it costs as much as parsing a config, and a plan parses dozens."""
+    from lit_retrieval.retrieval_cli import RetrievalCLI
+
+    class ParserOnly(RetrievalCLI):
+        def parse_arguments(self, parser, args) -> None:  # the hook LightningCLI calls after setup_parser
+            raise _ParserBuilt(parser)
+
+    try:
+        ParserOnly(args=[])
+    except _ParserBuilt as built:
+        return built.args[0]
+    raise RuntimeError("LightningCLI did not call parse_arguments")
+
+
 def resolve_config(configs: list[str], overrides: dict[str, Any], where: str) -> dict[str, Any]:
     """The fit config that `lit-retrieval fit --config C1 --config C2 ... --KEY VALUE` would run,
     from the CLI's own parser (`--print_config`); a missing file or a parse error is a `UsageError`."""
-    from lit_retrieval.retrieval_cli import RetrievalCLI
-
     missing = [c for c in configs if not Path(c).is_file()]
     if missing:
         raise UsageError(where, f"config file(s) not found: {missing} (paths are relative to {Path.cwd()})")
     args = ["fit", *(a for c in configs for a in ("--config", c)), *override_args(overrides), "--print_config"]
     out, err = io.StringIO(), io.StringIO()
     code: int | str | None = 0
-    # sys.argv holds the grid's own arguments: LightningCLI would warn that both are given
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), mock.patch.object(sys, "argv", sys.argv[:1]):
+    parser = cli_parser()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            RetrievalCLI(args=args)
+            parser.parse_args(args)
         except SystemExit as exit_:
             code = exit_.code
         except Exception as error:  # noqa: BLE001 - reported with the row that caused it
@@ -118,7 +137,8 @@ def prepare(plan: Plan, run: Run, runs_dir: Path, extra: dict[str, Any], resolve
     config = None
     if run.row.trains:
         if run.row.name not in resolved:
-            resolved[run.row.name] = resolve_config(run.row.configs, {**run.row.overrides, **extra}, f"{plan.path}: row {run.row.name!r}")
+            overrides = {k: v.replace("{runs}", str(runs_dir)) if isinstance(v, str) else v for k, v in {**run.row.overrides, **extra}.items()}
+            resolved[run.row.name] = resolve_config(run.row.configs, overrides, f"{plan.path}: row {run.row.name!r}")
         config = relocate(copy.deepcopy(resolved[run.row.name]), folder, run.seed)
     steps = commands(plan, run, folder, config)
     if write and not (folder / DONE).exists():
