@@ -145,11 +145,12 @@ def test_release_config_flattens_by_hand_and_refuses_conflicts():
     """A transformers-5 config written by hand -> the released layout (Qwen2.5-VL hub config.json)."""
     from lit_retrieval.models.gve.export import release_config
 
+    rope = {"rope_type": "default", "mrope_section": [16, 24, 24], "rope_theta": 1e6}
+    text = {"model_type": "qwen2_5_vl_text", "hidden_size": 2048, "tie_word_embeddings": True, "pad_token_id": None,
+            "layer_types": ["full_attention"], "use_cache": True, "rope_parameters": rope}
     saved = {"architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl",
-             "dtype": "bfloat16", "image_token_id": 7, "tie_word_embeddings": True, "use_cache": False, "vision_config": {"depth": 2},
-             "text_config": {"model_type": "qwen2_5_vl_text", "hidden_size": 2048, "tie_word_embeddings": True,
-                             "pad_token_id": None, "layer_types": ["full_attention"], "use_cache": True,
-                             "rope_parameters": {"rope_type": "default", "mrope_section": [16, 24, 24], "rope_theta": 1e6}}}
+             "dtype": "bfloat16", "image_token_id": 7, "tie_word_embeddings": True, "use_cache": False,
+             "vision_config": {"depth": 2}, "text_config": text}
     assert release_config(saved) == {
         "architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl", "image_token_id": 7,
         "tie_word_embeddings": True, "use_cache": True, "vision_config": {"depth": 2}, "hidden_size": 2048,
