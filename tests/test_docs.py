@@ -45,6 +45,13 @@ RUN_OUTPUT_NAMES = {
     "modality_pyramid.json",  # ModalityPyramid
     "modality_pyramid.png",
     "results.json",  # lit-retrieval uvrb
+    "done.json",  # lit-retrieval grid: a run folder's markers and commands, the runs folder's plan
+    "run.json",
+    "grid.json",
+    "submissions.jsonl",
+    "report.md",  # lit-retrieval report
+    "report.csv",
+    "report.png",
     "results.md",
     "results.png",
     "failed.json",  # lit-retrieval index
