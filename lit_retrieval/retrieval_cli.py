@@ -7,22 +7,28 @@ library code that builds a module from a training config (search, UVRB) uses thi
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import lightning as L
 from jsonargparse import ActionConfigFile
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lit_retrieval import __version__
 from lit_retrieval.callbacks.metrics_report import MetricsReport
+from lit_retrieval.callbacks.resume_checkpoint import ResumeCheckpoint
 from lit_retrieval.checkpoint_io import SafeCheckpointIO, check_checkpoint_file
 from lit_retrieval.config_errors import ExplainingArgumentParser
 
 
 class RetrievalCLI(LightningCLI):
     """LightningCLI with every LightningModule/DataModule selectable by `class_path`, a metrics
-    report after evaluation, and a saved config that may be overwritten (resumed/requeued runs)."""
+    report after evaluation, a saved config that may be overwritten (resumed/requeued runs), and
+    `ResumeCheckpoint` in every run (`resume_checkpoint.every_n_steps / every_n_minutes /
+    on_signal`): interval and on-signal last checkpoints, logs that continue on resume, and exit
+    status 128 + signal (143 for SIGTERM, 130 for SIGINT) for a run stopped by a signal."""
 
     def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
         super().__init__(
@@ -35,6 +41,22 @@ class RetrievalCLI(LightningCLI):
             args=args,
             run=run,
         )
+
+    def add_arguments_to_parser(self, parser) -> None:
+        parser.add_lightning_class_args(ResumeCheckpoint, "resume_checkpoint")
+
+    def before_fit(self) -> None:
+        # CSVLogger deletes metrics.csv when fit starts; keep its rows for a resumed run
+        for callback in self.trainer.callbacks:
+            if isinstance(callback, ResumeCheckpoint):
+                callback.remember_logs(self.trainer)
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        try:
+            super()._run_subcommand(subcommand)
+        except SIGTERMException:  # a SystemExit with status 0: the scheduler would record success
+            stopped = [c.stop_signal for c in self.trainer.callbacks if isinstance(c, ResumeCheckpoint) and c.stop_signal]
+            raise SystemExit(128 + int(stopped[0] if stopped else signal.SIGTERM)) from None
 
     def instantiate_trainer(self, **kwargs) -> L.Trainer:
         """The configured trainer, with `SafeCheckpointIO` wherever the strategy uses Lightning's
