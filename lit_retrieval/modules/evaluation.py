@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -252,7 +252,9 @@ class RetrievalEvaluator:
         rows = self.config.query_rows
         return cat_reps([model.query_reps(bank[start : start + rows]) for start in range(0, len(bank), rows)])
 
-    def encoded_rows(self, model: L.LightningModule, events: list[list[str]], gallery: Any, mode: QueryMode | None = None) -> Iterator[tuple[slice, torch.Tensor]]:
+    def encoded_rows(
+        self, model: L.LightningModule, events: list[list[str]], gallery: Any, mode: QueryMode | None = None
+    ) -> Iterator[tuple[slice, torch.Tensor]]:
         """(row slice, scores) of `events` encoded as queries, `query_rows` at a time."""
         score = self.head_score(model.head)
         for start in range(0, len(events), self.config.query_rows):

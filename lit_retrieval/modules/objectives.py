@@ -117,7 +117,9 @@ class MultiEventObjective(nn.Module):
     def partial_queries(self, events: list[list[str]], *stream: int) -> PartialBatch:
         return self.sampler.sample(events, *stream)
 
-    def partial_scores(self, head: SimilarityHead, partial_text: Any, video: Any, partial: PartialBatch, similarity: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def partial_scores(
+        self, head: SimilarityHead, partial_text: Any, video: Any, partial: PartialBatch, similarity: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """`[B, L]` scores of each video against its own partial queries (dtype and device of the
         batch's `similarity` [B, B]), and the mask of the slots that hold one. `partial_text` are
         the head's representations of `partial.events`."""
