@@ -38,6 +38,8 @@ SOURCE_EXTENSIONS = {".py", ".yaml", ".yml", ".md", ".sh", ".sbatch", ".toml"}
 # belong to a dataset's own release; a doc names them without a folder.
 RUN_OUTPUT_NAMES = {
     "metrics.json",  # MetricsReport, every validate/test
+    "metrics.csv",  # Lightning's CSVLogger
+    "hparams.yaml",
     "scores.npy",  # RetrievalEvaluator, test with save_scores
     "scores_ids.json",
     "training_curves.json",  # TrainingCurves
