@@ -235,3 +235,16 @@ def test_gve_clips_from_the_cache_equal_its_sampling(corpus, tiny_qwen, tmp_path
     other = GVEProcessing(AutoProcessor.from_pretrained(str(tiny_qwen)), InputConfig(**{**inputs, "max_frames": 8}))
     with pytest.raises(FrameCacheMismatch, match=r"max_frames=4 \(wanted 8\)"):
         other.with_frame_cache(str(tmp_path / "gve_cache"))
+
+
+def test_normalisation_is_clips_formula():
+    """The loader's normalisation (in place, the cache path's largest cost) is CLIP's
+    (x / 255 - mean) / std per channel, computed here in float32 with NumPy."""
+    from lit_retrieval.data.transforms import CLIP_MEAN, CLIP_STD, NormalizeFrames
+
+    frames = np.random.default_rng(0).integers(0, 256, (3, 5, 7, 3), dtype=np.uint8)
+    mean, std = np.float32(CLIP_MEAN), np.float32(CLIP_STD)
+    want = ((frames.astype(np.float32) / np.float32(255.0) - mean) / std).transpose(0, 3, 1, 2)
+    got = NormalizeFrames()(frames)
+    assert got.shape == (3, 3, 5, 7) and got.is_contiguous()
+    assert np.array_equal(got.numpy(), want)
