@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lit_retrieval.data.records import parse_json, read_text
-from lit_retrieval.errors import UsageError
+from lit_retrieval.errors import ConfigError, UsageError
 from lit_retrieval.locking import OutputLock
 from lit_retrieval.search.loading import ModelSpec, load_item_embedder
 from lit_retrieval.uvrb.abilities import ABILITIES, ability_scores
@@ -30,18 +30,29 @@ from lit_retrieval.uvrb.tasks import FieldMap, RetrievalTaskSpec
 
 
 def read_task_list(path: str, root: str | None, only: list[str] | None) -> list[RetrievalTaskSpec]:
-    raw = yaml.safe_load(Path(path).read_text()) or {}
+    """The tasks of a task-list YAML; a file that is not such a list is a `ConfigError` naming it."""
+    try:
+        raw = yaml.safe_load(read_text(path)) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML ({' '.join(str(err).split())})") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("tasks", []), list):
+        raise ConfigError(f"{path}: expected a mapping with a 'tasks' list")
     base = Path(root or raw.get("root", "."))
     specs = []
-    for entry in raw.get("tasks", []):
+    for k, entry in enumerate(raw.get("tasks", [])):
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not isinstance(entry.get("fields", {}), dict):
+            raise ConfigError(f"{path}: task {k}: expected a mapping with a 'name' (and optional 'fields' mapping)")
         entry = dict(entry)
         entry["dir"] = str(base / entry.get("dir", entry["name"]))
-        entry["fields"] = FieldMap(**entry.get("fields", {}))
-        specs.append(RetrievalTaskSpec(**entry))
+        try:
+            entry["fields"] = FieldMap(**entry.get("fields", {}))
+            specs.append(RetrievalTaskSpec(**entry))
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"{path}: task {entry['name']!r}: {err}") from None
     if only:
         unknown = set(only) - {s.name for s in specs}
         if unknown:
-            raise SystemExit(f"lit-retrieval uvrb: unknown task(s) {sorted(unknown)} in {path}")
+            raise ConfigError(f"{path}: unknown task(s) {sorted(unknown)} given to --only")
         specs = [s for s in specs if s.name in only]
     return specs
 

@@ -458,6 +458,26 @@ report_case("datasets missing", b'{"MSRVTT": 0.5}', "need a score for each of th
 report_case("not UTF-8", '{"caf\u00e9": 1}'.encode("latin-1"), "not UTF-8")
 report_case("duplicate key", b'{"MSRVTT": 0.5, "MSRVTT": 0.7}', "duplicate key 'MSRVTT'")
 
+# -- uvrb (task list) ------------------------------------------------------------------------------
+
+
+def uvrb_tasks_case(name: str, content: str, reason: str, *extra: str):
+    def build(tmp: Path) -> Expect:
+        path = tmp / "tasks.yaml"
+        path.write_text(content)
+        argv = ["uvrb", "--model", str(tmp / "no-model"), "--tasks", str(path), "--out", str(tmp / "out"), *extra]
+        return Expect(argv, str(path), reason)
+
+    CASES.append(Case("uvrb", name, build))
+
+
+uvrb_tasks_case("task list not YAML", "tasks: [unclosed\n", "not valid YAML")
+uvrb_tasks_case("task list a string", "just text\n", "expected a mapping with a 'tasks' list")
+uvrb_tasks_case("task without a name", "tasks:\n  - dir: msrvtt\n", "expected a mapping with a 'name'")
+uvrb_tasks_case("task with an unknown key", "tasks:\n  - name: MSRVTT\n    metrc: R@1\n", "task 'MSRVTT'")
+uvrb_tasks_case("unknown metric", "tasks:\n  - name: mine\n    metric: R@3\n", "metric must be")
+uvrb_tasks_case("--only an unknown task", "tasks:\n  - name: mine\n", "unknown task(s) ['other']", "--only", "other")
+
 # -- index -------------------------------------------------------------------------------------------
 
 

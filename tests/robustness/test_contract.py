@@ -17,7 +17,7 @@ from .cases import CASES, Case, by_entry
 
 pytestmark = pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")  # in-process runs pass argv
 ENTRY_POINTS = {"media", "annotations/canonical", "annotations/melon", "annotations/activitynet", "annotations/didemo",
-                "annotations/condensed_movies", "annotations/msrvtt", "configs", "checkpoints", "metrics", "uvrb report",
+                "annotations/condensed_movies", "annotations/msrvtt", "configs", "checkpoints", "metrics", "uvrb report", "uvrb",
                 "index", "search", "shots"}
 
 
