@@ -46,3 +46,15 @@ def reference_positions(input_ids, attention_mask, image_token, video_token, mer
                         n += 1
             nxt = largest + 1
     return axes
+
+
+def batch_reference_positions(batch, config) -> list[list[list[int]]]:
+    """`reference_positions` of a processed batch for a Qwen2(.5)-VL model config."""
+    def grids(key):
+        return batch[key].tolist() if key in batch else ()
+
+    seconds = batch["second_per_grid_ts"].tolist() if "second_per_grid_ts" in batch else None
+    vision = config.vision_config
+    return reference_positions(batch["input_ids"].tolist(), batch["attention_mask"].tolist(), config.image_token_id,
+                               config.video_token_id, vision.spatial_merge_size, vision.tokens_per_second,
+                               grids("image_grid_thw"), grids("video_grid_thw"), seconds)

@@ -18,7 +18,7 @@ from lit_retrieval.commands import run_command
 from lit_retrieval.data.media import MediaItem
 from lit_retrieval.errors import UsageError
 from lit_retrieval.models.gve.processing import GVEProcessing
-from mrope_reference import reference_positions
+from mrope_reference import batch_reference_positions
 
 
 @pytest.fixture(scope="module")
@@ -58,12 +58,7 @@ def plain_transformers_embeddings(path, batch) -> torch.Tensor:
     model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(path), dtype=torch.float32,
                                                                attn_implementation="sdpa")
     model.eval()
-    config = model.config
-    positions = reference_positions(
-        batch["input_ids"].tolist(), batch["attention_mask"].tolist(), config.image_token_id, config.video_token_id,
-        config.vision_config.spatial_merge_size, config.vision_config.tokens_per_second,
-        video_grids=batch["video_grid_thw"].tolist(), seconds=batch["second_per_grid_ts"].tolist(),
-    )
+    positions = batch_reference_positions(batch, model.config)
     with torch.no_grad():
         hidden = model(**batch, position_ids=torch.tensor(positions), output_hidden_states=True).hidden_states[-1]
     return F.normalize(hidden[:, -1].float(), dim=-1)

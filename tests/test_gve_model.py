@@ -14,7 +14,7 @@ from lit_retrieval.data.media import ItemError, MediaItem
 from lit_retrieval.data.video import VideoDecodeError
 from lit_retrieval.models.gve import GVEEmbedder, InputConfig, LoRASettings, last_token_pool
 from media import full_decode, write_noise_video
-from mrope_reference import reference_positions
+from mrope_reference import batch_reference_positions
 
 SMALL = InputConfig(max_frames=4, video_min_pixels=4 * 784, video_max_pixels=16 * 784,
                     image_min_pixels=4 * 784, image_max_pixels=16 * 784, max_tokens=512)
@@ -163,12 +163,7 @@ def plain_transformers_embeddings(path, texts_and_videos, instruction):
     size = {"shortest_edge": SMALL.video_min_pixels, "longest_edge": SMALL.video_max_pixels}
     batch = processor(text=prompts, videos=videos, padding=True, return_tensors="pt",
                       videos_kwargs={"do_sample_frames": False, "video_metadata": metadata, "size": size, "cap_pixels_per_frame": True})
-    config = model.config  # positions by the release-era M-RoPE rule GVE was trained with (tests/mrope_reference.py)
-    positions = reference_positions(
-        batch["input_ids"].tolist(), batch["attention_mask"].tolist(), config.image_token_id, config.video_token_id,
-        config.vision_config.spatial_merge_size, config.vision_config.tokens_per_second,
-        video_grids=batch["video_grid_thw"].tolist(), seconds=batch["second_per_grid_ts"].tolist(),
-    )
+    positions = batch_reference_positions(batch, model.config)  # the release-era M-RoPE rule GVE was trained with
     with torch.no_grad():
         hidden = model(**batch, position_ids=torch.tensor(positions), output_hidden_states=True).hidden_states[-1]
     return F.normalize(hidden[:, -1].float(), dim=-1)

@@ -16,7 +16,7 @@ from lit_retrieval.data.media import MediaItem
 from lit_retrieval.models.gve import GVEEmbedder, InputConfig
 from lit_retrieval.models.gve.positions import MRopeLayout, release_mrope_positions
 from media import write_noise_video
-from mrope_reference import reference_positions
+from mrope_reference import batch_reference_positions
 
 FIXTURE = Path(__file__).parent / "fixtures" / "mrope" / "positions.json"
 SMALL = InputConfig(max_frames=4, video_min_pixels=4 * 784, video_max_pixels=16 * 784,
@@ -111,17 +111,11 @@ def test_embedder_feeds_the_release_positions_for_every_input_format(tiny_qwen, 
     ]
     for items in batches:
         batch = model.process(items, "Find the video.")
-        seconds = batch["second_per_grid_ts"].tolist() if "second_per_grid_ts" in batch else None
-        expected = reference_positions(
-            batch["input_ids"].tolist(), batch["attention_mask"].tolist(), config.image_token_id, config.video_token_id,
-            config.vision_config.spatial_merge_size, config.vision_config.tokens_per_second,
-            batch["image_grid_thw"].tolist() if "image_grid_thw" in batch else (),
-            batch["video_grid_thw"].tolist() if "video_grid_thw" in batch else (), seconds,
-        )
-        assert captured_positions(model, batch).tolist() == expected
+        assert captured_positions(model, batch).tolist() == batch_reference_positions(batch, config)
     # the batch is one where the rules of transformers 5 and 4.5x part: a video whose temporal positions
     # run past its spatial ones, so the text after it starts later than at start + max(h, w)
     merge, tps = config.vision_config.spatial_merge_size, config.vision_config.tokens_per_second
     grids = batch["video_grid_thw"].tolist()
+    seconds = batch["second_per_grid_ts"].tolist()
     reach = [int((t - 1) * s * tps) - max(h, w) // merge for (t, h, w), s in zip(grids, seconds)]
     assert max(reach) >= 0
