@@ -3,6 +3,8 @@ and of a small random GVE (Qwen2.5-VL geometry, LoRA), then the 3B-sized GVE thr
 `benchmarks/gve_gpu.py`. Prints one JSON line per part: steps/s, samples/s, peak GPU memory.
 
 `--cpu` runs the same code without DeepSpeed on the CPU (a check of the script itself).
+`benchmarks/device_check.sh` installs what a GPU node lacks and runs the full GPU check (it uses
+this file's `Throughput`).
 """
 
 from __future__ import annotations

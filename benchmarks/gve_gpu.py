@@ -3,7 +3,7 @@ flash-attention-2 when installed, gradient checkpointing, LoRA r 16), batch 8 of
 against 8-frame videos (640 x 360 frames, 200 x 28^2 pixel budget: about 720 visual tokens each).
 Prints one JSON line: training tokens/s, step time, peak GPU memory.
 
-Meant for a lent GPU machine (`benchmarks/gpu_smoke.sh` calls it); `--size tiny --device cpu`
+Meant for a lent GPU machine (`benchmarks/device_check.sh` calls it); `--size tiny --device cpu`
 runs the same code path on a CPU in seconds.
 """
 
