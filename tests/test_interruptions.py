@@ -143,3 +143,31 @@ def test_sigkill_loses_only_the_steps_after_the_interval_checkpoint(tmp_path, ti
     want = torch.load(whole / "checkpoints" / "last.ckpt", weights_only=False)
     assert_same_state(*final_state(run), {"state_dict": want["state_dict"], "optimizer": want["optimizer_states"][0]})
     assert_same_logs(run, whole)
+
+
+def test_interval_checkpoints_reach_a_run_without_a_configured_last_checkpoint(tmp_path, tiny_clip, corpus):
+    """No ModelCheckpoint in the config: Lightning's default one is told to write `last.ckpt`,
+    which the interval rewrites every 3 steps (and at the end of the epoch)."""
+    import lightning as L
+
+    from lit_retrieval.callbacks import ResumeCheckpoint
+    from lit_retrieval.data import MultiEventDataModule
+    from lit_retrieval.models.encoders import CLIPEncoder
+    from lit_retrieval.models.heads import MeanPHead
+    from lit_retrieval.modules import DualEncoderRetrieval
+
+    class Saved(L.Callback):
+        steps: list[tuple[int, int]] = []  # (step, step of last.ckpt) after each batch
+
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):  # runs after ResumeCheckpoint's
+            last = tmp_path / "checkpoints" / "last.ckpt"
+            if last.exists():
+                self.steps.append((trainer.global_step, torch.load(last, weights_only=False)["global_step"]))
+
+    module = DualEncoderRetrieval(CLIPEncoder(pretrained=str(tiny_clip)), MeanPHead())
+    data = MultiEventDataModule(annotation=str(corpus / "annotations.json"), num_frames=2, image_size=32, batch_size=4, num_workers=0)
+    trainer = L.Trainer(accelerator="cpu", max_epochs=1, limit_val_batches=0, logger=False, default_root_dir=str(tmp_path),
+                        enable_progress_bar=False, enable_model_summary=False,
+                        callbacks=[ResumeCheckpoint(every_n_steps=3, every_n_minutes=None), Saved()])
+    trainer.fit(module, data)
+    assert Saved.steps == [(3, 3), (4, 3)] and torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 4

@@ -1,5 +1,6 @@
 from lit_retrieval.callbacks.metrics_report import MetricsReport
 from lit_retrieval.callbacks.modality_pyramid import ModalityPyramid
+from lit_retrieval.callbacks.resume_checkpoint import ResumeCheckpoint
 from lit_retrieval.callbacks.training_curves import TrainingCurves, plot_training_curves
 
-__all__ = ["MetricsReport", "ModalityPyramid", "TrainingCurves", "plot_training_curves"]
+__all__ = ["MetricsReport", "ModalityPyramid", "ResumeCheckpoint", "TrainingCurves", "plot_training_curves"]
