@@ -145,6 +145,7 @@ def test_sigkill_loses_only_the_steps_after_the_interval_checkpoint(tmp_path, ti
     assert_same_logs(run, whole)
 
 
+@pytest.mark.slow
 def test_interval_checkpoints_reach_a_run_without_a_configured_last_checkpoint(tmp_path, tiny_clip, corpus):
     """No ModelCheckpoint in the config: Lightning's default one is told to write `last.ckpt`,
     which the interval rewrites every 3 steps (and at the end of the epoch)."""
