@@ -21,6 +21,7 @@ COMMANDS = {
     "cache-frames": "lit_retrieval.commands.cache_frames",
     "grid": "lit_retrieval.commands.grid",
     "report": "lit_retrieval.commands.report",
+    "serve": "lit_retrieval.commands.serve",
 }
 
 

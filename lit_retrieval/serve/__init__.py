@@ -1,0 +1,1 @@
+"""`lit-retrieval serve`: an HTTP API and a search page over an index built by `lit-retrieval index`."""

@@ -1,0 +1,43 @@
+"""Open an index and its model once for the server (the index folder is only read)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, replace
+
+from lit_retrieval.search.index import VideoIndex
+from lit_retrieval.search.loading import ModelSpec, load_item_embedder
+from lit_retrieval.serve.app import Limits, SearchService, create_app
+from lit_retrieval.serve.thumbnails import default_cache_dir, index_cache_dir
+
+CONFIG_ENV = "LIT_RETRIEVAL_SERVE_CONFIG"  # how `--workers N` hands the settings to each worker process
+
+
+def load_service(index: str, cache_dir: str | None = None, device: str = "cpu", gpu: bool = False,
+                 moment_segments: int = 4, limits: Limits | None = None) -> SearchService:
+    """The index, the model it was built with (refused if it changed since: `VideoIndex.check`) and
+    the cache folder for thumbnails and moment embeddings."""
+    loaded = VideoIndex.load(index, gpu=gpu)
+    spec = replace(ModelSpec(**loaded.meta["model"]), device=device)
+    embedder = load_item_embedder(spec)
+    loaded.check(embedder)
+    cache = index_cache_dir(cache_dir or default_cache_dir(), index, loaded.meta["fingerprint"])
+    return SearchService(loaded, embedder, index, cache, moment_segments, limits)
+
+
+def settings_json(**settings) -> str:
+    if isinstance(settings.get("limits"), Limits):
+        settings["limits"] = asdict(settings["limits"])
+    return json.dumps(settings)
+
+
+def app_from_environment():
+    """App factory for uvicorn worker processes: settings from `CONFIG_ENV`."""
+    settings = json.loads(os.environ[CONFIG_ENV])
+    settings["limits"] = Limits(**settings["limits"]) if settings.get("limits") else None
+    return create_app(load_service(**settings))
+
+
+def is_loopback(host: str) -> bool:
+    return host in ("localhost", "::1") or host.startswith("127.")
