@@ -5,8 +5,10 @@ sampling), on two kinds of video generated here: ActivityNet-like (640x360, 30 f
 and MSR-VTT-like (320x240, 30 fps, 2 s GOP, 15 s).
 
 Items go through the real loaders: `MultiEventDataModule.test_dataloader()` (decode or cache read,
-normalisation to float, collation, the worker queue) and, for GVE, a DataLoader over the sampling
-`GVEProcessing.load_video` runs (`sample_clip` or the cache). Rates exclude each loader's first item
+normalisation to float, collation, the worker queue; `cache_raw_uint8`: the cache with
+`normalize_on_device`, uint8 frames through the queue, normalised later on the GPU) and, for
+GVE, a DataLoader over the sampling `GVEProcessing.load_video` runs (`sample_clip` or the
+cache). Rates exclude each loader's first item
 (worker start-up). The cache's size per video and the JPEG cache's PSNR against the exact frames are
 reported too. Prints one JSON line.
 
@@ -94,10 +96,12 @@ def write_annotation(folder: Path, paths: list[Path], repeats: int) -> Path:
     return path
 
 
-def video_text_rate(annotation: Path, frames: int, size: int, workers: int, sampling: str = "exact", cache: Path | None = None) -> float:
+def video_text_rate(
+    annotation: Path, frames: int, size: int, workers: int, sampling: str = "exact", cache: Path | None = None, on_device: bool = False
+) -> float:
     module = MultiEventDataModule(
         str(annotation), num_frames=frames, image_size=size, eval_batch_size=1, num_workers=workers, sampling=sampling, train_split="test",
-        frame_cache=str(cache) if cache else None,
+        frame_cache=str(cache) if cache else None, normalize_on_device=on_device,
     )
     module.setup()
     return per_second(module.test_dataloader())
@@ -151,6 +155,7 @@ def measure_video_text(root: Path, paths: list[Path], frames: int, size: int, ar
         row[f"cache_{frame_format}"] = isolated(video_text_rate, many, frames, size, args.workers, "exact", cache)
         row[f"cache_{frame_format}_mb_per_video"] = mb
         row[f"cache_{frame_format}_build_s_per_video"] = build_s
+    row["cache_raw_uint8"] = isolated(video_text_rate, many, frames, size, args.workers, "exact", root / f"cache_{frames}x{size}_raw", True)
     raw, jpeg = FrameCache(root / f"cache_{frames}x{size}_raw", params), FrameCache(root / f"cache_{frames}x{size}_jpeg", params)
     row["jpeg_psnr_db"] = min(psnr(raw.get(p).frames, jpeg.get(p).frames) for p in paths[:1])
     return row
@@ -188,7 +193,7 @@ def main() -> None:
             paths = videos(geo, args.videos, root)
             for setting, frames_size in SETTINGS.items():
                 row = measure_gve(root, paths, args) if frames_size is None else measure_video_text(root, paths, *frames_size, args)
-                rates = {k: round(v / args.workers, 2) if k in ("exact", "keyframe", "cache_raw", "cache_jpeg") else round(v, 3)
+                rates = {k: round(v / args.workers, 2) if k in ("exact", "keyframe", "cache_raw", "cache_jpeg", "cache_raw_uint8") else round(v, 3)
                          for k, v in row.items()}
                 rates["cache_raw_over_exact"] = round(row["cache_raw"] / row["exact"], 1)
                 out[f"{name}/{setting}"] = rates

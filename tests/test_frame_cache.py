@@ -248,3 +248,16 @@ def test_normalisation_is_clips_formula():
     got = NormalizeFrames()(frames)
     assert got.shape == (3, 3, 5, 7) and got.is_contiguous()
     assert np.array_equal(got.numpy(), want)
+
+
+def test_frames_normalised_on_the_device_equal_the_loaders(corpus, raw_cache):
+    """`normalize_on_device`: uint8 frames through the loader, normalised after the transfer hook,
+    equal the frames the loader normalises itself."""
+    from lit_retrieval.data.datamodule import collate_items
+
+    plain = _module(corpus)
+    late = _module(corpus, frame_cache=str(raw_cache), normalize_on_device=True)
+    items = _items(late, "train")
+    assert all(item["frames"].dtype == torch.uint8 for item in items)
+    batch = late.on_after_batch_transfer(collate_items(items), 0)
+    assert torch.equal(batch["frames"], collate_items(_items(plain, "train"))["frames"])

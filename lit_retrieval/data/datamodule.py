@@ -55,6 +55,7 @@ class MultiEventDataset(Dataset):
         trim_to_annotation: bool = False,
         sampling: Sampling = "exact",
         frame_cache: FrameCache | None = None,
+        uint8_frames: bool = False,
     ) -> None:
         if shots is not None and len(shots) != len(records):
             raise ValueError(f"{len(shots)} shot lists for {len(records)} records")
@@ -69,6 +70,7 @@ class MultiEventDataset(Dataset):
         self.trim_to_annotation = trim_to_annotation
         self.spec = SamplingSpec(num_frames, image_size, sampling=sampling)  # what every item's frames are
         self.frame_cache = frame_cache
+        self.uint8_frames = uint8_frames  # `frames` stay uint8 [T, 3, S, S]; the data module normalises on the device
 
     @staticmethod
     def cache_params(spec: SamplingSpec, trim_to_annotation: bool) -> dict[str, Any]:
@@ -95,7 +97,7 @@ class MultiEventDataset(Dataset):
         item = {
             "index": index,
             "video_id": record.video_id,
-            "frames": self.normalize(sample.frames),
+            "frames": torch.from_numpy(sample.frames).permute(0, 3, 1, 2) if self.uint8_frames else self.normalize(sample.frames),
             "frame_mask": torch.from_numpy(sample.mask),
             "frame_times": torch.from_numpy(sample.times),
             "events": record.descriptions,
@@ -194,6 +196,9 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
         frame_cache: read frames from this frame cache (`lit-retrieval cache-frames`) instead of
             decoding; a video missing from it is decoded (with a warning), a cache of other sampling
             parameters or changed videos is refused (`lit_retrieval.data.frame_cache`).
+        normalize_on_device: items carry uint8 frames (a quarter of the bytes through the worker
+            queue and to the GPU) and are normalised after the batch reaches the device
+            (`on_after_batch_transfer`): the same values, measured in docs/datasets.md.
     """
 
     def __init__(
@@ -221,6 +226,7 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
         holdout_val: float = 0.0,
         allow_split_overlap: bool = False,
         frame_cache: str | None = None,
+        normalize_on_device: bool = False,
     ) -> None:
         super().__init__()
         # impossible values are refused when the config is parsed (LightningCLI builds the module then)
@@ -258,6 +264,7 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
         self.holdout_val = holdout_val
         self.allow_split_overlap = allow_split_overlap
         self.frame_cache = frame_cache
+        self.normalize_on_device = normalize_on_device
         self.datasets: dict[str, MultiEventDataset] = {}
         self.dropped_records: list[AnnotationError] = []
 
@@ -300,7 +307,7 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
                 chosen, shots = self._with_shots(chosen, video_root)
             self.datasets[role] = MultiEventDataset(
                 chosen, video_root, self.num_frames, self.image_size, self.on_bad_video, self.normalize, self.seek_threshold, shots,
-                self.trim_to_annotation, self.sampling, cache,
+                self.trim_to_annotation, self.sampling, cache, self.normalize_on_device,
             )
 
     def _check_split_overlap(self, records: list[VideoRecord]) -> None:
@@ -380,6 +387,13 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
             persistent_workers=self.num_workers > 0,
             generator=torch.Generator().manual_seed(self.shuffle_seed),  # worker seeds never touch the global RNG
         )
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """With `normalize_on_device`, the batch's uint8 frames become normalised floats where they are."""
+        frames = batch.get("frames") if isinstance(batch, dict) else None
+        if self.normalize_on_device and frames is not None and frames.dtype == torch.uint8:
+            batch["frames"] = self.normalize.tensor(frames)
+        return batch
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", train=True)

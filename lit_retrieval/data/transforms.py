@@ -30,3 +30,8 @@ class NormalizeFrames:
         x = torch.empty((frames.shape[0], 3, *frames.shape[1:3]), dtype=torch.float32)
         x.copy_(torch.from_numpy(frames).permute(0, 3, 1, 2))
         return x.div_(255.0).sub_(self.mean).div_(self.std)
+
+    def tensor(self, frames: torch.Tensor) -> torch.Tensor:
+        """`[..., 3, H, W]` uint8 on any device -> float, the same arithmetic (for normalising on the GPU)."""
+        mean, std = self.mean.to(frames.device), self.std.to(frames.device)
+        return frames.float().div_(255.0).sub_(mean).div_(std)
