@@ -63,11 +63,13 @@ def interrupted_fit(tmp_path: Path, tiny_clip: Path, corpus: Path, step: int, si
     marker = tmp_path / "paused"
     pause = {"class_path": "interrupt_callbacks.PauseAtStep", "init_args": {"step": step, "marker": str(marker)}}
     config = write_config(tmp_path / "fit.yaml", tiny_clip, corpus, run, callbacks=[pause], resume=resume)
-    process = subprocess.Popen([sys.executable, "-m", "lit_retrieval", "fit", "--config", str(config)], cwd=ROOT,
-                               env=clean_launch_env(str(ROOT / "tests")), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "fit.log"  # a file, not a pipe: a full pipe would block the process before its pause
+    with open(log, "w") as out:
+        process = subprocess.Popen([sys.executable, "-m", "lit_retrieval", "fit", "--config", str(config)], cwd=ROOT,
+                                   env=clean_launch_env(str(ROOT / "tests")), stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 300
     while not marker.exists():
-        assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()[-3000:] if process.poll() is not None else "no pause"
+        assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
         time.sleep(0.05)
     process.send_signal(sig)
     process.communicate(timeout=300)
