@@ -64,7 +64,9 @@ def test_plan_errors_name_the_file_and_entry(tmp_path):
     bad.write_text(yaml.safe_dump({"seeds": [0, 0], "metrics": ["x"], "rows": [{"name": "a"}]}))
     with pytest.raises(UsageError, match="repeats a seed"):
         load_plan(bad)
-    bad.write_text(yaml.safe_dump({"seeds": [0], "metrics": ["x"], "rows": [{"name": "a", "configs": ["nowhere.yaml"]}]}))
+    bad.write_text(
+        yaml.safe_dump({"seeds": [0], "metrics": ["x"], "rows": [{"name": "a", "configs": ["nowhere.yaml"]}]})
+    )
     with pytest.raises(UsageError, match=r"row 'a'.*not found: \['nowhere.yaml'\]"):
         run_command("grid", [str(bad), "--out", str(tmp_path / "r"), "--dry-run"])
     typo = tmp_path / "typo.yaml"
@@ -75,24 +77,58 @@ def test_plan_errors_name_the_file_and_entry(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def local_grid(tmp_path_factory, tiny_clip, corpus):
-    """The two-row (meanP, meanP + MEA) x two-seed plan, run with --local in a fresh folder whose
-    base config keeps its own run folder (runs/base) that the grid must move per run."""
+def plan_dir(tmp_path_factory, tiny_clip, corpus):
+    """A folder with the two-row (meanP, meanP + MEA) x two-seed plan over the test corpus; its base
+    config keeps its own run folder (runs/base) that the grid must move per run."""
     work = tmp_path_factory.mktemp("grid")
-    base = clip_fit_config(tiny_clip, corpus, {
-        "devices": 1, "max_epochs": 1, "limit_train_batches": 2, "limit_val_batches": 0, "default_root_dir": "runs/base",
-        "enable_progress_bar": False, "enable_model_summary": False,
-        "logger": {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": "runs/base", "name": "logs", "version": "fit"}},
-        "callbacks": [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                       "init_args": {"dirpath": "runs/base/checkpoints", "save_last": True, "save_top_k": 0}}],
-    }, data={"min_events": 2})
+    base = clip_fit_config(
+        tiny_clip,
+        corpus,
+        {
+            "devices": 1,
+            "max_epochs": 1,
+            "limit_train_batches": 2,
+            "limit_val_batches": 0,
+            "default_root_dir": "runs/base",
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+            "logger": {
+                "class_path": "lightning.pytorch.loggers.CSVLogger",
+                "init_args": {"save_dir": "runs/base", "name": "logs", "version": "fit"},
+            },
+            "callbacks": [
+                {
+                    "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                    "init_args": {"dirpath": "runs/base/checkpoints", "save_last": True, "save_top_k": 0},
+                }
+            ],
+        },
+        data={"min_events": 2},
+    )
     (work / "base.yaml").write_text(yaml.safe_dump(base))
-    plan = {"title": "synthetic MEA", "seeds": [0, 1], "configs": ["base.yaml"], "metrics": METRICS,
-            "published": "paper.yaml",
-            "rows": [{"name": "meanp", "label": "meanP"},
-                     {"name": "meanp_mea", "label": "meanP + MEA", "overrides": {"model.init_args.mea": {"weight": 0.5}}}]}
+    plan = {
+        "title": "synthetic MEA",
+        "seeds": [0, 1],
+        "configs": ["base.yaml"],
+        "metrics": METRICS,
+        "published": "paper.yaml",
+        "rows": [
+            {"name": "meanp", "label": "meanP"},
+            {"name": "meanp_mea", "label": "meanP + MEA", "overrides": {"model.init_args.mea": {"weight": 0.5}}},
+        ],
+    }
     (work / "plan.yaml").write_text(yaml.safe_dump(plan))
-    (work / "paper.yaml").write_text(yaml.safe_dump({"table": "test", "page": "none", "rows": {"meanp": {"t2v/R@1": 10.0}}}))
+    (work / "paper.yaml").write_text(
+        yaml.safe_dump({"table": "test", "page": "none", "rows": {"meanp": {"t2v/R@1": 10.0}}})
+    )
+    return work
+
+
+@pytest.fixture(scope="module")
+def local_grid(plan_dir, tmp_path_factory):
+    """The plan of `plan_dir` run with --local (real `fit` and `test` subprocesses)."""
+    work = tmp_path_factory.mktemp("local")
+    shutil.copytree(plan_dir, work, dirs_exist_ok=True)
     previous, env = os.getcwd(), os.environ.copy()
     os.chdir(work)
     os.environ.clear()
@@ -108,7 +144,9 @@ def local_grid(tmp_path_factory, tiny_clip, corpus):
 
 def _test_metrics(run: Path) -> dict:
     """The run's own test metrics, found by walking its folder (not through the grid's done.json)."""
-    found = [json.loads(p.read_text())["test"] for p in run.rglob("metrics.json") if "test" in json.loads(p.read_text())]
+    found = [
+        json.loads(p.read_text())["test"] for p in run.rglob("metrics.json") if "test" in json.loads(p.read_text())
+    ]
     assert len(found) == 1, run
     return found[0]
 
@@ -120,9 +158,15 @@ def test_local_grid_runs_each_seed_in_its_own_folder(local_grid):
         for seed in (0, 1):
             run = runs / row / f"seed{seed}"
             config = yaml.safe_load((run / "config.yaml").read_text())
-            assert config["seed_everything"] == seed and config["trainer"]["default_root_dir"] == str(run.relative_to(local_grid))
-            assert config["trainer"]["callbacks"][0]["init_args"]["dirpath"] == f"runs/grid/{row}/seed{seed}/checkpoints"
-            assert (config["model"]["init_args"].get("mea") or {}).get("weight") == (0.5 if row == "meanp_mea" else None)
+            assert config["seed_everything"] == seed and config["trainer"]["default_root_dir"] == str(
+                run.relative_to(local_grid)
+            )
+            assert (
+                config["trainer"]["callbacks"][0]["init_args"]["dirpath"] == f"runs/grid/{row}/seed{seed}/checkpoints"
+            )
+            assert (config["model"]["init_args"].get("mea") or {}).get("weight") == (
+                0.5 if row == "meanp_mea" else None
+            )
             assert (run / "checkpoints" / "last.ckpt").is_file() and (run / "done.json").is_file()
             assert json.loads((run / "done.json").read_text())["metrics"] == "logs/test/metrics.json"
     assert not (local_grid / "runs" / "base").exists()
@@ -161,7 +205,9 @@ def test_rerun_skips_finished_runs_and_missing_seeds_are_marked(local_grid, tmp_
     lines = (Path("rep") / "report.md").read_text().splitlines()
     assert any(line.startswith("| meanP + MEA | 1/2 incomplete |") for line in lines)
     before = {p: p.stat().st_size for p in runs.rglob("*.log")}
-    for key in [k for k in os.environ if k.startswith(("SLURM_", "MASTER_", "PL_")) or k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")]:
+    for key in [
+        k for k in os.environ if k.startswith(("SLURM_", "MASTER_", "PL_")) or k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+    ]:
         monkeypatch.delenv(key)
     assert run_command("grid", ["plan.yaml", "--out", str(runs), "--local"]) == 0
     grown = {p for p in runs.rglob("*.log") if p.stat().st_size != before.get(p)}
@@ -173,48 +219,89 @@ def fake_slurm(tmp_path: Path) -> dict[str, str]:
     """`sbatch` that records its arguments and answers like Slurm; `srun` that records its own."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "sbatch").write_text(f'#!/bin/bash\necho "$@" >> "{tmp_path}/sbatch.log"\necho "Submitted batch job 777"\n')
+    (bin_dir / "sbatch").write_text(
+        f'#!/bin/bash\necho "$@" >> "{tmp_path}/sbatch.log"\necho "Submitted batch job 777"\n'
+    )
     (bin_dir / "srun").write_text(f'#!/bin/bash\necho "$@" >> "{tmp_path}/srun.log"\n')
     for tool in ("sbatch", "srun"):
         (bin_dir / tool).chmod(0o755)
     (tmp_path / "venv" / "bin").mkdir(parents=True)
     (tmp_path / "venv" / "bin" / "activate").write_text("")
-    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_ARRAY_TASK_ID": "2", "SLURM_ARRAY_JOB_ID": "777",
-            "SLURM_JOB_NODELIST": "gpu01"}
+    return {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "SLURM_ARRAY_TASK_ID": "2",
+        "SLURM_ARRAY_JOB_ID": "777",
+        "SLURM_JOB_NODELIST": "gpu01",
+    }
 
 
-@pytest.mark.slow
-def test_slurm_submits_one_array_of_the_unfinished_runs(local_grid, tmp_path, monkeypatch):
+def test_slurm_submits_one_array_of_the_unfinished_runs(plan_dir, tmp_path, monkeypatch):
+    """Runs 0 and 3 are finished (done.json written here), so the array holds tasks 1 and 2 only."""
     work = tmp_path / "work"
-    shutil.copytree(local_grid, work, symlinks=True)
+    shutil.copytree(plan_dir, work)
     monkeypatch.chdir(work)
     env = fake_slurm(tmp_path)
     monkeypatch.setenv("PATH", env["PATH"])
     runs = Path("runs/grid")
-    for run in ("meanp/seed1", "meanp_mea/seed0"):
-        (runs / run / "done.json").unlink()
-    args = ["plan.yaml", "--out", str(runs), "--slurm", "--set", "ACCOUNT=proj", "PARTITION=a100", "GPUS=2", "TIME=02:00:00",
-            f"VENV={tmp_path / 'venv'}"]
+    for run in ("meanp/seed0", "meanp_mea/seed1"):
+        (runs / run).mkdir(parents=True)
+        (runs / run / "done.json").write_text(json.dumps({"metrics": "logs/test/metrics.json"}))
+    args = [
+        "plan.yaml",
+        "--out",
+        str(runs),
+        "--slurm",
+        "--set",
+        "ACCOUNT=proj",
+        "PARTITION=a100",
+        "GPUS=2",
+        "TIME=02:00:00",
+        f"VENV={tmp_path / 'venv'}",
+    ]
     assert run_command("grid", args) == 0
     submitted = (tmp_path / "sbatch.log").read_text().split()
     script = Path(submitted[-1]).read_text()
-    assert "#SBATCH --array=1-2%64" in script and "#SBATCH --requeue" in script and "#SBATCH --signal=SIGUSR1@300" in script
-    assert "#SBATCH --ntasks-per-node=2" in script and "#SBATCH --gres=gpu:2" in script and "#SBATCH --time=02:00:00" in script
-    config = yaml.safe_load((runs / "meanp" / "seed1" / "config.yaml").read_text())
-    assert config["trainer"]["devices"] == 2 and config["trainer"]["num_nodes"] == 1
-    finished = yaml.safe_load((runs / "meanp" / "seed0" / "config.yaml").read_text())
-    assert finished["trainer"]["devices"] == 1  # a finished run keeps the config it ran with
+    assert (
+        "#SBATCH --array=1-2%64" in script
+        and "#SBATCH --requeue" in script
+        and "#SBATCH --signal=SIGUSR1@300" in script
+    )
+    assert (
+        "#SBATCH --ntasks-per-node=2" in script
+        and "#SBATCH --gres=gpu:2" in script
+        and "#SBATCH --time=02:00:00" in script
+    )
+    for run in ("meanp/seed1", "meanp_mea/seed0"):
+        config = yaml.safe_load((runs / run / "config.yaml").read_text())
+        assert str(config["trainer"]["devices"]) == "2" and str(config["trainer"]["num_nodes"]) == "1"
+        assert config["trainer"]["default_root_dir"] == str(runs / run)
+    assert not (runs / "meanp" / "seed0" / "config.yaml").exists()  # a finished run is left as it is
     record = json.loads((runs / "slurm" / "submissions.jsonl").read_text().splitlines()[-1])
     assert record["job"] == "777" and record["array"] == "1-2%64"
-    subprocess.run(["bash", submitted[-1]], env=env, check=True, capture_output=True)  # the array task under a fake srun
+    subprocess.run(
+        ["bash", submitted[-1]], env=env, check=True, capture_output=True
+    )  # the array task under a fake srun
     srun = (tmp_path / "srun.log").read_text().split()
-    assert srun == ["--kill-on-bad-exit=1", "lit-retrieval", "grid", str((work / "plan.yaml").resolve()), "--out",
-                    str(runs.resolve()), "--task", "2"]
+    assert srun == [
+        "--kill-on-bad-exit=1",
+        "lit-retrieval",
+        "grid",
+        str((work / "plan.yaml").resolve()),
+        "--out",
+        str(runs.resolve()),
+        "--task",
+        "2",
+    ]
 
 
 def test_grid_template_renders_and_rejects_unknown_variables():
     text = (ROOT / "slurm" / "grid.sbatch").read_text()
-    script = render_template(text, {"PLAN": "p.yaml", "RUNS_DIR": "r", "ARRAY": "0-5%64", "ACCOUNT": "a", "PARTITION": "p"})
+    script = render_template(
+        text, {"PLAN": "p.yaml", "RUNS_DIR": "r", "ARRAY": "0-5%64", "ACCOUNT": "a", "PARTITION": "p"}
+    )
     assert "#SBATCH --array=0-5%64" in script and 'grid "p.yaml" --out "r" --task "$SLURM_ARRAY_TASK_ID"' in script
     with pytest.raises(ValueError, match="unknown variable"):
-        render_template(text, {"PLAN": "p", "RUNS_DIR": "r", "ARRAY": "0", "ACCOUNT": "a", "PARTITION": "p", "GPU": "1"})
+        render_template(
+            text, {"PLAN": "p", "RUNS_DIR": "r", "ARRAY": "0", "ACCOUNT": "a", "PARTITION": "p", "GPU": "1"}
+        )

@@ -60,9 +60,15 @@ def _record(runs_dir: Path, plan: Plan) -> None:
     (runs_dir / "grid.json").write_text(json.dumps({"plan": str(plan.path.resolve()), "title": plan.title}, indent=2))
 
 
-def _submit(plan: Plan, runs_dir: Path, pending: list[Run], values: dict[str, str], sbatch: str, max_parallel: int) -> int:
-    settings = {**values, "PLAN": str(plan.path.resolve()), "RUNS_DIR": str(runs_dir.resolve()),
-                "ARRAY": f"{_array_spec([r.index for r in pending])}%{max_parallel}"}
+def _submit(
+    plan: Plan, runs_dir: Path, pending: list[Run], values: dict[str, str], sbatch: str, max_parallel: int
+) -> int:
+    settings = {
+        **values,
+        "PLAN": str(plan.path.resolve()),
+        "RUNS_DIR": str(runs_dir.resolve()),
+        "ARRAY": f"{_array_spec([r.index for r in pending])}%{max_parallel}",
+    }
     try:
         script = render_template(TEMPLATE.read_text(), settings)
     except ValueError as err:
@@ -76,8 +82,17 @@ def _submit(plan: Plan, runs_dir: Path, pending: list[Run], values: dict[str, st
         return 1
     match = SUBMITTED.search(done.stdout)
     with (runs_dir / "slurm" / "submissions.jsonl").open("a") as log:
-        log.write(json.dumps({"job": match.group(1) if match else None, "script": str(job), "array": settings["ARRAY"],
-                              "time": time.time()}) + "\n")
+        log.write(
+            json.dumps(
+                {
+                    "job": match.group(1) if match else None,
+                    "script": str(job),
+                    "array": settings["ARRAY"],
+                    "time": time.time(),
+                }
+            )
+            + "\n"
+        )
     print(f"submitted {len(pending)} task(s) ({settings['ARRAY']}) as job {match.group(1) if match else '?'}: {job}")
     return 0
 
@@ -85,22 +100,40 @@ def _submit(plan: Plan, runs_dir: Path, pending: list[Run], values: dict[str, st
 def _slurm_overrides(values: dict[str, str]) -> dict[str, object]:
     """Each task trains on NODES x GPUS (the template's defaults unless --set)."""
     declared = template_variables(TEMPLATE.read_text())
-    return {"trainer.num_nodes": int(values.get("NODES", declared["NODES"])), "trainer.devices": int(values.get("GPUS", declared["GPUS"]))}
+    return {
+        "trainer.num_nodes": int(values.get("NODES", declared["NODES"])),
+        "trainer.devices": int(values.get("GPUS", declared["GPUS"])),
+    }
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="lit-retrieval grid", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="lit-retrieval grid", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("plan", help="plan YAML (configs/plans/*.yaml)")
     parser.add_argument("--out", required=True, help="runs folder: RUNS_DIR/<row>/seed<k>/")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--local", action="store_true", help="run here, one run after another (default)")
     where.add_argument("--slurm", action="store_true", help="submit one Slurm job array (slurm/grid.sbatch)")
     where.add_argument("--task", type=int, help=argparse.SUPPRESS)  # one array task (what grid.sbatch runs)
-    parser.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE", help="slurm/grid.sbatch variables (ACCOUNT, PARTITION, GPUS, TIME, ...)")
-    parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="config keys for every row, e.g. model.init_args.encoder.init_args.pretrained=/models/longclip-B.pt")
+    parser.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="NAME=VALUE",
+        help="slurm/grid.sbatch variables (ACCOUNT, PARTITION, GPUS, TIME, ...)",
+    )
+    parser.add_argument(
+        "--override",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config keys for every row, e.g. model.init_args.encoder.init_args.pretrained=/models/longclip-B.pt",
+    )
     parser.add_argument("--max-parallel", type=int, default=64, help="--slurm: array tasks running at once")
-    parser.add_argument("--dry-run", action="store_true", help="resolve every row's configs and list the runs; write and run nothing")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="resolve every row's configs and list the runs; write and run nothing"
+    )
     parser.add_argument("--sbatch", default="sbatch", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     plan = load_plan(args.plan)
@@ -116,10 +149,16 @@ def run(argv: list[str]) -> int:
         signal.signal(signal.SIGUSR1, lambda *_: None)  # Slurm's requeue signal is for the fit below, not this process
         folder = runs[args.task].folder(runs_dir)
         if not (folder / "run.json").exists():
-            raise UsageError(str(folder), "not prepared: `lit-retrieval grid PLAN --out RUNS_DIR --slurm` writes it before submitting")
+            raise UsageError(
+                str(folder),
+                "not prepared: `lit-retrieval grid PLAN --out RUNS_DIR --slurm` writes it before submitting",
+            )
         return execute(folder)
     pending = [r for r in runs if status(r.folder(runs_dir)) != "done"]
-    print(f"{plan.title}: {len(runs)} runs ({len(plan.rows)} rows, seeds {plan.seeds}), {len(runs) - len(pending)} finished")
+    print(
+        f"{plan.title}: {len(runs)} runs ({len(plan.rows)} rows, seeds {plan.seeds}), "
+        f"{len(runs) - len(pending)} finished"
+    )
     resolved: dict = {}
     for run_ in runs:
         steps = prepare(plan, run_, runs_dir, extra, resolved, write=not args.dry_run and run_ in pending)
@@ -136,6 +175,9 @@ def run(argv: list[str]) -> int:
     for run_ in pending:
         print(f"[{run_.index}] {run_.row.name} seed {run_.seed} ...", flush=True)
         code = execute(run_.folder(runs_dir))
-        print(f"[{run_.index}] {run_.row.name} seed {run_.seed}: {'done' if code == 0 else f'failed ({code})'}", flush=True)
+        print(
+            f"[{run_.index}] {run_.row.name} seed {run_.seed}: {'done' if code == 0 else f'failed ({code})'}",
+            flush=True,
+        )
         failures += code != 0
     return 1 if failures else 0

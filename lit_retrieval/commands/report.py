@@ -21,7 +21,9 @@ from lit_retrieval.grid.report import collect, markdown, plot, write_csv
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="lit-retrieval report", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="lit-retrieval report", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("runs", help="runs folder of `lit-retrieval grid`")
     parser.add_argument("--plan", help="the plan (default: the one RUNS/grid.json names)")
     parser.add_argument("--out", required=True, help="report folder: report.md, report.csv, report.png")

@@ -34,7 +34,19 @@ from lit_retrieval.errors import UsageError
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 EVALUATIONS = ("test", "uvrb")
-PLAN_KEYS = {"title", "source", "seeds", "configs", "overrides", "evaluate", "checkpoint", "uvrb", "metrics", "published", "rows"}
+PLAN_KEYS = {
+    "title",
+    "source",
+    "seeds",
+    "configs",
+    "overrides",
+    "evaluate",
+    "checkpoint",
+    "uvrb",
+    "metrics",
+    "published",
+    "rows",
+}
 ROW_KEYS = {"name", "label", "seeds", "configs", "overrides", "test_configs", "test_overrides", "model"}
 
 
@@ -107,14 +119,20 @@ def _mapping(value: Any, where: str, path: Path) -> dict[str, Any]:
 
 
 def _seeds(value: Any, where: str, path: Path) -> list[int]:
-    if not isinstance(value, list) or not value or not all(isinstance(s, int) and not isinstance(s, bool) for s in value):
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(s, int) and not isinstance(s, bool) for s in value)
+    ):
         raise UsageError(str(path), f"'{where}' must be a non-empty list of integers, got {value!r}")
     if len(set(value)) != len(value):
         raise UsageError(str(path), f"'{where}' repeats a seed: {value}")
     return list(value)
 
 
-def _row(raw: Any, number: int, seeds: list[int], common_configs: list[str], common_overrides: dict[str, Any], path: Path) -> Row:
+def _row(
+    raw: Any, number: int, seeds: list[int], common_configs: list[str], common_overrides: dict[str, Any], path: Path
+) -> Row:
     where = f"rows[{number}]"
     if not isinstance(raw, dict):
         raise UsageError(str(path), f"{where} must be a mapping, got {raw!r}")
@@ -127,7 +145,9 @@ def _row(raw: Any, number: int, seeds: list[int], common_configs: list[str], com
     model = raw.get("model")
     configs = _strings(raw.get("configs"), f"{where}.configs", path)
     if model is not None and configs:
-        raise UsageError(str(path), f"{where} ({name}): a row evaluates either a 'model' or trains from 'configs', not both")
+        raise UsageError(
+            str(path), f"{where} ({name}): a row evaluates either a 'model' or trains from 'configs', not both"
+        )
     return Row(
         name=name,
         label=str(raw.get("label", name)),
@@ -197,10 +217,14 @@ def load_published(path: Path) -> dict[str, dict[str, float]]:
         raise UsageError(str(path), f"cannot read the published numbers: {err}") from None
     where = isinstance(raw, dict) and (raw.get("page") or raw.get("section"))
     if not isinstance(raw, dict) or not raw.get("table") or not where or not isinstance(raw.get("rows"), dict):
-        raise UsageError(str(path), "published numbers need 'table', 'page' or 'section' (where they are printed) and 'rows'")
+        raise UsageError(
+            str(path), "published numbers need 'table', 'page' or 'section' (where they are printed) and 'rows'"
+        )
     rows = {}
     for name, values in raw["rows"].items():
-        if not isinstance(values, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values.values()):
+        if not isinstance(values, dict) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in values.values()
+        ):
             raise UsageError(str(path), f"row {name!r}: expected {{metric: number}}, got {values!r}")
         rows[str(name)] = {str(k): float(v) for k, v in values.items()}
     return rows

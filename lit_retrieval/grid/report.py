@@ -75,18 +75,32 @@ def _seeds(row: RowResult) -> str:
 def markdown(plan: Plan, rows: list[RowResult], digits: int = 2) -> str:
     """The measured table (mean ± std, seeds found) and, where published numbers exist, measured vs
     paper with measured − paper."""
-    lines = [f"# {plan.title}", "", f"Mean ± sample standard deviation (ddof = 1) over the seeds (plan: {plan.seeds}); "
-             "`incomplete`: fewer seeds finished than planned (mean over those found).", ""]
+    lines = [
+        f"# {plan.title}",
+        "",
+        f"Mean ± sample standard deviation (ddof = 1) over the seeds (plan: {plan.seeds}); "
+        "`incomplete`: fewer seeds finished than planned (mean over those found).",
+        "",
+    ]
     lines += ["| row | seeds | " + " | ".join(plan.metrics) + " |", "|---|---|" + "---|" * len(plan.metrics)]
     for row in rows:
         cells = []
         for metric in plan.metrics:
             cell = row.cells[metric]
-            cells.append("" if not cell.values else _number(cell.mean, digits) + (f" ± {_number(cell.std, digits)}" if cell.values[1:] else ""))
+            cells.append(
+                ""
+                if not cell.values
+                else _number(cell.mean, digits) + (f" ± {_number(cell.std, digits)}" if cell.values[1:] else "")
+            )
         lines.append(f"| {row.label} | {_seeds(row)} | " + " | ".join(cells) + " |")
     if any(row.published for row in rows):
-        lines += ["", f"## Measured vs published ({plan.source or plan.published})", "",
-                  "Each cell: measured mean / paper (measured − paper).", ""]
+        lines += [
+            "",
+            f"## Measured vs published ({plan.source or plan.published})",
+            "",
+            "Each cell: measured mean / paper (measured − paper).",
+            "",
+        ]
         lines += ["| row | seeds | " + " | ".join(plan.metrics) + " |", "|---|---|" + "---|" * len(plan.metrics)]
         for row in rows:
             cells = []
@@ -106,15 +120,40 @@ def write_csv(rows: list[RowResult], metrics: list[str], path: Path) -> None:
     """One line per row x metric: seeds, mean, std, every seed's value, published and difference."""
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["row", "label", "metric", "seeds_found", "seeds_planned", "complete", "mean", "std_ddof1",
-                         "values", "published", "difference"])
+        writer.writerow(
+            [
+                "row",
+                "label",
+                "metric",
+                "seeds_found",
+                "seeds_planned",
+                "complete",
+                "mean",
+                "std_ddof1",
+                "values",
+                "published",
+                "difference",
+            ]
+        )
         for row in rows:
             for metric in metrics:
                 cell, paper = row.cells[metric], row.published.get(metric)
                 difference = "" if paper is None or not cell.values else repr(cell.mean - paper)
-                writer.writerow([row.name, row.label, metric, len(row.seeds_found), len(row.seeds_planned), row.complete,
-                                 "" if not cell.values else repr(cell.mean), "" if math.isnan(cell.std) else repr(cell.std),
-                                 " ".join(repr(v) for v in cell.values), "" if paper is None else paper, difference])
+                writer.writerow(
+                    [
+                        row.name,
+                        row.label,
+                        metric,
+                        len(row.seeds_found),
+                        len(row.seeds_planned),
+                        row.complete,
+                        "" if not cell.values else repr(cell.mean),
+                        "" if math.isnan(cell.std) else repr(cell.std),
+                        " ".join(repr(v) for v in cell.values),
+                        "" if paper is None else paper,
+                        difference,
+                    ]
+                )
 
 
 def plot(plan: Plan, rows: list[RowResult], path: Path) -> None:
@@ -127,8 +166,12 @@ def plot(plan: Plan, rows: list[RowResult], path: Path) -> None:
 
     count = len(plan.metrics)
     cols = min(count, 3)
-    fig, axes = plt.subplots((count + cols - 1) // cols, cols, figsize=(1.2 + 0.55 * len(rows) * cols + 2 * cols, 3.6 * ((count + cols - 1) // cols)),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        (count + cols - 1) // cols,
+        cols,
+        figsize=(1.2 + 0.55 * len(rows) * cols + 2 * cols, 3.6 * ((count + cols - 1) // cols)),
+        squeeze=False,
+    )
     positions = list(range(len(rows)))
     for ax, metric in zip(axes.flat, plan.metrics):
         means = [row.cells[metric].mean for row in rows]
@@ -139,7 +182,9 @@ def plot(plan: Plan, rows: list[RowResult], path: Path) -> None:
                 bar.set_hatch("//")
         paper = [(i, row.published[metric]) for i, row in enumerate(rows) if metric in row.published]
         if paper:
-            ax.scatter([i for i, _ in paper], [v for _, v in paper], color="black", marker="_", s=300, zorder=3, label="paper")
+            ax.scatter(
+                [i for i, _ in paper], [v for _, v in paper], color="black", marker="_", s=300, zorder=3, label="paper"
+            )
             ax.legend(loc="lower right", fontsize=7)
         ax.set_title(metric)
         ax.set_xticks(positions, [row.label for row in rows], rotation=45, ha="right", fontsize=7)

@@ -93,7 +93,11 @@ def relocate(config: dict[str, Any], run_dir: Path, seed: int) -> dict[str, Any]
     trainer = config.setdefault("trainer", {})
     logger = trainer.get("logger")
     logger_args = logger.get("init_args", {}) if isinstance(logger, dict) else {}
-    old = {str(p).rstrip("/") for p in (trainer.get("default_root_dir"), logger_args.get("save_dir")) if p not in (None, "", ".")}
+    old = {
+        str(p).rstrip("/")
+        for p in (trainer.get("default_root_dir"), logger_args.get("save_dir"))
+        if p not in (None, "", ".")
+    }
     new = str(run_dir)
 
     def move(value: Any) -> Any:
@@ -104,13 +108,15 @@ def relocate(config: dict[str, Any], run_dir: Path, seed: int) -> dict[str, Any]
         if isinstance(value, str):
             for prefix in sorted(old, key=len, reverse=True):
                 if value == prefix or value.startswith(prefix + "/"):
-                    return new + value[len(prefix):]
+                    return new + value[len(prefix) :]
         return value
 
     moved = move(config)
     moved["seed_everything"] = seed
     moved["trainer"]["default_root_dir"] = new
-    if isinstance(moved["trainer"].get("logger"), dict) and "save_dir" in moved["trainer"]["logger"].get("init_args", {}):
+    if isinstance(moved["trainer"].get("logger"), dict) and "save_dir" in moved["trainer"]["logger"].get(
+        "init_args", {}
+    ):
         moved["trainer"]["logger"]["init_args"]["save_dir"] = new
     return moved
 
@@ -122,31 +128,56 @@ def commands(plan: Plan, run: Run, folder: Path, config: dict[str, Any] | None) 
     if plan.evaluate == "uvrb":
         source = ["--model", row.model] if row.model else ["--config", str(folder / CONFIG)]
         evaluate = ["uvrb", *source, "--tasks", plan.uvrb_tasks, "--out", str(folder / "uvrb"), *plan.uvrb_args]
-        return {"fit": fit, "evaluate": evaluate, "kind": "uvrb", "ckpt_flag": None if row.model else "--ckpt", "checkpoint": plan.checkpoint}
+        return {
+            "fit": fit,
+            "evaluate": evaluate,
+            "kind": "uvrb",
+            "ckpt_flag": None if row.model else "--ckpt",
+            "checkpoint": plan.checkpoint,
+        }
     logger = (config or {}).get("trainer", {}).get("logger")
-    version = ["--trainer.logger.init_args.version", "test"] if isinstance(logger, dict) and "version" in logger.get("init_args", {}) else []
-    evaluate = ["test", "--config", str(folder / CONFIG), *(a for c in row.test_configs for a in ("--config", c)),
-                *override_args(row.test_overrides), *version]
+    version = (
+        ["--trainer.logger.init_args.version", "test"]
+        if isinstance(logger, dict) and "version" in logger.get("init_args", {})
+        else []
+    )
+    evaluate = [
+        "test",
+        "--config",
+        str(folder / CONFIG),
+        *(a for c in row.test_configs for a in ("--config", c)),
+        *override_args(row.test_overrides),
+        *version,
+    ]
     return {"fit": fit, "evaluate": evaluate, "kind": "test", "ckpt_flag": "--ckpt_path", "checkpoint": plan.checkpoint}
 
 
-def prepare(plan: Plan, run: Run, runs_dir: Path, extra: dict[str, Any], resolved: dict[str, Any], write: bool = True) -> dict[str, Any]:
+def prepare(
+    plan: Plan, run: Run, runs_dir: Path, extra: dict[str, Any], resolved: dict[str, Any], write: bool = True
+) -> dict[str, Any]:
     """Resolve the run's config (once per row: `resolved` caches it by row name) and commands; with
     `write`, store them in its folder (config.yaml, run.json). Finished runs keep what they ran with."""
     folder = run.folder(runs_dir)
     config = None
     if run.row.trains:
         if run.row.name not in resolved:
-            overrides = {k: v.replace("{runs}", str(runs_dir)) if isinstance(v, str) else v for k, v in {**run.row.overrides, **extra}.items()}
+            overrides = {
+                k: v.replace("{runs}", str(runs_dir)) if isinstance(v, str) else v
+                for k, v in {**run.row.overrides, **extra}.items()
+            }
             resolved[run.row.name] = resolve_config(run.row.configs, overrides, f"{plan.path}: row {run.row.name!r}")
         config = relocate(copy.deepcopy(resolved[run.row.name]), folder, run.seed)
     steps = commands(plan, run, folder, config)
     if write and not (folder / DONE).exists():
         folder.mkdir(parents=True, exist_ok=True)
         if config is not None:
-            (folder / CONFIG).write_text(f"# {plan.title}: row {run.row.name}, seed {run.seed} (written by lit-retrieval grid)\n"
-                                         + yaml.safe_dump(config, sort_keys=False))
-        (folder / RUN_FILE).write_text(json.dumps({"row": run.row.name, "seed": run.seed, "index": run.index, **steps}, indent=2))
+            (folder / CONFIG).write_text(
+                f"# {plan.title}: row {run.row.name}, seed {run.seed} (written by lit-retrieval grid)\n"
+                + yaml.safe_dump(config, sort_keys=False)
+            )
+        (folder / RUN_FILE).write_text(
+            json.dumps({"row": run.row.name, "seed": run.seed, "index": run.index, **steps}, indent=2)
+        )
     return steps
 
 
@@ -166,7 +197,9 @@ def _step(args: list[str], log: Path) -> int:
     with log.open("a") as out:
         out.write(f"\n$ lit-retrieval {' '.join(args)}  # {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
         out.flush()
-        return subprocess.run([sys.executable, "-m", "lit_retrieval", *args], stdout=out, stderr=subprocess.STDOUT).returncode
+        return subprocess.run(
+            [sys.executable, "-m", "lit_retrieval", *args], stdout=out, stderr=subprocess.STDOUT
+        ).returncode
 
 
 def _newest(folder: Path, pattern: str) -> Path | None:
@@ -221,7 +254,11 @@ def _metrics_file(folder: Path, kind: str, since: float) -> Path | None:
     if kind == "uvrb":
         path = folder / "uvrb" / "results.json"
         return path if path.is_file() and path.stat().st_mtime >= since - 1 else None
-    fresh = [p for p in folder.rglob("metrics.json") if p.stat().st_mtime >= since - 1 and "test" in json.loads(p.read_text())]
+    fresh = [
+        p
+        for p in folder.rglob("metrics.json")
+        if p.stat().st_mtime >= since - 1 and "test" in json.loads(p.read_text())
+    ]
     return max(fresh, key=lambda p: p.stat().st_mtime) if fresh else None
 
 
