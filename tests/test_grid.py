@@ -305,3 +305,21 @@ def test_grid_template_renders_and_rejects_unknown_variables():
         render_template(
             text, {"PLAN": "p", "RUNS_DIR": "r", "ARRAY": "0", "ACCOUNT": "a", "PARTITION": "p", "GPU": "1"}
         )
+
+
+def test_a_failed_run_is_recorded_never_marked_done_and_listed_again(plan_dir, tmp_path, monkeypatch, capsys):
+    """A fit that exits non-zero (its annotation file is missing) leaves failed.json with the step,
+    no done.json, exit status 1, and the next dry run lists the run as failed."""
+    work = tmp_path / "work"
+    shutil.copytree(plan_dir, work)
+    monkeypatch.chdir(work)
+    plan = yaml.safe_load(Path("plan.yaml").read_text())
+    plan.update(seeds=[0], rows=plan["rows"][:1], overrides={"data.init_args.annotation": "missing/annotations.json"})
+    Path("one.yaml").write_text(yaml.safe_dump(plan))
+    assert run_command("grid", ["one.yaml", "--out", "runs", "--local"]) == 1
+    run = Path("runs/meanp/seed0")
+    assert json.loads((run / "failed.json").read_text())["step"] == "fit" and not (run / "done.json").exists()
+    assert "missing/annotations.json" in (run / "fit.log").read_text()
+    capsys.readouterr()
+    assert run_command("grid", ["one.yaml", "--out", "runs", "--dry-run"]) == 0
+    assert "[0] meanp seed 0: failed" in capsys.readouterr().out
