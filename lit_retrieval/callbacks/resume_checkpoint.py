@@ -77,6 +77,8 @@ class ResumeCheckpoint(L.Callback):
         default = trainer.checkpoint_callback
         if isinstance(default, ModelCheckpoint) and default.save_last is None:
             default.save_last = True
+        elif default is None:  # enable_checkpointing: false
+            log.info("checkpointing is off: no interval or on-signal checkpoints")
         else:
             log.warning("no ModelCheckpoint with save_last: interval and on-signal checkpoints are off")
 
@@ -96,9 +98,9 @@ class ResumeCheckpoint(L.Callback):
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
         due = self.every_n_steps is not None and trainer.global_step > 0 and trainer.global_step % self.every_n_steps == 0
-        if self.every_n_minutes is not None:
-            due = due or time.monotonic() - self._last_save >= 60 * self.every_n_minutes
-        if trainer.strategy.broadcast(due):  # rank 0's clock decides, so every rank saves together
+        if not due and self.every_n_minutes is not None:  # rank 0's clock decides, so every rank saves together
+            due = trainer.strategy.broadcast(time.monotonic() - self._last_save >= 60 * self.every_n_minutes)
+        if due:
             self.save_last(trainer)
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
