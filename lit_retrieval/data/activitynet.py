@@ -63,6 +63,8 @@ class ActivityNetParser:
         return [v for v in videos if v is not None]
 
     def parse_video(self, video_id: str, raw: Any, source: str, split: str) -> VideoRecord:
+        if not video_id.strip():
+            raise AnnotationError(source, video_id, "empty video id")
         if not isinstance(raw, dict):
             raise AnnotationError(source, video_id, "a video record must be an object")
         for key in ("duration", "timestamps", "sentences"):

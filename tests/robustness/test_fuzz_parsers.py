@@ -36,9 +36,19 @@ json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | 
 policies = st.sampled_from(["raise", "skip"])
 
 
+MISSING = object()
+
+
 def near(template: dict) -> st.SearchStrategy:
-    """Objects with any subset of `template`'s keys, each value either the valid one or any JSON value."""
-    return st.fixed_dictionaries({}, optional={key: st.just(value) | json_values for key, value in template.items()})
+    """Objects like `template` where each key keeps its valid value (18 in 20), is dropped (1 in 20)
+    or holds any JSON value (1 in 20): mostly valid records with a few faults each."""
+
+    def field(value):
+        return st.tuples(st.integers(0, 19), json_values).map(lambda t: value if t[0] < 18 else MISSING if t[0] == 18 else t[1])
+
+    return st.fixed_dictionaries({key: field(value) for key, value in template.items()}).map(
+        lambda raw: {key: value for key, value in raw.items() if value is not MISSING}
+    )
 
 
 def as_text(value) -> str:
