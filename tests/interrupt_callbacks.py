@@ -36,3 +36,17 @@ class RecordStateAtSteps(L.Callback):
             Path(self.out).mkdir(parents=True, exist_ok=True)
             torch.save({"state_dict": module.state_dict(), "optimizer": trainer.optimizers[0].state_dict()},
                        Path(self.out) / f"step{trainer.global_step}.pt")
+
+
+class SignalAtStep(L.Callback):
+    """Sends `signum` to this very process after optimizer step `step` (an in-process stand-in for
+    a scheduler's SIGTERM)."""
+
+    def __init__(self, step: int, signum: int = 15) -> None:
+        self.step, self.signum = step, signum
+
+    def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
+        if trainer.global_step == self.step:
+            import os
+
+            os.kill(os.getpid(), self.signum)

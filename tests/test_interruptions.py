@@ -3,7 +3,8 @@ model are stopped mid-epoch by SIGTERM or Ctrl+C (a checkpoint is written, exit 
 last interval checkpoint survives) and resumed with `--ckpt_path last`. The checkpoint equals the
 uninterrupted run's state at its step (weights, optimizer, MEA's threshold buffers theta^t), and the
 resumed run ends with the uninterrupted run's weights, optimizer state, `metrics.csv` rows and
-TensorBoard scalars (nothing lost, nothing twice)."""
+TensorBoard scalars (nothing lost, nothing twice). A tiny GVE fit stopped by SIGTERM (in-process)
+keeps its Modality Pyramid curriculum and LoRA weights the same way."""
 
 from __future__ import annotations
 
@@ -174,3 +175,38 @@ def test_interval_checkpoints_reach_a_run_without_a_configured_last_checkpoint(t
                         callbacks=[ResumeCheckpoint(every_n_steps=3, every_n_minutes=None), Saved()])
     trainer.fit(module, data)
     assert Saved.steps == [(3, 3), (4, 3)] and torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 4
+
+
+@pytest.mark.slow
+def test_sigterm_in_a_tiny_gve_fit_keeps_the_curriculum_and_lora_weights(tmp_path, tiny_qwen, gve_tasks):
+    """GVE with the Modality Pyramid: SIGTERM after step 6 (epoch 2 of 2, 4 steps each) writes a
+    checkpoint with the curriculum history; the resumed run ends as the uninterrupted one."""
+    import json
+
+    from test_modality_pyramid import write_config as gve_config
+
+    whole = tmp_path / "whole"
+    main(["fit", "--config", str(gve_config(tmp_path / "a.yaml", tiny_qwen, gve_tasks, whole, epochs=2, steps=4))])
+    parts = tmp_path / "parts"
+    config = gve_config(tmp_path / "b.yaml", tiny_qwen, gve_tasks, parts, epochs=2, steps=4)
+    raw = yaml.safe_load(config.read_text())
+    raw["trainer"]["callbacks"].append({"class_path": "interrupt_callbacks.SignalAtStep", "init_args": {"step": 6}})
+    config.write_text(yaml.safe_dump(raw))
+    with pytest.raises(SystemExit) as stopped:
+        main(["fit", "--config", str(config)])
+    assert stopped.value.code == 128 + signal.SIGTERM
+    saved = torch.load(parts / "checkpoints" / "last.ckpt", weights_only=False)
+    want = json.loads((whole / "logs" / "fit" / "modality_pyramid.json").read_text())
+    assert saved["global_step"] == 6 and [e["epoch"] for e in saved["callbacks"]["ModalityPyramid"]["history"]] == [0, 1]
+    resumed = gve_config(tmp_path / "c.yaml", tiny_qwen, gve_tasks, parts, epochs=2, steps=4)
+    main(["fit", "--config", str(resumed), "--ckpt_path", "last"])
+    got = json.loads((parts / "logs" / "fit" / "modality_pyramid.json").read_text())
+    assert [e["epoch"] for e in got] == [0, 1]
+    for a, b in zip(got, want):
+        assert a["sigma"] == b["sigma"] and a["R"] == pytest.approx(b["R"], abs=1e-6) and a["P"] == pytest.approx(b["P"], abs=1e-6)
+    final = [torch.load(run / "checkpoints" / "last.ckpt", weights_only=True) for run in (whole, parts)]
+    assert final[0]["global_step"] == final[1]["global_step"] == 8
+    for name, value in final[0]["state_dict"].items():  # LoRA weights
+        torch.testing.assert_close(final[1]["state_dict"][name], value, atol=1e-6, rtol=0)
+    rows = [[(r["step"], r["epoch"]) for r in csv.DictReader(open(run / "logs" / "fit" / "metrics.csv"))] for run in (whole, parts)]
+    assert rows[0] == rows[1]
