@@ -217,6 +217,7 @@ activitynet_case("timestamp not a pair", "is not [start, end]", train={"v_a": ac
 activitynet_case("duration zero", "duration must be positive", train={"v_a": activitynet_video(duration=0)})
 activitynet_case("duration a string", "finite number", train={"v_a": activitynet_video(duration="30")})
 activitynet_case("end before start", "0 <= start < end", train={"v_a": activitynet_video(timestamps=[[5.0, 1.0], [10.0, 30.0]])})
+activitynet_case("empty video id", "empty video id", train={"": activitynet_video()})
 activitynet_case("video in train and test", "also in the training split", file="", test={"v_a": activitynet_video()})
 
 # -- DiDeMo ----------------------------------------------------------------------------------------
