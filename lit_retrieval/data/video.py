@@ -1,7 +1,7 @@
 """PyAV frame sampling over a stream's presentation-time span, reached by key-frame seeking.
 
-Time. Every video is sampled over its real span: from the first decodable frame's presentation
-timestamp (PTS) to the moment its last frame stops (last PTS + that frame's duration), both read
+Time. Every video is sampled over its real span: from its first frame's presentation timestamp
+(PTS) to the moment its last frame stops (last PTS + that frame's duration), both read
 from the stream, so a stream that starts at 10 s (a cut) or has a variable frame rate (phones,
 screen recorders) is covered uniformly. Window bounds (`start`, `end`) and the returned `times` are
 seconds from the first frame, as a player shows them. A file is *truncated* when its header
@@ -180,7 +180,7 @@ class _Stream:
     def __init__(self, container: av.container.InputContainer, stream: av.video.stream.VideoStream) -> None:
         self.container = container
         self.stream = stream
-        self.tb = stream.time_base
+        self.tb = float(stream.time_base)  # float arithmetic: Fraction products cost more than decoding small frames
         rate = stream.average_rate or stream.guessed_rate
         self.rate = float(rate) if rate else None
         self._frames: Iterator[av.VideoFrame] | None = None
@@ -191,7 +191,7 @@ class _Stream:
         self.origin = -math.inf  # no seek goes before this time (the stream's declared start)
 
     def time_of(self, pts: int) -> float:
-        return float(pts * self.tb)
+        return pts * self.tb
 
     def seek(self, time: float) -> None:
         """Go to the key frame whose decode time is at or before `time`."""
@@ -258,7 +258,7 @@ class _Stream:
 
 @dataclass
 class _Span:
-    first: float  # absolute PTS (s) of the first decodable frame
+    first: float  # absolute PTS (s) of the first frame
     end: float  # absolute time at which the last frame stops
 
 
@@ -276,7 +276,8 @@ def _tail(packets: Iterator[av.Packet], stream: _Stream, default_duration: float
 
 
 def _probe_span(stream: _Stream, path: Path, fallback_duration: float | None) -> tuple[_Span, _Frame]:
-    """The stream's real span and its first decoded frame; `VideoDecodeError` when truncated.
+    """The stream's real span, read from packet timestamps (nothing is decoded); `VideoDecodeError`
+    when truncated.
 
     The end is the header's (it includes the last frame's duration) when the last packet present is
     presented before it, else the last packet's end. A file is truncated when nothing is left after
@@ -302,13 +303,23 @@ def _probe_span(stream: _Stream, path: Path, fallback_duration: float | None) ->
         raise VideoDecodeError(path, f"truncated: frames end at {ends:.3f} s but the file declares {declared:.3f} s")
     end = declared_end if declared_end is not None and declared_end > last else last_end
     stream.seek(declared_start)
-    first = stream.next_frame()
-    if first is None:
-        raise VideoDecodeError(path, "no frame decodable")
-    if first.time >= end:
-        raise VideoDecodeError(path, f"no frame decodable before the end at {end - declared_start:.3f} s")
-    stream.origin = first.time
-    return _Span(first.time, end), first
+    first = _first_time(stream)
+    if first is None or first >= end:
+        raise VideoDecodeError(path, f"no frame before the end at {end - declared_start:.3f} s")
+    stream.origin = first
+    return _Span(first, end)
+
+
+def _first_time(stream: _Stream) -> float | None:
+    """The earliest PTS among the first packets: read until a packet's decode time passes it (every
+    later packet is presented later still)."""
+    first = None
+    for packet in stream.packets():
+        time = stream.time_of(packet.pts)
+        first = time if first is None else min(first, time)
+        if stream.time_of(packet.dts if packet.dts is not None else packet.pts) >= first:
+            break
+    return first
 
 
 def sample_frames(
@@ -356,7 +367,7 @@ def sample_video(
             if not container.streams.video:
                 raise VideoDecodeError(path, "no video stream")
             stream = _Stream(container, container.streams.video[0])
-            span, first = _probe_span(stream, path, duration)
+            span = _probe_span(stream, path, duration)
             length = span.end - span.first
             t0 = 0.0 if start is None else max(0.0, start)
             t1 = length if end is None else min(end, length)
@@ -368,9 +379,8 @@ def sample_video(
                 fps_scale = None
             else:
                 wanted, fps_scale = _linspace_targets(stream, a0, a1, spec, path)
-                first = None  # counting moved the stream: the first target seeks
             if spec.sampling == "exact":
-                chosen = _collect_exact(stream, first, wanted, seek_threshold, spec.size, path)
+                chosen = _collect_exact(stream, wanted, seek_threshold, spec.size, path)
             else:
                 chosen = _collect_keyframes(stream, wanted, spec.size, path)
     except av.error.FFmpegError as err:
@@ -406,12 +416,11 @@ def _linspace_targets(
 
 
 def _collect_exact(
-    stream: _Stream, first: _Frame | None, targets: np.ndarray, seek_threshold: float, size: int | None, path: Path
+    stream: _Stream, targets: np.ndarray, seek_threshold: float, size: int | None, path: Path
 ) -> list[tuple[float, np.ndarray]]:
-    """(time, RGB) of the frame played at each target; consecutive targets on one frame keep one copy.
-    `first`: the frame the stream is positioned just after (None: seek for the first target)."""
+    """(time, RGB) of the frame played at each target; consecutive targets on one frame keep one copy."""
     chosen: list[tuple[float, np.ndarray]] = []
-    last = first
+    last: _Frame | None = None
     for target in targets:
         if last is None or target - last.time > seek_threshold:
             last = _seek_at_or_before(stream, target, path)
@@ -440,7 +449,7 @@ def _seek_at_or_before(stream: _Stream, target: float, path: Path) -> _Frame:
 
 def _played_at(stream: _Stream, current: _Frame, target: float) -> _Frame:
     """Advance to the frame displayed at `target` (the last one with time <= target)."""
-    if current.time > target + 1e-9:  # the stream's first frame, for a target just before it
+    if current.time > target + 1e-9:  # the first decodable frame, for a target before it
         return current
     while True:
         frame = stream.next_frame()
