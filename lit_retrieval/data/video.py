@@ -194,7 +194,8 @@ class _Stream:
         return pts * self.tb
 
     def seek(self, time: float) -> None:
-        """Go to the key frame whose decode time is at or before `time`."""
+        """Go to a key frame before `time`, as the demuxer chooses (mp4: by decode time shifted by the
+        largest reorder delay); it may still be presented after `time` (see `_seek_at_or_before`)."""
         offset = max(0, round(max(time, self.origin) / self.tb))
         self.container.seek(offset, stream=self.stream, backward=True, any_frame=False)
         self._frames = self._decode()
