@@ -34,6 +34,8 @@ LAYERS: dict[str, int] = {
     "retrieval_cli": 7,  # RetrievalCLI (LightningCLI); also builds a module from a training config
     "search": 8,  # item embedders, embedding cache, faiss index
     "uvrb": 9,  # UVRB benchmark runner (uses search's embedders and cache)
+    "grid": 9,  # `grid` / `report`: plans, run folders, seed statistics (uses retrieval_cli's parser)
+    "serve": 9,  # `lit-retrieval serve`: HTTP API and page over a search index (uses search)
     "commands": 10,  # subcommands, imported when dispatched
     "cli": 11,  # the `lit-retrieval` entry point: nothing in the library imports it
     "__main__": 12,

@@ -30,12 +30,15 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--gpu", action="store_true", help="search the index with faiss-gpu")
     parser.add_argument("--moment-segments", type=int, default=4,
                         help="windows per found video scored for the best-matching moment (0: off)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="CPU threads per worker for the query model and faiss (0: torch's default). One query is "
+                             "small: one thread avoids thread contention; add --workers for throughput")
     parser.add_argument("--max-k", type=int, default=Limits.max_k, help="largest k a request may ask for")
     parser.add_argument("--max-upload-mb", type=float, default=Limits.max_upload_bytes / 2**20,
                         help="largest query image/video upload")
     args = parser.parse_args(argv)
-    if args.workers < 1 or args.moment_segments < 0 or args.max_k < 1:
-        parser.error("--workers and --max-k must be at least 1, --moment-segments at least 0")
+    if args.workers < 1 or args.moment_segments < 0 or args.max_k < 1 or args.threads < 0:
+        parser.error("--workers and --max-k must be at least 1, --moment-segments and --threads at least 0")
     import uvicorn
 
     from lit_retrieval.serve.loading import CONFIG_ENV, is_loopback, settings_json
@@ -45,7 +48,8 @@ def run(argv: list[str]) -> int:
               "the API has no authentication", file=sys.stderr)
     limits = Limits(max_upload_bytes=int(args.max_upload_mb * 2**20), max_k=args.max_k)
     os.environ[CONFIG_ENV] = settings_json(index=args.index, cache_dir=args.cache_dir, device=args.device, gpu=args.gpu,
-                                           moment_segments=args.moment_segments, limits=limits)
+                                           moment_segments=args.moment_segments, limits=limits,
+                                           threads=args.threads or None)
     if args.workers == 1:  # load here, so a bad index or model fails before the server starts
         from lit_retrieval.serve.loading import app_from_environment
 

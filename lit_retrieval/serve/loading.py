@@ -15,9 +15,16 @@ CONFIG_ENV = "LIT_RETRIEVAL_SERVE_CONFIG"  # how `--workers N` hands the setting
 
 
 def load_service(index: str, cache_dir: str | None = None, device: str = "cpu", gpu: bool = False,
-                 moment_segments: int = 4, limits: Limits | None = None) -> SearchService:
+                 moment_segments: int = 4, limits: Limits | None = None, threads: int | None = 1) -> SearchService:
     """The index, the model it was built with (refused if it changed since: `VideoIndex.check`) and
-    the cache folder for thumbnails and moment embeddings."""
+    the cache folder for thumbnails and moment embeddings. `threads`: CPU threads of torch and faiss
+    in this process (None: their defaults)."""
+    if threads:
+        import faiss
+        import torch
+
+        torch.set_num_threads(threads)
+        faiss.omp_set_num_threads(threads)
     loaded = VideoIndex.load(index, gpu=gpu)
     spec = replace(ModelSpec(**loaded.meta["model"]), device=device)
     embedder = load_item_embedder(spec)
