@@ -9,6 +9,7 @@ import csv
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 from pathlib import Path
@@ -293,6 +294,16 @@ def test_slurm_submits_one_array_of_the_unfinished_runs(plan_dir, tmp_path, monk
         "--task",
         "2",
     ]
+    # the task process outlives Slurm's SIGUSR1 (meant for its fit, which saves and requeues)
+    (runs / "meanp" / "seed1" / "done.json").write_text(json.dumps({"metrics": "logs/test/metrics.json"}))
+    previous = signal.getsignal(signal.SIGUSR1)
+    try:
+        assert run_command("grid", ["plan.yaml", "--out", str(runs), "--task", "1"]) == 0
+        os.kill(os.getpid(), signal.SIGUSR1)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    with pytest.raises(UsageError, match="out of range"):
+        run_command("grid", ["plan.yaml", "--out", str(runs), "--task", "4"])
 
 
 def test_grid_template_renders_and_rejects_unknown_variables():
