@@ -144,7 +144,9 @@ def gve_3b(cpu: bool, args: argparse.Namespace) -> dict:
 
 def loader(cpu: bool, args: argparse.Namespace) -> dict:
     command = [sys.executable, str(HERE / "loader_throughput.py"), "--workers", str(2 if cpu else args.loader_workers)]
-    command += ["--quick"] if cpu else ["--videos", str(args.loader_workers)]
+    # on the GPU node: 8 videos per geometry, passed over often enough that every worker has items after its first
+    passes = ["--exact-repeats", str(max(2, 4 * args.loader_workers // 8)), "--cache-repeats", str(max(16, 4 * args.loader_workers))]
+    command += ["--quick"] if cpu else ["--videos", "8", *passes]
     return {"part": "loader", **json_lines(command, args.part_timeout)[-1]}
 
 
@@ -171,7 +173,7 @@ def main() -> None:
     parser.add_argument("--gve-steps", type=int, default=5)
     parser.add_argument("--loader-workers", type=int, default=16)
     parser.add_argument("--peak-tflops", type=float, default=790.0, help="the GPU's dense bf16 peak (H200 SXM: 790)")
-    parser.add_argument("--part-timeout", type=float, default=240.0, help="seconds allowed to each script run")
+    parser.add_argument("--part-timeout", type=float, default=300.0, help="seconds allowed to each script run")
     parser.add_argument("--parts", nargs="+", default=["clip4clip_mea", "clip4clip_mea_zero2", "gve", "loader"])
     args = parser.parse_args()
     result: dict = {"check": "device_check", "cpu": args.cpu, "packages": packages(), "parts": {}}

@@ -8,9 +8,10 @@ Items go through the real loaders: `MultiEventDataModule.test_dataloader()` (dec
 normalisation to float, collation, the worker queue; `cache_raw_uint8`: the cache with
 `normalize_on_device`, uint8 frames through the queue, normalised later on the GPU) and, for
 GVE, a DataLoader over the sampling `GVEProcessing.load_video` runs (`sample_clip` or the
-cache). Rates exclude each loader's first item
-(worker start-up). The cache's size per video and the JPEG cache's PSNR against the exact frames are
-reported too. Prints one JSON line.
+cache). Rates exclude each worker's first item
+(its start-up). `cpu_s_per_video` is the CPU time one item costs (all threads, measured in one
+process; 1 / it is the rate of one dedicated core, whatever else the machine runs). The cache's size
+per video and the JPEG cache's PSNR against the exact frames are reported too. Prints one JSON line.
 
     nice -n 10 python benchmarks/loader_throughput.py [--videos 4] [--workers 1] [--quick]
 """
@@ -34,7 +35,7 @@ from torch.utils.data import DataLoader, Dataset
 from frame_sampling import WORK, Geometry, make_video
 from lit_retrieval.commands.cache_frames import ClipSampler, WindowSampler
 from lit_retrieval.data import MultiEventDataModule
-from lit_retrieval.data.datamodule import MultiEventDataset
+from lit_retrieval.data.datamodule import MultiEventDataset, collate_items
 from lit_retrieval.data.frame_cache import CacheJob, CacheWriter, FrameCache, cached_or_sampled, file_stamp, video_key
 from lit_retrieval.data.video import SamplingSpec
 from lit_retrieval.models.gve.processing import InputConfig, clip_cache_params, sample_clip
@@ -61,12 +62,15 @@ def videos(geo: Geometry, count: int, folder: Path) -> list[Path]:
 
 
 def per_second(loader: DataLoader) -> float:
-    """Items/s after the first item."""
+    """Items/s in the steady state: after the first item of every worker (their start-up)."""
     iterator = iter(loader)
-    next(iterator)
+    for _ in range(max(1, loader.num_workers)):
+        next(iterator)
     start, seen = time.perf_counter(), 0
     for _ in iterator:
         seen += 1
+    if not seen:
+        raise ValueError("too few items for the workers: raise --exact-repeats / --cache-repeats")
     return seen / (time.perf_counter() - start)
 
 
@@ -105,6 +109,25 @@ def video_text_rate(
     )
     module.setup()
     return per_second(module.test_dataloader())
+
+
+def video_text_cpu_s(
+    annotation: Path, frames: int, size: int, sampling: str = "exact", cache: Path | None = None, on_device: bool = False, items: int = 4
+) -> float:
+    """CPU seconds (all threads) one item costs a worker: read or decode, normalise, collate and
+    move to shared memory as the worker queue does. Independent of other load on the machine, so
+    1 / this is the rate one dedicated core sustains."""
+    module = MultiEventDataModule(
+        str(annotation), num_frames=frames, image_size=size, sampling=sampling, train_split="test",
+        frame_cache=str(cache) if cache else None, normalize_on_device=on_device,
+    )
+    module.setup()
+    dataset = module.datasets["test"]
+    dataset[0]
+    start = time.process_time()
+    for i in range(items):
+        collate_items([dataset[i % len(dataset)]])["frames"].share_memory_()
+    return (time.process_time() - start) / items
 
 
 class ClipFrames(Dataset):
@@ -155,7 +178,14 @@ def measure_video_text(root: Path, paths: list[Path], frames: int, size: int, ar
         row[f"cache_{frame_format}"] = isolated(video_text_rate, many, frames, size, args.workers, "exact", cache)
         row[f"cache_{frame_format}_mb_per_video"] = mb
         row[f"cache_{frame_format}_build_s_per_video"] = build_s
-    row["cache_raw_uint8"] = isolated(video_text_rate, many, frames, size, args.workers, "exact", root / f"cache_{frames}x{size}_raw", True)
+    raw_cache = root / f"cache_{frames}x{size}_raw"
+    row["cache_raw_uint8"] = isolated(video_text_rate, many, frames, size, args.workers, "exact", raw_cache, True)
+    row["cpu_s_per_video"] = {
+        "exact": isolated(video_text_cpu_s, few, frames, size, "exact", None, False, 2),
+        "keyframe": isolated(video_text_cpu_s, few, frames, size, "keyframe", None, False, 2),
+        "cache_raw": isolated(video_text_cpu_s, many, frames, size, "exact", raw_cache, False, 8),
+        "cache_raw_uint8": isolated(video_text_cpu_s, many, frames, size, "exact", raw_cache, True, 8),
+    }
     raw, jpeg = FrameCache(root / f"cache_{frames}x{size}_raw", params), FrameCache(root / f"cache_{frames}x{size}_jpeg", params)
     row["jpeg_psnr_db"] = min(psnr(raw.get(p).frames, jpeg.get(p).frames) for p in paths[:1])
     return row
@@ -183,7 +213,7 @@ def main() -> None:
     args = parser.parse_args()
     geometries = QUICK_GEOMETRIES if args.quick else GEOMETRIES
     if args.quick:
-        args.videos, args.exact_repeats, args.cache_repeats = 1, 2, 3
+        args.videos, args.exact_repeats, args.cache_repeats = 1, 1 + 2 * args.workers, 1 + 4 * args.workers
     out: dict = {"benchmark": "loader_throughput", "workers": args.workers, "videos_per_geometry": args.videos, "jpeg_quality": JPEG_QUALITY,
                  "geometries": {name: geo.name for name, geo in geometries.items()}, "unit": "videos/s per worker"}
     with tempfile.TemporaryDirectory(dir=WORK if WORK.exists() else None) as tmp:
@@ -193,8 +223,9 @@ def main() -> None:
             paths = videos(geo, args.videos, root)
             for setting, frames_size in SETTINGS.items():
                 row = measure_gve(root, paths, args) if frames_size is None else measure_video_text(root, paths, *frames_size, args)
-                rates = {k: round(v / args.workers, 2) if k in ("exact", "keyframe", "cache_raw", "cache_jpeg", "cache_raw_uint8") else round(v, 3)
+                rates = {k: round(v / args.workers, 2) if k in ("exact", "keyframe", "cache_raw", "cache_jpeg", "cache_raw_uint8") else v
                          for k, v in row.items()}
+                rates = {k: {m: round(c, 4) for m, c in v.items()} if isinstance(v, dict) else round(v, 3) for k, v in rates.items()}
                 rates["cache_raw_over_exact"] = round(row["cache_raw"] / row["exact"], 1)
                 out[f"{name}/{setting}"] = rates
     print(json.dumps(out))
