@@ -21,6 +21,7 @@ data module's `on_bad_video` when read; the exit status is 1 if any failed under
 from __future__ import annotations
 
 import argparse
+import gc
 import multiprocessing
 import time
 import warnings
@@ -188,6 +189,7 @@ def run(argv: list[str]) -> int:
             for job, stamp, result, chunks in results:
                 writer.add(job, stamp, result, chunks)
         else:
+            gc.collect()  # PyAV objects of earlier decoding freed by a forked child's collector can hang it
             with multiprocessing.get_context("fork").Pool(args.workers) as pool:
                 for job, stamp, result, chunks in pool.imap(_decode, tasks, chunksize=1):  # in order: resumable
                     writer.add(job, stamp, result, chunks)
