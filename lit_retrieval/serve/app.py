@@ -111,6 +111,7 @@ class SearchService:
     def __init__(self, index: VideoIndex, embedder: ItemEmbedder, index_path: str | Path, cache_dir: str | Path,
                  moment_segments: int = 4, limits: Limits | None = None) -> None:
         self.index = index
+        self.ids = {path: i for i, path in enumerate(index.videos)}  # index id of each listed video
         self.embedder = embedder
         self.index_path = Path(index_path)
         self.limits = limits or Limits()
@@ -166,10 +167,9 @@ class SearchService:
         except (VideoDecodeError, ItemError, OSError, ValueError) as err:
             raise HTTPException(422, f"the uploaded query could not be read: {err}") from None
         hits = self.index.search(vector[None], k)[0]
-        ids = {path: i for i, path in enumerate(self.index.videos)} if hits else {}
         results = []
         for rank, (path, score) in enumerate(hits, 1):
-            video_id = ids[path]
+            video_id = self.ids[path]
             moment = self.moments.best(path, vector)
             thumbnail = f"/thumbnail/{video_id}" + (f"?t={moment.time:.1f}" if moment else "")
             results.append({"rank": rank, "id": video_id, "name": Path(path).name, "score": score,
