@@ -3,7 +3,7 @@ import math
 import av
 import numpy as np
 import pytest
-from media import full_decode, write_timed_video
+from media import full_decode, write_noise_video, write_timed_video
 
 from lit_retrieval.data.annotations import load_annotations
 from lit_retrieval.data.synthetic import BACKGROUNDS
@@ -233,3 +233,26 @@ def test_data_module_keyframe_sampling_reaches_the_sampler(corpus):
         np.testing.assert_allclose(item["frame_times"].numpy(), expected, atol=1e-9)
         exact = [times[played_index(times, (i + 0.5) * span / 6)] for i in range(6)]
         assert item["frame_mask"].all() and not np.allclose(expected, exact)  # the modes differ here
+
+
+@pytest.mark.parametrize("sampling", ["exact", "keyframe"])
+def test_sampling_leaves_no_pyav_object_for_the_garbage_collector(tmp_path, sampling):
+    """A decoder left in a reference cycle is freed by whichever process collects it; in a forked
+    DataLoader worker that hangs on FFmpeg threads that exist only in the parent. Every PyAV object
+    and generator must be freed by reference counting when sampling returns."""
+    import gc
+    import inspect
+
+    path = write_noise_video(tmp_path / "v.mp4", seconds=3.0)
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        sample_frames(path, 6, sampling=sampling)
+        gc.collect()
+        leaked = [type(o) for o in gc.garbage if type(o).__module__.startswith("av") or inspect.isgenerator(o)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert leaked == []

@@ -198,9 +198,18 @@ class _Stream:
         largest reorder delay); it may still be presented after `time` (see `_seek_at_or_before`)."""
         offset = max(0, round(max(time, self.origin) / self.tb))
         self.container.seek(offset, stream=self.stream, backward=True, any_frame=False)
+        self.close()
         self._frames = self._decode()
         self.pending = None
         self._later, self._before = [], -math.inf
+
+    def close(self) -> None:
+        """End the running decode. Its generator refers back to this object, a cycle that only the
+        garbage collector would free, possibly in a forked DataLoader worker whose copy of FFmpeg's
+        decoder threads does not exist (a hang): close it while the container is still open."""
+        if self._frames is not None:
+            self._frames.close()
+        self._frames, self.pending = None, None
 
     def packets(self) -> Iterator[av.Packet]:
         for packet in self.container.demux(self.stream):
@@ -368,22 +377,25 @@ def sample_video(
             if not container.streams.video:
                 raise VideoDecodeError(path, "no video stream")
             stream = _Stream(container, container.streams.video[0])
-            span = _probe_span(stream, path, duration)
-            length = span.end - span.first
-            t0 = 0.0 if start is None else max(0.0, start)
-            t1 = length if end is None else min(end, length)
-            if t1 <= t0:
-                raise VideoDecodeError(path, f"empty window [{t0}, {t1}] for a {length:.3f} s video")
-            a0, a1 = span.first + t0, span.first + t1
-            if spec.targets == "bin_centres":
-                wanted = uniform_times(a0, a1, spec.num_frames)
-                fps_scale = None
-            else:
-                wanted, fps_scale = _linspace_targets(stream, a0, a1, spec, path)
-            if spec.sampling == "exact":
-                chosen = _collect_exact(stream, wanted, seek_threshold, spec.size, path)
-            else:
-                chosen = _collect_keyframes(stream, wanted, spec.size, path)
+            try:
+                span = _probe_span(stream, path, duration)
+                length = span.end - span.first
+                t0 = 0.0 if start is None else max(0.0, start)
+                t1 = length if end is None else min(end, length)
+                if t1 <= t0:
+                    raise VideoDecodeError(path, f"empty window [{t0}, {t1}] for a {length:.3f} s video")
+                a0, a1 = span.first + t0, span.first + t1
+                if spec.targets == "bin_centres":
+                    wanted = uniform_times(a0, a1, spec.num_frames)
+                    fps_scale = None
+                else:
+                    wanted, fps_scale = _linspace_targets(stream, a0, a1, spec, path)
+                if spec.sampling == "exact":
+                    chosen = _collect_exact(stream, wanted, seek_threshold, spec.size, path)
+                else:
+                    chosen = _collect_keyframes(stream, wanted, spec.size, path)
+            finally:
+                stream.close()
     except av.error.FFmpegError as err:
         raise VideoDecodeError(path, f"undecodable ({err})") from None
     frames = [rgb for _, rgb in chosen]
