@@ -109,7 +109,7 @@ def test_pau_rerank_is_fitted_on_validation_only(encoder):
     with pytest.raises(RuntimeError, match="never fitted on the test split"):
         head.before_evaluation("test")
     torch.testing.assert_close(head.score(rep_t, rep_v), head.raw_score(rep_t, rep_v))  # first validation: raw
-    report = head.fit_on_validation(rep_t, rep_v, torch.arange(4))
+    report = head.fit_on_validation(rep_t, rep_v, torch.arange(4), retrieval_metrics)
     assert report["pau/R@1_mean_after"] >= report["pau/R@1_mean_before"]
     head.before_evaluation("test")
     fitted = head.score(rep_t, rep_v)

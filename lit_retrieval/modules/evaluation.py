@@ -36,7 +36,7 @@ from lit_retrieval.data.spans import SpanSplitter
 from lit_retrieval.distributed import gather_objects, gather_variable
 from lit_retrieval.errors import InputError
 from lit_retrieval.metrics.analyses import EvalAnalyses, avg_event_hits, avg_event_metrics, sliced_metrics
-from lit_retrieval.metrics.ranking import Ties, text_to_video_ranks
+from lit_retrieval.metrics.ranking import Ties, retrieval_metrics, text_to_video_ranks
 from lit_retrieval.metrics.relational import RelationalEval, relational_metrics
 from lit_retrieval.metrics.retrieval import RetrievalMetrics, first_occurrence
 from lit_retrieval.models.heads.base import SimilarityHead, cat_reps, map_rep, rep_len
@@ -201,7 +201,8 @@ class RetrievalEvaluator:
         if stage == "val" and type(head).fit_on_validation is not SimilarityHead.fit_on_validation:
             # every process's queries, in gallery order: query i belongs to gallery video i
             all_text = self.merge_queries(model, split, split.text)
-            results.update(head.fit_on_validation(all_text, split.gallery, torch.arange(len(split.gallery_ids), device=split.index.device)))
+            targets = torch.arange(len(split.gallery_ids), device=split.index.device)
+            results.update(head.fit_on_validation(all_text, split.gallery, targets, retrieval_metrics))
         if self.wants(stage, self.config.analyses):
             results.update(self.analyses(model, split, ranked.ranks))
         if self.wants(stage, self.config.relational):

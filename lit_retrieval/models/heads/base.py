@@ -19,6 +19,9 @@ from torch import nn
 from lit_retrieval.models.encoders.base import VideoTextEncoder
 from lit_retrieval.models.features import TextFeatures, VideoFeatures
 
+RetrievalMetricsFn = Callable[[torch.Tensor, torch.Tensor], dict[str, float]]
+"""A score matrix and each text's video column -> metrics keyed like `t2v/R@1`, `v2t/R@1`."""
+
 
 def map_rep(rep: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
     """Apply `fn` to a representation: a tensor, or each tensor of a dict (batch first)."""
@@ -126,10 +129,14 @@ class SimilarityHead(nn.Module, ABC):
         """Called before a `val` or `test` split is scored (e.g. to refuse a test-time option that
         needs a validation fit first). Most heads need nothing."""
 
-    def fit_on_validation(self, text_rep: Any, video_rep: Any, targets: torch.Tensor) -> dict[str, float]:
+    def fit_on_validation(
+        self, text_rep: Any, video_rep: Any, targets: torch.Tensor, metrics: RetrievalMetricsFn
+    ) -> dict[str, float]:
         """Fit test-time parameters of the head (e.g. PAU's re-ranking) on a validation split's
         queries against its whole gallery (`targets[i]`: query i's video column); returns values
-        to report. Called after every validation, never on test. Most heads have none."""
+        to report. `metrics(scores, targets)` gives the evaluation's metrics (`t2v/R@1`, ...) of a
+        score matrix; the evaluator passes it in, so heads (a lower layer) never import `metrics`.
+        Called after every validation, never on test. Most heads have none."""
         return {}
 
     def logits(self, similarity: torch.Tensor) -> torch.Tensor:

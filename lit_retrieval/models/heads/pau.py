@@ -38,10 +38,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lit_retrieval.metrics.ranking import retrieval_metrics
 from lit_retrieval.models.encoders.base import VideoTextEncoder
 from lit_retrieval.models.features import TextFeatures, VideoFeatures
-from lit_retrieval.models.heads.base import SimilarityHead
+from lit_retrieval.models.heads.base import RetrievalMetricsFn, SimilarityHead
 from lit_retrieval.models.heads.meanp import masked_mean
 from lit_retrieval.models.heads.temporal import CROSS_LAYER_NORM_EPS, ClipStyleTransformer
 
@@ -177,7 +176,7 @@ class PAUHead(SimilarityHead):
         return {"uncertainty": self.uncertainty_weight * u_loss, "diversity": self.diversity_weight * d_loss}
 
     @torch.no_grad()
-    def fit_on_validation(self, text_rep, video_rep, targets: torch.Tensor) -> dict[str, float]:
+    def fit_on_validation(self, text_rep, video_rep, targets: torch.Tensor, metrics: RetrievalMetricsFn) -> dict[str, float]:
         """Fit (beta_v, beta_t) on the validation scores (`rerank: fit` only)."""
         if self.rerank != "fit":
             return {}
@@ -186,8 +185,8 @@ class PAUHead(SimilarityHead):
 
         def hits(betas: np.ndarray) -> float:
             rescaled = self.rescale(scores, text_c, video_c, torch.tensor(betas, dtype=scores.dtype, device=scores.device))
-            metrics = retrieval_metrics(rescaled, targets)
-            return (metrics["t2v/R@1"] + metrics["v2t/R@1"]) / 2
+            found = metrics(rescaled, targets)
+            return (found["t2v/R@1"] + found["v2t/R@1"]) / 2
 
         grid = np.linspace(-1.0, 1.0, self.rerank_grid)
         best = max(((b1, b2) for b1 in grid for b2 in grid), key=lambda b: hits(np.array(b)))
