@@ -15,7 +15,7 @@ from lit_retrieval.data.shots import ShotDetectorConfig, detect_many
 from lit_retrieval.search.index import VideoIndex, build_video_index, list_videos
 from lit_retrieval.search.loading import ModelSpec
 from media import write_noise_video, write_shots_video
-from test_index_search import KnownVectors
+from test_search_index import KnownVectors
 
 SPEC = ModelSpec(model="/nowhere/model")
 
