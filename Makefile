@@ -40,9 +40,10 @@ quickstart-gve: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-# style and error checks (ruff, configured in pyproject.toml); CI runs it before the tests
+# style and error checks and formatting (ruff, configured in pyproject.toml); CI runs it before the tests
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 # speed benchmarks (minutes); the comparisons on the synthetic corpus are training sweeps (hours) in sweeps/
 bench: $(STAMP)

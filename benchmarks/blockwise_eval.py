@@ -38,9 +38,18 @@ def large_run(n: int, dim: int, memory_mb: float) -> dict:
     baseline = peak_mb()  # interpreter, torch and the package imported
     texts, videos = embeddings(n, dim)
     start = time.perf_counter()
-    metrics = ranked_metrics(blockwise_search(texts, videos, Relevance.single(torch.arange(n)), k=10, memory_mb=memory_mb))
-    return {"seconds": round(time.perf_counter() - start, 1), "peak_rss_mb": round(peak_mb(), 1), "rss_after_imports_mb": round(baseline, 1),
-            "R@1": round(metrics["R@1"], 4), "R@10": round(metrics["R@10"], 4), "MdR": metrics["MdR"], "MnR": round(metrics["MnR"], 1)}
+    metrics = ranked_metrics(
+        blockwise_search(texts, videos, Relevance.single(torch.arange(n)), k=10, memory_mb=memory_mb)
+    )
+    return {
+        "seconds": round(time.perf_counter() - start, 1),
+        "peak_rss_mb": round(peak_mb(), 1),
+        "rss_after_imports_mb": round(baseline, 1),
+        "R@1": round(metrics["R@1"], 4),
+        "R@10": round(metrics["R@10"], 4),
+        "MdR": metrics["MdR"],
+        "MnR": round(metrics["MnR"], 1),
+    }
 
 
 def main() -> None:
@@ -64,14 +73,39 @@ def main() -> None:
         and small["MdR"] == full["t2v/MdR"]
         and abs(small["MnR"] - full["t2v/MnR"]) < 1e-9
     )
-    child = subprocess.run([sys.executable, __file__, "--child", "--n", str(args.n), "--dim", str(args.dim), "--memory-mb", str(args.memory_mb)],
-                           capture_output=True, text=True, check=True)
+    child = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--child",
+            "--n",
+            str(args.n),
+            "--dim",
+            str(args.dim),
+            "--memory-mb",
+            str(args.memory_mb),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     large = json.loads(child.stdout.strip().splitlines()[-1])
-    print(json.dumps({
-        "benchmark": "blockwise_eval", "n": args.n, "dim": args.dim, "memory_mb_budget": args.memory_mb,
-        "full_matrix_would_need_mb": round(args.n * args.n * 4 / 2**20), **large,
-        "subset": sub, "subset_equal_to_full_matrix": same, "subset_R@1": round(small["R@1"], 4), "subset_MnR": round(small["MnR"], 2),
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "blockwise_eval",
+                "n": args.n,
+                "dim": args.dim,
+                "memory_mb_budget": args.memory_mb,
+                "full_matrix_would_need_mb": round(args.n * args.n * 4 / 2**20),
+                **large,
+                "subset": sub,
+                "subset_equal_to_full_matrix": same,
+                "subset_R@1": round(small["R@1"], 4),
+                "subset_MnR": round(small["MnR"], 2),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

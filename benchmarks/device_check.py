@@ -33,9 +33,13 @@ from torch.utils.data import DataLoader, Dataset
 from gpu_smoke import Throughput
 
 HERE = Path(__file__).parent
-VIT_B16 = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12, image_size=224, patch_size=16)
+VIT_B16 = dict(
+    hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12, image_size=224, patch_size=16
+)
 TEXT_B = dict(hidden_size=512, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=8)
-TINY_VISION = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, image_size=32, patch_size=16)
+TINY_VISION = dict(
+    hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, image_size=32, patch_size=16
+)
 TINY_TEXT = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2)
 
 
@@ -55,8 +59,10 @@ class SameBatch(Dataset):
 def video_batch(batch_size: int, frames: int, size: int, device: torch.device) -> dict:
     """A batch as `collate_items` makes it: random frames, two events per video (MEA needs >= 2)."""
     return {
-        "index": torch.arange(batch_size), "video_id": [f"v{i}" for i in range(batch_size)],
-        "events": [[f"a person does thing {i}", f"then another thing {i}"] for i in range(batch_size)], "skipped": [],
+        "index": torch.arange(batch_size),
+        "video_id": [f"v{i}" for i in range(batch_size)],
+        "events": [[f"a person does thing {i}", f"then another thing {i}"] for i in range(batch_size)],
+        "skipped": [],
         "duration": torch.full((batch_size,), 120.0, dtype=torch.float64),
         "frames": torch.randn(batch_size, frames, 3, size, size, device=device),
         "frame_mask": torch.ones(batch_size, frames, dtype=torch.bool, device=device),
@@ -73,10 +79,22 @@ def clip4clip_mea_model(root: Path, cpu: bool) -> L.LightningModule:
     tokenizer = char_clip_tokenizer()
     tokenizer.save_pretrained(root / "tokenizer")
     vocab = len(tokenizer)
-    text = dict(TINY_TEXT if cpu else TEXT_B, vocab_size=vocab, bos_token_id=vocab - 2, eos_token_id=vocab - 1, pad_token_id=vocab - 1)
-    config = {"text_config": text, "vision_config": TINY_VISION if cpu else VIT_B16, "projection_dim": 64 if cpu else 512}
+    text = dict(
+        TINY_TEXT if cpu else TEXT_B,
+        vocab_size=vocab,
+        bos_token_id=vocab - 2,
+        eos_token_id=vocab - 1,
+        pad_token_id=vocab - 1,
+    )
+    config = {
+        "text_config": text,
+        "vision_config": TINY_VISION if cpu else VIT_B16,
+        "projection_dim": 64 if cpu else 512,
+    }
     torch.manual_seed(0)
-    return DualEncoderRetrieval(CLIPEncoder(config=config, tokenizer=str(root / "tokenizer")), MeanPHead(), mea=MEAConfig(weight=0.2))
+    return DualEncoderRetrieval(
+        CLIPEncoder(config=config, tokenizer=str(root / "tokenizer")), MeanPHead(), mea=MEAConfig(weight=0.2)
+    )
 
 
 def step_flops(module: L.LightningModule, batch: dict, device: torch.device, bf16: bool) -> int:
@@ -113,19 +131,34 @@ def clip4clip_mea(root: Path, cpu: bool, zero2: bool, args: argparse.Namespace) 
     flops = step_flops(module, batch, device, bf16=not cpu)
     callback = Throughput(warmup=3)
     trainer = L.Trainer(
-        accelerator="cpu" if cpu else "gpu", devices=1, precision="32-true" if cpu else "bf16-mixed", strategy=strategy,
-        max_steps=args.steps, logger=False, enable_checkpointing=False, default_root_dir=root, callbacks=[callback],
-        limit_val_batches=0, enable_progress_bar=False, enable_model_summary=False,
+        accelerator="cpu" if cpu else "gpu",
+        devices=1,
+        precision="32-true" if cpu else "bf16-mixed",
+        strategy=strategy,
+        max_steps=args.steps,
+        logger=False,
+        enable_checkpointing=False,
+        default_root_dir=root,
+        callbacks=[callback],
+        limit_val_batches=0,
+        enable_progress_bar=False,
+        enable_model_summary=False,
     )
     trainer.fit(module, DataLoader(SameBatch(batch, args.steps + 1), batch_size=None))
     summary = callback.summary(batch_size)
     videos_per_s = summary["samples_per_s"]
     return {
-        "part": part, "device": "cpu" if cpu else torch.cuda.get_device_name(), "precision": "fp32" if cpu else "bf16-mixed",
-        "frames": frames, "image_size": size, "batch": batch_size, "videos_per_s": videos_per_s,
+        "part": part,
+        "device": "cpu" if cpu else torch.cuda.get_device_name(),
+        "precision": "fp32" if cpu else "bf16-mixed",
+        "frames": frames,
+        "image_size": size,
+        "batch": batch_size,
+        "videos_per_s": videos_per_s,
         "tflop_per_video": float(f"{flops / batch_size / 1e12:.4g}"),
         "model_flop_utilisation": float(f"{flops / batch_size * videos_per_s / (args.peak_tflops * 1e12):.4g}"),
-        "peak_tflops": args.peak_tflops, "peak_memory_gib": summary["peak_memory_gib"],
+        "peak_tflops": args.peak_tflops,
+        "peak_memory_gib": summary["peak_memory_gib"],
     }
 
 
@@ -137,15 +170,22 @@ def json_lines(command: list[str], timeout: float) -> list[dict]:
 
 def gve_3b(cpu: bool, args: argparse.Namespace) -> dict:
     size, device = ("tiny", "cpu") if cpu else ("3b", "cuda")
-    row = json_lines([sys.executable, str(HERE / "gve_gpu.py"), "--size", size, "--device", device, "--steps", str(args.gve_steps)],
-                     args.part_timeout)[-1]
+    row = json_lines(
+        [sys.executable, str(HERE / "gve_gpu.py"), "--size", size, "--device", device, "--steps", str(args.gve_steps)],
+        args.part_timeout,
+    )[-1]
     return {"part": "gve_3b" if not cpu else "gve_tiny", "samples_per_s": round(row["batch"] / row["step_s"], 3), **row}
 
 
 def loader(cpu: bool, args: argparse.Namespace) -> dict:
     command = [sys.executable, str(HERE / "loader_throughput.py"), "--workers", str(2 if cpu else args.loader_workers)]
     # on the GPU node: 8 videos per geometry, passed over often enough that every worker has items after its first
-    passes = ["--exact-repeats", str(max(2, 4 * args.loader_workers // 8)), "--cache-repeats", str(max(16, 4 * args.loader_workers))]
+    passes = [
+        "--exact-repeats",
+        str(max(2, 4 * args.loader_workers // 8)),
+        "--cache-repeats",
+        str(max(16, 4 * args.loader_workers)),
+    ]
     command += ["--quick"] if cpu else ["--videos", "8", *passes]
     return {"part": "loader", **json_lines(command, args.part_timeout)[-1]}
 
@@ -155,7 +195,17 @@ def packages() -> dict[str, str]:
     import importlib
 
     found = {}
-    for name in ("torch", "lightning", "transformers", "peft", "jsonargparse", "av", "deepspeed", "faiss", "scenedetect"):
+    for name in (
+        "torch",
+        "lightning",
+        "transformers",
+        "peft",
+        "jsonargparse",
+        "av",
+        "deepspeed",
+        "faiss",
+        "scenedetect",
+    ):
         try:
             found[name] = str(getattr(importlib.import_module(name), "__version__", "present"))
         except Exception as err:  # a package that is present but fails to load is reported too
@@ -189,7 +239,11 @@ def main() -> None:
             try:
                 result["parts"][name] = runs[name](Path(tmp))
             except Exception as err:  # one failing part must not lose the others' figures
-                result["parts"][name] = {"part": name, "failed": f"{type(err).__name__}: {err}", "trace": traceback.format_exc()[-2000:]}
+                result["parts"][name] = {
+                    "part": name,
+                    "failed": f"{type(err).__name__}: {err}",
+                    "trace": traceback.format_exc()[-2000:],
+                }
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
     result["seconds"] = round(time.perf_counter() - start, 1)

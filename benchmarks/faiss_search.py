@@ -66,8 +66,15 @@ def main() -> None:
     flat = faiss.IndexFlatIP(args.dim)
     flat.add(base)
     exact, flat_qps = timed_search(flat, query, k)
-    out = {"benchmark": "faiss_search", "n": args.n, "dim": args.dim, "data": args.data, "queries": args.queries,
-           "threads": faiss.omp_get_max_threads(), "flat_qps": round(flat_qps, 1)}
+    out = {
+        "benchmark": "faiss_search",
+        "n": args.n,
+        "dim": args.dim,
+        "data": args.data,
+        "queries": args.queries,
+        "threads": faiss.omp_get_max_threads(),
+        "flat_qps": round(flat_qps, 1),
+    }
     if "ivf" in args.kinds:
         search_ivf(args, base, query, exact, flat_qps, out)
     if "hnsw" in args.kinds:
@@ -84,12 +91,21 @@ def search_ivf(args, base, query, exact, flat_qps, out) -> None:
     ivf.train(train)
     ivf.add(base)
     out["ivf_build_s"] = round(time.perf_counter() - start, 1)
-    out["ivf_memory_mb"] = round(args.n * args.dim * 4 / 2**20 + args.nlist * args.dim * 4 / 2**20 + args.n * 8 / 2**20, 1)
+    out["ivf_memory_mb"] = round(
+        args.n * args.dim * 4 / 2**20 + args.nlist * args.dim * 4 / 2**20 + args.n * 8 / 2**20, 1
+    )
     sweep = []
     for nprobe in (4, 8, 16, 32, 64, 128):
         ivf.nprobe = nprobe
         found, qps = timed_search(ivf, query, k)
-        sweep.append({"nprobe": nprobe, "recall@10": round(recall(found, exact), 4), "qps": round(qps, 1), "speedup": round(qps / flat_qps, 1)})
+        sweep.append(
+            {
+                "nprobe": nprobe,
+                "recall@10": round(recall(found, exact), 4),
+                "qps": round(qps, 1),
+                "speedup": round(qps / flat_qps, 1),
+            }
+        )
     out["ivf"] = sweep
     good = [s for s in sweep if s["recall@10"] >= 0.95]
     if good:
@@ -108,7 +124,14 @@ def search_hnsw(args, base, query, exact, flat_qps, out) -> None:
     for ef in (16, 32, 64, 128, 256):
         hnsw.hnsw.efSearch = ef
         found, qps = timed_search(hnsw, query, k)
-        sweep.append({"efSearch": ef, "recall@10": round(recall(found, exact), 4), "qps": round(qps, 1), "speedup": round(qps / flat_qps, 1)})
+        sweep.append(
+            {
+                "efSearch": ef,
+                "recall@10": round(recall(found, exact), 4),
+                "qps": round(qps, 1),
+                "speedup": round(qps / flat_qps, 1),
+            }
+        )
     out["hnsw"] = sweep
     good = [s for s in sweep if s["recall@10"] >= 0.95]
     if good:

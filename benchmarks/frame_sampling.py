@@ -46,7 +46,12 @@ def make_video(path: Path, geo: Geometry) -> None:
     with av.open(str(tmp), "w") as container:
         stream = container.add_stream("libx264", rate=geo.fps)
         stream.width, stream.height, stream.pix_fmt = geo.width, geo.height, "yuv420p"
-        stream.options = {"preset": "veryfast", "g": str(geo.keyint), "keyint_min": str(geo.keyint), "sc_threshold": "0"}
+        stream.options = {
+            "preset": "veryfast",
+            "g": str(geo.keyint),
+            "keyint_min": str(geo.keyint),
+            "sc_threshold": "0",
+        }
         for k in range(geo.seconds * geo.fps):
             rgb = np.stack([(xx + 3 * k) % 256, (yy + k) % 256, (xx + yy + 5 * k) % 256], -1).astype(np.uint8)
             frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
@@ -96,22 +101,32 @@ def measure(geo: Geometry, full_decode: bool) -> dict:
     t_key = best_of(lambda: sample_frames(path, FRAMES, sampling="keyframe"))
     lag = uniform_times(0, geo.seconds, FRAMES) - key.times
     row = {
-        "video": geo.name, "exact_s": round(t_seek[0], 3), "keyframe_s": round(t_key[0], 3),
-        "exact_cpu_s": round(t_seek[1], 3), "keyframe_cpu_s": round(t_key[1], 3),
-        "keyframe_speedup_over_exact": round(t_seek[0] / t_key[0], 2), "keyframe_cpu_speedup": round(t_seek[1] / t_key[1], 2),
-        "keyframe_lag_mean_s": round(float(lag.mean()), 3), "keyframe_lag_max_s": round(float(lag.max()), 3),
+        "video": geo.name,
+        "exact_s": round(t_seek[0], 3),
+        "keyframe_s": round(t_key[0], 3),
+        "exact_cpu_s": round(t_seek[1], 3),
+        "keyframe_cpu_s": round(t_key[1], 3),
+        "keyframe_speedup_over_exact": round(t_seek[0] / t_key[0], 2),
+        "keyframe_cpu_speedup": round(t_seek[1] / t_key[1], 2),
+        "keyframe_lag_mean_s": round(float(lag.mean()), 3),
+        "keyframe_lag_max_s": round(float(lag.max()), 3),
     }
     if full_decode:
         seek = sample_frames(path, FRAMES)
         full = decode_all_keep(path, geo.seconds, FRAMES)
         row["identical_frames"] = bool(
-            np.allclose(seek.times, [t for t, _ in full]) and all(np.array_equal(a, b) for a, (_, b) in zip(seek.frames, full))
+            np.allclose(seek.times, [t for t, _ in full])
+            and all(np.array_equal(a, b) for a, (_, b) in zip(seek.frames, full))
         )
         t_full = best_of(lambda: decode_all_keep(path, geo.seconds, FRAMES), repeats=2)
-        row.update({
-            "decode_all_s": round(t_full[0], 3), "decode_all_cpu_s": round(t_full[1], 3),
-            "exact_speedup_over_decode_all": round(t_full[0] / t_seek[0], 2), "exact_cpu_speedup": round(t_full[1] / t_seek[1], 2),
-        })
+        row.update(
+            {
+                "decode_all_s": round(t_full[0], 3),
+                "decode_all_cpu_s": round(t_full[1], 3),
+                "exact_speedup_over_decode_all": round(t_full[0] / t_seek[0], 2),
+                "exact_cpu_speedup": round(t_full[1] / t_seek[1], 2),
+            }
+        )
     return row
 
 

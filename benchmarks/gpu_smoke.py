@@ -36,7 +36,11 @@ class Throughput(L.Callback):
         times = self.times[self.warmup :]
         rate = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else float("nan")
         peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None
-        return {"steps_per_s": round(rate, 3), "samples_per_s": round(rate * batch_size, 2), "peak_memory_gib": peak and round(peak, 2)}
+        return {
+            "steps_per_s": round(rate, 3),
+            "samples_per_s": round(rate * batch_size, 2),
+            "peak_memory_gib": peak and round(peak, 2),
+        }
 
 
 def mode(cpu: bool) -> str:
@@ -45,12 +49,29 @@ def mode(cpu: bool) -> str:
 
 def trainer(cpu: bool, steps: int, root: Path, callback: Throughput) -> L.Trainer:
     if cpu:
-        return L.Trainer(accelerator="cpu", max_steps=steps, logger=False, enable_checkpointing=False, default_root_dir=root,
-                         callbacks=[callback], limit_val_batches=0)
+        return L.Trainer(
+            accelerator="cpu",
+            max_steps=steps,
+            logger=False,
+            enable_checkpointing=False,
+            default_root_dir=root,
+            callbacks=[callback],
+            limit_val_batches=0,
+        )
     from lightning.pytorch.strategies import DeepSpeedStrategy
 
-    return L.Trainer(accelerator="gpu", devices=1, precision="bf16-mixed", strategy=DeepSpeedStrategy(stage=2, exclude_frozen_parameters=True),
-                     max_steps=steps, logger=False, enable_checkpointing=False, default_root_dir=root, callbacks=[callback], limit_val_batches=0)
+    return L.Trainer(
+        accelerator="gpu",
+        devices=1,
+        precision="bf16-mixed",
+        strategy=DeepSpeedStrategy(stage=2, exclude_frozen_parameters=True),
+        max_steps=steps,
+        logger=False,
+        enable_checkpointing=False,
+        default_root_dir=root,
+        callbacks=[callback],
+        limit_val_batches=0,
+    )
 
 
 def clip4clip_mea(root: Path, cpu: bool, steps: int) -> dict:
@@ -62,8 +83,14 @@ def clip4clip_mea(root: Path, cpu: bool, steps: int) -> dict:
 
     clip = save_tiny_clip(root / "clip", seed=0)
     module = DualEncoderRetrieval(CLIPEncoder(pretrained=str(clip)), MeanPHead(), mea=MEAConfig(weight=0.2))
-    data = MultiEventDataModule(annotation=str(root / "corpus" / "annotations.json"), synthetic=SynthConfig(num_videos=64), num_frames=12,
-                                image_size=32, batch_size=16, num_workers=2)
+    data = MultiEventDataModule(
+        annotation=str(root / "corpus" / "annotations.json"),
+        synthetic=SynthConfig(num_videos=64),
+        num_frames=12,
+        image_size=32,
+        batch_size=16,
+        num_workers=2,
+    )
     callback = Throughput()
     trainer(cpu, steps, root, callback).fit(module, data)
     return {"part": "clip4clip_mea", "mode": mode(cpu), **callback.summary(16)}
@@ -79,7 +106,9 @@ def small_gve(root: Path, cpu: bool, steps: int) -> dict:
     model = save_tiny_qwen25vl(root / "qwen", hidden_size=256, layers=4, max_pixels=64 * 784)
     tasks = make_gve_tasks(root / "corpus", root / "tasks", batch_size=8)["train"]
     inputs = InputConfig(max_frames=8, video_min_pixels=16 * 784, video_max_pixels=64 * 784, max_tokens=4096)
-    module = GVERetrieval(EmbedderConfig(str(model), lora=LoRASettings(), inputs=inputs, dtype="float32" if cpu else "bfloat16"))
+    module = GVERetrieval(
+        EmbedderConfig(str(model), lora=LoRASettings(), inputs=inputs, dtype="float32" if cpu else "bfloat16")
+    )
     callback = Throughput()
     trainer(cpu, steps, root, callback).fit(module, MultiTaskDataModule(tasks, num_workers=1))
     return {"part": "gve_small", "mode": mode(cpu), **callback.summary(8)}

@@ -43,7 +43,8 @@ def inputs(processor, seconds: float, appends_end_of_text: bool = False):
     ]
     prompts = [
         processor.apply_chat_template([{"role": "user", "content": c}], tokenize=False, add_generation_prompt=True)
-        + ("" if appends_end_of_text else "<|endoftext|>") for c in turns
+        + ("" if appends_end_of_text else "<|endoftext|>")
+        for c in turns
     ]
     fps = 2 / seconds
     if MAJOR >= 5:
@@ -63,8 +64,12 @@ def embed(model, batch, native: bool) -> torch.Tensor:
         from lit_retrieval.models.gve.positions import MRopeLayout, release_mrope_positions
 
         extra["position_ids"] = release_mrope_positions(
-            batch["input_ids"], batch["attention_mask"], MRopeLayout.from_config(model.config),
-            batch["image_grid_thw"], batch["video_grid_thw"], batch["second_per_grid_ts"],
+            batch["input_ids"],
+            batch["attention_mask"],
+            MRopeLayout.from_config(model.config),
+            batch["image_grid_thw"],
+            batch["video_grid_thw"],
+            batch["second_per_grid_ts"],
         )
     with torch.no_grad():
         hidden = model(**batch, **extra, output_hidden_states=True).hidden_states[-1]
@@ -93,10 +98,14 @@ def main() -> None:
     batch = inputs(processor, args.seconds, appends_end_of_text=bool(args.vrag))
     out = embed(model.eval(), batch, args.native)
     result = {
-        "transformers": transformers.__version__, "native_positions": args.native or MAJOR < 5,
-        "model": type(model).__name__, "processor": type(processor).__module__ + "." + type(processor).__name__,
-        "missing_keys": sorted(info["missing_keys"]), "unexpected_keys": sorted(info["unexpected_keys"]),
-        "video_grid_thw": batch["video_grid_thw"].tolist(), "image_grid_thw": batch["image_grid_thw"].tolist(),
+        "transformers": transformers.__version__,
+        "native_positions": args.native or MAJOR < 5,
+        "model": type(model).__name__,
+        "processor": type(processor).__module__ + "." + type(processor).__name__,
+        "missing_keys": sorted(info["missing_keys"]),
+        "unexpected_keys": sorted(info["unexpected_keys"]),
+        "video_grid_thw": batch["video_grid_thw"].tolist(),
+        "image_grid_thw": batch["image_grid_thw"].tolist(),
         "input_length": int(batch["input_ids"].shape[1]),
     }
     if args.save:
@@ -105,8 +114,11 @@ def main() -> None:
         reference = json.load(open(args.compare))
         same_input = all(reference[k] == result[k] for k in ("input_length", "video_grid_thw", "image_grid_thw"))
         diff = (out - torch.tensor(reference["embeddings"])).abs().max(dim=1).values
-        result.update(compared_with=reference["transformers"], same_tokens_and_grids=same_input,
-                      max_abs_diff_per_input=[float(f"{d:.3g}") for d in diff.tolist()])
+        result.update(
+            compared_with=reference["transformers"],
+            same_tokens_and_grids=same_input,
+            max_abs_diff_per_input=[float(f"{d:.3g}") for d in diff.tolist()],
+        )
     print(json.dumps(result))
 
 

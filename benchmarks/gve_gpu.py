@@ -31,14 +31,36 @@ def qwen25vl_3b_config(processor) -> Qwen2_5_VLConfig:
     """Qwen2.5-VL-3B-Instruct's published architecture, with the test tokenizer's special ids."""
     ids = {t: processor.tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
     return Qwen2_5_VLConfig(
-        vocab_size=151936, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
-        num_key_value_heads=2, max_position_embeddings=128000, rope_theta=1000000.0,
+        vocab_size=151936,
+        hidden_size=2048,
+        intermediate_size=11008,
+        num_hidden_layers=36,
+        num_attention_heads=16,
+        num_key_value_heads=2,
+        max_position_embeddings=128000,
+        rope_theta=1000000.0,
         rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]},
-        vision_config=dict(depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16, out_hidden_size=2048, patch_size=14,
-                           spatial_merge_size=2, temporal_patch_size=2, window_size=112, fullatt_block_indexes=[7, 15, 23, 31], tokens_per_second=2),
-        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
-        bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"], tie_word_embeddings=True,
+        vision_config=dict(
+            depth=32,
+            hidden_size=1280,
+            intermediate_size=3420,
+            num_heads=16,
+            out_hidden_size=2048,
+            patch_size=14,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+            window_size=112,
+            fullatt_block_indexes=[7, 15, 23, 31],
+            tokens_per_second=2,
+        ),
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        bos_token_id=ids["<|endoftext|>"],
+        eos_token_id=ids["<|im_end|>"],
+        pad_token_id=ids["<|endoftext|>"],
+        tie_word_embeddings=True,
     )
 
 
@@ -78,9 +100,21 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = write_model(Path(tmp) / "model", args.size, torch.bfloat16 if bf16 else torch.float32)
         video = write_video(Path(tmp) / "clip.mp4")
-        embedder = GVEEmbedder(str(model_dir), lora=LoRASettings(), inputs=InputConfig(), gradient_checkpointing=True,
-                               dtype="bfloat16" if bf16 else "float32", attn_implementation="auto").to(device).train()
-        texts = [MediaItem(text=f"query {i}: a person walks a dog along the beach at sunset") for i in range(args.batch)]
+        embedder = (
+            GVEEmbedder(
+                str(model_dir),
+                lora=LoRASettings(),
+                inputs=InputConfig(),
+                gradient_checkpointing=True,
+                dtype="bfloat16" if bf16 else "float32",
+                attn_implementation="auto",
+            )
+            .to(device)
+            .train()
+        )
+        texts = [
+            MediaItem(text=f"query {i}: a person walks a dog along the beach at sunset") for i in range(args.batch)
+        ]
         videos = [MediaItem(video=str(video), start=0.0, end=8.0)] * args.batch
         query = {k: v.to(device) for k, v in embedder.process(texts).items()}
         target = {k: v.to(device) for k, v in embedder.process(videos).items()}
@@ -101,12 +135,24 @@ def main() -> None:
                 torch.cuda.synchronize(device)
             times.append(time.perf_counter() - start)
         step = statistics.median(times[1:] if len(times) > 1 else times)
-        print(json.dumps({
-            "benchmark": "gve_gpu", "size": args.size, "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-            "dtype": "bf16" if bf16 else "fp32", "attention": embedder.base_model.config._attn_implementation, "batch": args.batch,
-            "tokens_per_step": tokens, "step_s": round(step, 4), "train_tokens_per_s": round(tokens / step, 1),
-            "peak_memory_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2) if device.type == "cuda" else None,
-        }))
+        print(
+            json.dumps(
+                {
+                    "benchmark": "gve_gpu",
+                    "size": args.size,
+                    "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+                    "dtype": "bf16" if bf16 else "fp32",
+                    "attention": embedder.base_model.config._attn_implementation,
+                    "batch": args.batch,
+                    "tokens_per_step": tokens,
+                    "step_s": round(step, 4),
+                    "train_tokens_per_s": round(tokens / step, 1),
+                    "peak_memory_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
+                    if device.type == "cuda"
+                    else None,
+                }
+            )
+        )
 
 
 if __name__ == "__main__":

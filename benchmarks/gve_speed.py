@@ -33,7 +33,10 @@ def _media(root: Path) -> tuple[list, list]:
 
     from lit_retrieval.data.media import MediaItem
 
-    videos = [MediaItem(video=str(write_noise_video(root / f"v{i}.mp4", seconds=8, width=112, height=112, seed=i))) for i in range(16)]
+    videos = [
+        MediaItem(video=str(write_noise_video(root / f"v{i}.mp4", seconds=8, width=112, height=112, seed=i)))
+        for i in range(16)
+    ]
     texts = [MediaItem(text=f"a small object number {i} moves across a plain background and stops") for i in range(16)]
     return texts, videos
 
@@ -42,8 +45,14 @@ def _embedder(model: str, checkpointing: bool, lora: bool = True):
     from lit_retrieval.models.gve import GVEEmbedder, InputConfig, LoRASettings
 
     inputs = InputConfig(max_frames=8, video_min_pixels=112 * 112, video_max_pixels=112 * 112, max_tokens=4096)
-    return GVEEmbedder(model, lora=LoRASettings() if lora else None, inputs=inputs, gradient_checkpointing=checkpointing,
-                       dtype="float32", attn_implementation="sdpa")
+    return GVEEmbedder(
+        model,
+        lora=LoRASettings() if lora else None,
+        inputs=inputs,
+        gradient_checkpointing=checkpointing,
+        dtype="float32",
+        attn_implementation="sdpa",
+    )
 
 
 def train_steps(model: str, media_dir: str, checkpointing: bool) -> dict:
@@ -64,7 +73,11 @@ def train_steps(model: str, media_dir: str, checkpointing: bool) -> dict:
         optimizer.step()
         times.append(time.perf_counter() - start)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
-    return {"step_s": statistics.median(times[1:]), "peak_growth_mb": peak / 1024, "tokens": int(target["input_ids"].numel())}
+    return {
+        "step_s": statistics.median(times[1:]),
+        "peak_growth_mb": peak / 1024,
+        "tokens": int(target["input_ids"].numel()),
+    }
 
 
 def throughput(model: str, items: list, batch_size: int, repeats: int = 2) -> float:
@@ -89,27 +102,49 @@ def main() -> None:
     from lit_retrieval.models.gve.tiny import save_tiny_qwen25vl
 
     with tempfile.TemporaryDirectory() as tmp:
-        model = str(save_tiny_qwen25vl(Path(tmp) / "model", hidden_size=args.hidden_size, layers=args.layers, max_pixels=112 * 112))
+        model = str(
+            save_tiny_qwen25vl(
+                Path(tmp) / "model", hidden_size=args.hidden_size, layers=args.layers, max_pixels=112 * 112
+            )
+        )
         media = Path(tmp) / "media"
         media.mkdir()
         texts, videos = _media(media)
         runs = {}
         for checkpointing in ("0", "1"):
-            out = subprocess.run([sys.executable, __file__, "--child", model, str(media), checkpointing], capture_output=True, text=True, check=True)
+            out = subprocess.run(
+                [sys.executable, __file__, "--child", model, str(media), checkpointing],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             runs[checkpointing] = json.loads(out.stdout.strip().splitlines()[-1])
-        rates = {f"{kind}_b{b}_items_per_s": throughput(model, items, b) for kind, items in (("text", texts), ("video8f", videos)) for b in (1, 16)}
+        rates = {
+            f"{kind}_b{b}_items_per_s": throughput(model, items, b)
+            for kind, items in (("text", texts), ("video8f", videos))
+            for b in (1, 16)
+        }
     plain, ckpt = runs["0"], runs["1"]
-    print(json.dumps({
-        "benchmark": "gve_speed", "hidden_size": args.hidden_size, "layers": args.layers, "batch": BATCH,
-        "video_tokens_per_batch": plain["tokens"],
-        "step_s": round(plain["step_s"], 4), "step_s_checkpointing": round(ckpt["step_s"], 4),
-        "checkpointing_time_ratio": round(ckpt["step_s"] / plain["step_s"], 3),
-        "peak_growth_mb": round(plain["peak_growth_mb"], 1), "peak_growth_mb_checkpointing": round(ckpt["peak_growth_mb"], 1),
-        "checkpointing_memory_ratio": round(ckpt["peak_growth_mb"] / max(plain["peak_growth_mb"], 1e-9), 3),
-        **{k: round(v, 2) for k, v in rates.items()},
-        "video_batch16_speedup": round(rates["video8f_b16_items_per_s"] / rates["video8f_b1_items_per_s"], 2),
-        "text_batch16_speedup": round(rates["text_b16_items_per_s"] / rates["text_b1_items_per_s"], 2),
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "gve_speed",
+                "hidden_size": args.hidden_size,
+                "layers": args.layers,
+                "batch": BATCH,
+                "video_tokens_per_batch": plain["tokens"],
+                "step_s": round(plain["step_s"], 4),
+                "step_s_checkpointing": round(ckpt["step_s"], 4),
+                "checkpointing_time_ratio": round(ckpt["step_s"] / plain["step_s"], 3),
+                "peak_growth_mb": round(plain["peak_growth_mb"], 1),
+                "peak_growth_mb_checkpointing": round(ckpt["peak_growth_mb"], 1),
+                "checkpointing_memory_ratio": round(ckpt["peak_growth_mb"] / max(plain["peak_growth_mb"], 1e-9), 3),
+                **{k: round(v, 2) for k, v in rates.items()},
+                "video_batch16_speedup": round(rates["video8f_b16_items_per_s"] / rates["video8f_b1_items_per_s"], 2),
+                "text_batch16_speedup": round(rates["text_b16_items_per_s"] / rates["text_b1_items_per_s"], 2),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -25,7 +25,16 @@ from lit_retrieval.models.encoders import CLIPEncoder
 from lit_retrieval.models.encoders.tiny import tiny_clip_config
 from lit_retrieval.models.features import TextFeatures, VideoFeatures
 from lit_retrieval.models.heads import (
-    MeanPHead, MeVTRHead, PAUHead, SeqLSTMHead, SeqTransfHead, TempMeHead, TightTransfHead, TS2NetHead, UATVRHead, UCoFiAHead,
+    MeanPHead,
+    MeVTRHead,
+    PAUHead,
+    SeqLSTMHead,
+    SeqTransfHead,
+    TempMeHead,
+    TightTransfHead,
+    TS2NetHead,
+    UATVRHead,
+    UCoFiAHead,
     XCLIPHead,
 )
 from lit_retrieval.modules import DualEncoderRetrieval
@@ -56,7 +65,9 @@ def train_step_seconds(name: str) -> list[float]:
     optimizer = torch.optim.AdamW([p for p in module.parameters() if p.requires_grad], lr=1e-4)
     rng = np.random.default_rng(0)
     batch = {
-        "index": torch.arange(BATCH), "skipped": [], "frames": torch.randn(BATCH, FRAMES, 3, SIZE, SIZE),
+        "index": torch.arange(BATCH),
+        "skipped": [],
+        "frames": torch.randn(BATCH, FRAMES, 3, SIZE, SIZE),
         "frame_mask": torch.ones(BATCH, FRAMES, dtype=torch.bool),
         "events": [[f"event {rng.integers(1000)} with a red disc moving left"] * 3 for _ in range(BATCH)],
     }
@@ -72,10 +83,16 @@ def train_step_seconds(name: str) -> list[float]:
 
 def features(num: int, dim: int = 64) -> tuple[TextFeatures, VideoFeatures]:
     g = torch.Generator().manual_seed(0)
-    text = TextFeatures(pooled=torch.randn(num, dim, generator=g), tokens=torch.randn(num, WORDS, dim, generator=g),
-                        mask=torch.ones(num, WORDS, dtype=torch.bool))
-    video = VideoFeatures(frames=torch.randn(num, FRAMES, dim, generator=g), mask=torch.ones(num, FRAMES, dtype=torch.bool),
-                          patches=torch.randn(num, FRAMES, (SIZE // 8) ** 2, dim, generator=g))
+    text = TextFeatures(
+        pooled=torch.randn(num, dim, generator=g),
+        tokens=torch.randn(num, WORDS, dim, generator=g),
+        mask=torch.ones(num, WORDS, dtype=torch.bool),
+    )
+    video = VideoFeatures(
+        frames=torch.randn(num, FRAMES, dim, generator=g),
+        mask=torch.ones(num, FRAMES, dtype=torch.bool),
+        patches=torch.randn(num, FRAMES, (SIZE // 8) ** 2, dim, generator=g),
+    )
     return text, video
 
 
@@ -120,7 +137,9 @@ def peak_mb(name: str, budget: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--heads", nargs="+", choices=list(HEADS), default=list(HEADS), help="meanP is always measured (the reference)")
+    parser.add_argument(
+        "--heads", nargs="+", choices=list(HEADS), default=list(HEADS), help="meanP is always measured (the reference)"
+    )
     names = list(dict.fromkeys(["meanP", *parser.parse_args().heads]))
     warnings.filterwarnings("ignore")
     torch.set_num_threads(2)
@@ -133,8 +152,10 @@ def main() -> None:
     results = {}
     for name in names:
         results[name] = {
-            "train_step_s": round(train[name], 3), "train_step_ratio": round(train[name] / train["meanP"], 2),
-            "eval_1000_s": round(evals[name], 3), "eval_ratio": round(evals[name] / evals["meanP"], 1),
+            "train_step_s": round(train[name], 3),
+            "train_step_ratio": round(train[name] / train["meanP"], 2),
+            "eval_1000_s": round(evals[name], 3),
+            "eval_ratio": round(evals[name] / evals["meanP"], 1),
         }
         if not HEADS[name]().indexable:
             results[name]["peak_mb_300_chunked_64mb"] = peak_mb(name, 64 * 2**20)

@@ -33,9 +33,14 @@ HEADS = {
 
 def features() -> tuple[TextFeatures, VideoFeatures]:
     g = torch.Generator().manual_seed(0)
-    text = TextFeatures(pooled=torch.randn(TEXTS, WIDTH, generator=g), tokens=torch.randn(TEXTS, WORDS, WIDTH, generator=g),
-                        mask=torch.ones(TEXTS, WORDS, dtype=torch.bool))
-    video = VideoFeatures(frames=torch.randn(VIDEOS, FRAMES, WIDTH, generator=g), mask=torch.ones(VIDEOS, FRAMES, dtype=torch.bool))
+    text = TextFeatures(
+        pooled=torch.randn(TEXTS, WIDTH, generator=g),
+        tokens=torch.randn(TEXTS, WORDS, WIDTH, generator=g),
+        mask=torch.ones(TEXTS, WORDS, dtype=torch.bool),
+    )
+    video = VideoFeatures(
+        frames=torch.randn(VIDEOS, FRAMES, WIDTH, generator=g), mask=torch.ones(VIDEOS, FRAMES, dtype=torch.bool)
+    )
     return text, video
 
 

@@ -91,9 +91,24 @@ def isolated(fn, *args) -> float:
 
 def write_annotation(folder: Path, paths: list[Path], repeats: int) -> Path:
     records = [
-        {"video_id": f"{p.stem}_r{r}", "path": p.name, "duration": 1.0, "split": "test",
-         "events": [{"event_id": f"{p.stem}_r{r}_e", "theme": "", "description": "x", "start": 0.0, "end": 1.0, "intervals": [[0.0, 1.0]]}]}
-        for r in range(repeats) for p in paths
+        {
+            "video_id": f"{p.stem}_r{r}",
+            "path": p.name,
+            "duration": 1.0,
+            "split": "test",
+            "events": [
+                {
+                    "event_id": f"{p.stem}_r{r}_e",
+                    "theme": "",
+                    "description": "x",
+                    "start": 0.0,
+                    "end": 1.0,
+                    "intervals": [[0.0, 1.0]],
+                }
+            ],
+        }
+        for r in range(repeats)
+        for p in paths
     ]
     path = folder / f"annotations_{repeats}.json"
     path.write_text(json.dumps({"format": "lit-retrieval/multi-event", "version": 1, "videos": records}))
@@ -101,25 +116,49 @@ def write_annotation(folder: Path, paths: list[Path], repeats: int) -> Path:
 
 
 def video_text_rate(
-    annotation: Path, frames: int, size: int, workers: int, sampling: str = "exact", cache: Path | None = None, on_device: bool = False
+    annotation: Path,
+    frames: int,
+    size: int,
+    workers: int,
+    sampling: str = "exact",
+    cache: Path | None = None,
+    on_device: bool = False,
 ) -> float:
     module = MultiEventDataModule(
-        str(annotation), num_frames=frames, image_size=size, eval_batch_size=1, num_workers=workers, sampling=sampling, train_split="test",
-        frame_cache=str(cache) if cache else None, normalize_on_device=on_device,
+        str(annotation),
+        num_frames=frames,
+        image_size=size,
+        eval_batch_size=1,
+        num_workers=workers,
+        sampling=sampling,
+        train_split="test",
+        frame_cache=str(cache) if cache else None,
+        normalize_on_device=on_device,
     )
     module.setup()
     return per_second(module.test_dataloader())
 
 
 def video_text_cpu_s(
-    annotation: Path, frames: int, size: int, sampling: str = "exact", cache: Path | None = None, on_device: bool = False, items: int = 4
+    annotation: Path,
+    frames: int,
+    size: int,
+    sampling: str = "exact",
+    cache: Path | None = None,
+    on_device: bool = False,
+    items: int = 4,
 ) -> float:
     """CPU seconds (all threads) one item costs a worker: read or decode, normalise, collate and
     move to shared memory as the worker queue does. Independent of other load on the machine, so
     1 / this is the rate one dedicated core sustains."""
     module = MultiEventDataModule(
-        str(annotation), num_frames=frames, image_size=size, sampling=sampling, train_split="test",
-        frame_cache=str(cache) if cache else None, normalize_on_device=on_device,
+        str(annotation),
+        num_frames=frames,
+        image_size=size,
+        sampling=sampling,
+        train_split="test",
+        frame_cache=str(cache) if cache else None,
+        normalize_on_device=on_device,
     )
     module.setup()
     dataset = module.datasets["test"]
@@ -141,7 +180,9 @@ class ClipFrames(Dataset):
 
     def __getitem__(self, i: int) -> torch.Tensor:
         path = self.paths[i]
-        sample = cached_or_sampled(self.cache, path, None, None, lambda: sample_clip(path, None, None, self.config, TEMPORAL_PATCH))
+        sample = cached_or_sampled(
+            self.cache, path, None, None, lambda: sample_clip(path, None, None, self.config, TEMPORAL_PATCH)
+        )
         return torch.from_numpy(sample.frames[sample.mask])
 
 
@@ -170,8 +211,10 @@ def measure_video_text(root: Path, paths: list[Path], frames: int, size: int, ar
     spec = SamplingSpec(frames, size)
     params = MultiEventDataset.cache_params(spec, False)
     few, many = write_annotation(root, paths, args.exact_repeats), write_annotation(root, paths, args.cache_repeats)
-    row = {"exact": isolated(video_text_rate, few, frames, size, args.workers),
-           "keyframe": isolated(video_text_rate, few, frames, size, args.workers, "keyframe")}
+    row = {
+        "exact": isolated(video_text_rate, few, frames, size, args.workers),
+        "keyframe": isolated(video_text_rate, few, frames, size, args.workers, "keyframe"),
+    }
     for frame_format in ("raw", "jpeg"):
         cache = root / f"cache_{frames}x{size}_{frame_format}"
         build_s, mb = build_cache(cache, params, WindowSampler(spec, 1.0), paths, frame_format)
@@ -186,7 +229,10 @@ def measure_video_text(root: Path, paths: list[Path], frames: int, size: int, ar
         "cache_raw": isolated(video_text_cpu_s, many, frames, size, "exact", raw_cache, False, 8),
         "cache_raw_uint8": isolated(video_text_cpu_s, many, frames, size, "exact", raw_cache, True, 8),
     }
-    raw, jpeg = FrameCache(root / f"cache_{frames}x{size}_raw", params), FrameCache(root / f"cache_{frames}x{size}_jpeg", params)
+    raw, jpeg = (
+        FrameCache(root / f"cache_{frames}x{size}_raw", params),
+        FrameCache(root / f"cache_{frames}x{size}_jpeg", params),
+    )
     row["jpeg_psnr_db"] = min(psnr(raw.get(p).frames, jpeg.get(p).frames) for p in paths[:1])
     return row
 
@@ -194,8 +240,10 @@ def measure_video_text(root: Path, paths: list[Path], frames: int, size: int, ar
 def measure_gve(root: Path, paths: list[Path], args) -> dict:
     config = InputConfig()
     params = clip_cache_params(config, TEMPORAL_PATCH)
-    row = {"exact": isolated(clip_rate, paths * args.exact_repeats, config, args.workers),
-           "keyframe": isolated(clip_rate, paths * args.exact_repeats, replace(config, sampling="keyframe"), args.workers)}
+    row = {
+        "exact": isolated(clip_rate, paths * args.exact_repeats, config, args.workers),
+        "keyframe": isolated(clip_rate, paths * args.exact_repeats, replace(config, sampling="keyframe"), args.workers),
+    }
     cache = root / "cache_gve_raw"
     build_s, mb = build_cache(cache, params, ClipSampler(config, TEMPORAL_PATCH), paths)
     row["cache_raw"] = isolated(clip_rate, paths * args.cache_repeats, config, args.workers, FrameCache(cache, params))
@@ -206,7 +254,9 @@ def measure_gve(root: Path, paths: list[Path], args) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--videos", type=int, default=4, help="videos per geometry")
-    parser.add_argument("--workers", type=int, default=1, help="DataLoader worker processes (rates are divided by this)")
+    parser.add_argument(
+        "--workers", type=int, default=1, help="DataLoader worker processes (rates are divided by this)"
+    )
     parser.add_argument("--exact-repeats", type=int, default=2, help="passes over the videos when decoding on the fly")
     parser.add_argument("--cache-repeats", type=int, default=16, help="passes over the videos when reading the cache")
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 short video per geometry, few passes")
@@ -214,18 +264,35 @@ def main() -> None:
     geometries = QUICK_GEOMETRIES if args.quick else GEOMETRIES
     if args.quick:
         args.videos, args.exact_repeats, args.cache_repeats = 1, 1 + 2 * args.workers, 1 + 4 * args.workers
-    out: dict = {"benchmark": "loader_throughput", "workers": args.workers, "videos_per_geometry": args.videos, "jpeg_quality": JPEG_QUALITY,
-                 "geometries": {name: geo.name for name, geo in geometries.items()}, "unit": "videos/s per worker"}
+    out: dict = {
+        "benchmark": "loader_throughput",
+        "workers": args.workers,
+        "videos_per_geometry": args.videos,
+        "jpeg_quality": JPEG_QUALITY,
+        "geometries": {name: geo.name for name, geo in geometries.items()},
+        "unit": "videos/s per worker",
+    }
     with tempfile.TemporaryDirectory(dir=WORK if WORK.exists() else None) as tmp:
         for name, geo in geometries.items():
             root = Path(tmp) / name
             root.mkdir()
             paths = videos(geo, args.videos, root)
             for setting, frames_size in SETTINGS.items():
-                row = measure_gve(root, paths, args) if frames_size is None else measure_video_text(root, paths, *frames_size, args)
-                rates = {k: round(v / args.workers, 2) if k in ("exact", "keyframe", "cache_raw", "cache_jpeg", "cache_raw_uint8") else v
-                         for k, v in row.items()}
-                rates = {k: {m: round(c, 4) for m, c in v.items()} if isinstance(v, dict) else round(v, 3) for k, v in rates.items()}
+                row = (
+                    measure_gve(root, paths, args)
+                    if frames_size is None
+                    else measure_video_text(root, paths, *frames_size, args)
+                )
+                rates = {
+                    k: round(v / args.workers, 2)
+                    if k in ("exact", "keyframe", "cache_raw", "cache_jpeg", "cache_raw_uint8")
+                    else v
+                    for k, v in row.items()
+                }
+                rates = {
+                    k: {m: round(c, 4) for m, c in v.items()} if isinstance(v, dict) else round(v, 3)
+                    for k, v in rates.items()
+                }
                 rates["cache_raw_over_exact"] = round(row["cache_raw"] / row["exact"], 1)
                 out[f"{name}/{setting}"] = rates
     print(json.dumps(out))

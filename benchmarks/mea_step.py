@@ -63,17 +63,30 @@ def measure(size: int) -> dict:
         times["standard"].append(step(*standard, batch, k))
         times["mea"].append(step(*mea, batch, k))
     median = {k: float(np.median(v)) for k, v in times.items()}
-    return {"standard_s": round(median["standard"], 3), "mea_s": round(median["mea"], 3), "ratio": round(median["mea"] / median["standard"], 3)}
+    return {
+        "standard_s": round(median["standard"], 3),
+        "mea_s": round(median["mea"], 3),
+        "ratio": round(median["mea"] / median["standard"], 3),
+    }
 
 
 def main() -> None:
     warnings.filterwarnings("ignore")  # self.log outside a Trainer
     torch.set_num_threads(2)
     results = {f"{size}px": measure(size) for size in SIZES}
-    print(json.dumps({
-        "benchmark": "mea_step", "batch": BATCH, "frames": FRAMES, "text_positions": TEXT_LEN, "partial_queries_per_video": 3,
-        **results, "target_ratio": 1.6,
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "mea_step",
+                "batch": BATCH,
+                "frames": FRAMES,
+                "text_positions": TEXT_LEN,
+                "partial_queries_per_video": 3,
+                **results,
+                "target_ratio": 1.6,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -43,12 +43,22 @@ def main() -> None:
     reference, t_numpy = timed(lambda: numpy_argsort_ranks(scores.numpy()))
     recall_tm, t_tm = timed(lambda: torchmetrics_recall(scores, 5))
     recall_ours = float((ours <= 5).double().mean())
-    print(json.dumps({
-        "benchmark": "metrics", "matrix": f"{N}x{N}", "ours_s": round(t_ours, 3), "numpy_argsort_s": round(t_numpy, 3),
-        "torchmetrics_recall_at5_s": round(t_tm, 3), "speedup_vs_torchmetrics": round(t_tm / t_ours, 1),
-        "speedup_vs_numpy": round(t_numpy / t_ours, 1), "ranks_equal_numpy": bool(np.array_equal(ours.numpy(), reference)),
-        "recall_at5_ours": recall_ours, "recall_at5_torchmetrics": recall_tm,
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "metrics",
+                "matrix": f"{N}x{N}",
+                "ours_s": round(t_ours, 3),
+                "numpy_argsort_s": round(t_numpy, 3),
+                "torchmetrics_recall_at5_s": round(t_tm, 3),
+                "speedup_vs_torchmetrics": round(t_tm / t_ours, 1),
+                "speedup_vs_numpy": round(t_numpy / t_ours, 1),
+                "ranks_equal_numpy": bool(np.array_equal(ours.numpy(), reference)),
+                "recall_at5_ours": recall_ours,
+                "recall_at5_torchmetrics": recall_tm,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -61,15 +61,29 @@ def main() -> None:
         max_plan_diff = max(max_plan_diff, float(np.abs(ours - plan).max()))
         max_score_diff = max(max_score_diff, abs(float((plan * M.numpy()).sum()) - float(scores[t, v])))
     pot_all = pot_seconds / args.sample * args.texts * args.videos
-    print(json.dumps({
-        "benchmark": "sali_ot", "texts": args.texts, "videos": args.videos, "shots": args.shots, "iters": ITERS,
-        "batched_seconds": round(batched, 2), "pot_seconds_per_pair": round(pot_seconds / args.sample, 6),
-        "pot_seconds_all_pairs_extrapolated": round(pot_all, 1), "speedup": round(pot_all / batched, 1),
-        "pot_5_iterations_seconds_per_pair": round(pot_short_seconds / args.sample, 6),
-        "speedup_vs_pot_5_iterations": round(pot_short_seconds / args.sample * args.texts * args.videos / batched, 1),
-        "sample_pairs": args.sample, "max_plan_abs_diff": float(f"{max_plan_diff:.2e}"), "max_score_abs_diff": float(f"{max_score_diff:.2e}"),
-        "threads": torch.get_num_threads(),
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "sali_ot",
+                "texts": args.texts,
+                "videos": args.videos,
+                "shots": args.shots,
+                "iters": ITERS,
+                "batched_seconds": round(batched, 2),
+                "pot_seconds_per_pair": round(pot_seconds / args.sample, 6),
+                "pot_seconds_all_pairs_extrapolated": round(pot_all, 1),
+                "speedup": round(pot_all / batched, 1),
+                "pot_5_iterations_seconds_per_pair": round(pot_short_seconds / args.sample, 6),
+                "speedup_vs_pot_5_iterations": round(
+                    pot_short_seconds / args.sample * args.texts * args.videos / batched, 1
+                ),
+                "sample_pairs": args.sample,
+                "max_plan_abs_diff": float(f"{max_plan_diff:.2e}"),
+                "max_score_abs_diff": float(f"{max_score_diff:.2e}"),
+                "threads": torch.get_num_threads(),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -33,8 +33,9 @@ SCENES = ["on a sandy field", "over a pitch black backdrop", "against a striped 
 
 def query_text(i: int) -> str:
     """Distinct natural queries (none repeats, so no query is answered from the text cache)."""
-    return (f"{SUBJECTS[i % 5]} {ACTIONS[(i // 5) % 6]} {SCENES[(i // 30) % 4]}"
-            + (f", then stops after {i // 120 + 1} seconds" if i >= 120 else ""))
+    return f"{SUBJECTS[i % 5]} {ACTIONS[(i // 5) % 6]} {SCENES[(i // 30) % 4]}" + (
+        f", then stops after {i // 120 + 1} seconds" if i >= 120 else ""
+    )
 
 
 def write_synthetic_index(out: Path, size: int, fingerprint: str, dim: int, spec: dict) -> None:
@@ -49,8 +50,14 @@ def write_synthetic_index(out: Path, size: int, fingerprint: str, dim: int, spec
     index.add(vectors)
     faiss.write_index(index, str(out / "index.faiss"))
     (out / "videos.json").write_text(json.dumps([f"/synthetic/video_{i:06d}.mp4" for i in range(size)]))
-    meta = {"fingerprint": fingerprint, "model": spec, "settings": {"kind": "flat"}, "dim": dim, "count": size,
-            "failed": 0}
+    meta = {
+        "fingerprint": fingerprint,
+        "model": spec,
+        "settings": {"kind": "flat"},
+        "dim": dim,
+        "count": size,
+        "failed": 0,
+    }
     (out / "meta.json").write_text(json.dumps(meta))
 
 
@@ -91,9 +98,12 @@ def client(port: int, queries: int, warmup: int, k: int) -> dict:
         if i >= warmup:
             latencies.append(elapsed)
     latencies.sort()
-    return {"p50_ms": round(1000 * statistics.median(latencies), 2),
-            "p95_ms": round(1000 * latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))], 2),
-            "qps": round(len(latencies) / sum(latencies), 2), "queries": len(latencies)}
+    return {
+        "p50_ms": round(1000 * statistics.median(latencies), 2),
+        "p95_ms": round(1000 * latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))], 2),
+        "qps": round(len(latencies) / sum(latencies), 2),
+        "queries": len(latencies),
+    }
 
 
 def one_shot_search(index: Path, runs: int, k: int, env: dict) -> float:
@@ -137,25 +147,69 @@ def main() -> None:
             write_synthetic_index(index, size, embedder.fingerprint, dim, spec.__dict__)
             port = free_port()
             server = subprocess.Popen(
-                [sys.executable, "-m", "lit_retrieval", "serve", str(index), "--host", "127.0.0.1", "--port", str(port),
-                 "--moment-segments", "0", "--threads", str(args.threads), "--cache-dir", str(Path(work) / "cache")],
-                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=work)
+                [
+                    sys.executable,
+                    "-m",
+                    "lit_retrieval",
+                    "serve",
+                    str(index),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--moment-segments",
+                    "0",
+                    "--threads",
+                    str(args.threads),
+                    "--cache-dir",
+                    str(Path(work) / "cache"),
+                ],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                cwd=work,
+            )
             try:
                 startup = wait_until_up(port, server)
-                command = [sys.executable, __file__, "--client", str(port), "--queries", str(args.queries),
-                           "--warmup", str(args.warmup), "-k", str(args.k)]
+                command = [
+                    sys.executable,
+                    __file__,
+                    "--client",
+                    str(port),
+                    "--queries",
+                    str(args.queries),
+                    "--warmup",
+                    str(args.warmup),
+                    "-k",
+                    str(args.k),
+                ]
                 measured = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
                 served = json.loads(measured.stdout.strip().splitlines()[-1])
             finally:
                 server.terminate()
                 server.wait(30)
             search_s = one_shot_search(index, args.search_runs, args.k, env)
-            results[str(size)] = {**served, "server_startup_s": round(startup, 2),
-                                  "search_command_s": round(search_s, 2),
-                                  "speedup_p50": round(search_s / (served["p50_ms"] / 1000), 1)}
-    print(json.dumps({"benchmark": "serve_latency", "model": "configs/quickstart.yaml", "index": "flat", "dim": dim,
-                      "k": args.k, "threads": args.threads, "cpus": os.cpu_count(),
-                      "load_avg_1m": round(os.getloadavg()[0], 2), "sizes": results}))
+            results[str(size)] = {
+                **served,
+                "server_startup_s": round(startup, 2),
+                "search_command_s": round(search_s, 2),
+                "speedup_p50": round(search_s / (served["p50_ms"] / 1000), 1),
+            }
+    print(
+        json.dumps(
+            {
+                "benchmark": "serve_latency",
+                "model": "configs/quickstart.yaml",
+                "index": "flat",
+                "dim": dim,
+                "k": args.k,
+                "threads": args.threads,
+                "cpus": os.cpu_count(),
+                "load_avg_1m": round(os.getloadavg()[0], 2),
+                "sizes": results,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -73,13 +73,22 @@ def main() -> None:
         shots, seconds = timed(lambda: detect_shots(video, ShotDetectorConfig(downscale=downscale)))
         found = np.array([s for s, _ in shots[1:]])
         hits = sum(np.any(np.abs(found - c) <= 1 / FPS + 1e-9) for c in true_cuts)
-        out[name] = {"seconds": round(seconds, 2), "fps": round(frames / seconds, 1), "cuts_found": int(hits), "cuts_reported": len(found)}
+        out[name] = {
+            "seconds": round(seconds, 2),
+            "fps": round(frames / seconds, 1),
+            "cuts_found": int(hits),
+            "cuts_reported": len(found),
+        }
     with tempfile.TemporaryDirectory() as cache:
         config = ShotDetectorConfig(downscale=4)
         _, first = timed(lambda: detect_many([video], config, cache, progress=False))
         again, second = timed(lambda: detect_many([video], config, cache, progress=False))
         assert again.cached == 1
-    out["cache"] = {"first_seconds": round(first, 2), "cached_seconds": round(second, 4), "cached_fraction": float(f"{second / first:.2e}")}
+    out["cache"] = {
+        "first_seconds": round(first, 2),
+        "cached_seconds": round(second, 4),
+        "cached_fraction": float(f"{second / first:.2e}"),
+    }
     out["speedup_downscale4_vs_full"] = round(out["full"]["seconds"] / out["downscale4"]["seconds"], 2)
     print(json.dumps(out))
 

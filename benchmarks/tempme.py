@@ -60,7 +60,9 @@ def main() -> None:
         kinds = ["meanP", "tempme_lora", "tempme_full"]
         modules = {k: build(path, k) for k in kinds}
         batch = {
-            "index": torch.arange(BATCH), "skipped": [], "frames": torch.randn(BATCH, FRAMES, 3, 224, 224),
+            "index": torch.arange(BATCH),
+            "skipped": [],
+            "frames": torch.randn(BATCH, FRAMES, 3, 224, 224),
             "frame_mask": torch.ones(BATCH, FRAMES, dtype=torch.bool),
             "events": [[f"clip {i}: a red disc slides left", "then a blue box rises"] for i in range(BATCH)],
         }
@@ -75,15 +77,27 @@ def main() -> None:
         trainable = {k: sum(p.numel() for p in m.parameters() if p.requires_grad) for k, m in modules.items()}
     median = {k: statistics.median(v) for k, v in train.items()}
     median_encode = {k: statistics.median(v) for k, v in encode.items()}
-    print(json.dumps({
-        "benchmark": "tempme", "batch": BATCH, "frames": FRAMES, "width": WIDTH,
-        "tokens_per_video": {"input": counts[0], "after_each_block": counts[1:], "output": counts[-1], "ratio": round(counts[-1] / counts[0], 3)},
-        "train_step_s": {k: round(v, 3) for k, v in median.items()},
-        "train_step_ratio_vs_meanP": {k: round(v / median["meanP"], 2) for k, v in median.items()},
-        "encode_video_s": {k: round(v, 3) for k, v in median_encode.items()},
-        "encode_ratio_vs_meanP": {k: round(v / median_encode["meanP"], 2) for k, v in median_encode.items()},
-        "trainable_parameters": trainable,
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "tempme",
+                "batch": BATCH,
+                "frames": FRAMES,
+                "width": WIDTH,
+                "tokens_per_video": {
+                    "input": counts[0],
+                    "after_each_block": counts[1:],
+                    "output": counts[-1],
+                    "ratio": round(counts[-1] / counts[0], 3),
+                },
+                "train_step_s": {k: round(v, 3) for k, v in median.items()},
+                "train_step_ratio_vs_meanP": {k: round(v / median["meanP"], 2) for k, v in median.items()},
+                "encode_video_s": {k: round(v, 3) for k, v in median_encode.items()},
+                "encode_ratio_vs_meanP": {k: round(v / median_encode["meanP"], 2) for k, v in median_encode.items()},
+                "trainable_parameters": trainable,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -45,7 +45,10 @@ def read_checkpoint(path: _PATH, map_location: Any = None, weights_only: bool | 
     except (EOFError, RuntimeError, zipfile.BadZipFile, pickle.UnpicklingError, ValueError) as err:
         if isinstance(err, pickle.UnpicklingError) and "Weights only load failed" in str(err):
             raise
-        raise CorruptCheckpointError(f"{path}: corrupt or partial checkpoint ({type(err).__name__}: {str(err)[:200]}); resume from an earlier one") from None
+        raise CorruptCheckpointError(
+            f"{path}: corrupt or partial checkpoint ({type(err).__name__}: {str(err)[:200]}); "
+            "resume from an earlier one"
+        ) from None
     missing = [k for k in REQUIRED_KEYS if not isinstance(checkpoint, dict) or k not in checkpoint]
     if missing:
         raise CorruptCheckpointError(f"{path}: not a Lightning checkpoint (missing {missing})")
@@ -62,7 +65,9 @@ def check_checkpoint_file(path: _PATH) -> None:
     if path.stat().st_size == 0:
         raise CorruptCheckpointError(f"{path}: empty checkpoint file (an interrupted write?)")
     if not zipfile.is_zipfile(path):
-        raise CorruptCheckpointError(f"{path}: corrupt or partial checkpoint (not a complete torch archive); resume from an earlier one")
+        raise CorruptCheckpointError(
+            f"{path}: corrupt or partial checkpoint (not a complete torch archive); resume from an earlier one"
+        )
     try:
         with zipfile.ZipFile(path) as archive:
             names = archive.namelist()
@@ -91,5 +96,9 @@ class SafeCheckpointIO(TorchCheckpointIO):
             raise OSError(err.errno, f"could not write checkpoint {path}: {reason}{kept}") from err
         os.replace(partial, path)
 
-    def load_checkpoint(self, path: _PATH, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
-        return read_checkpoint(path, map_location=map_location or (lambda storage, loc: storage), weights_only=weights_only)
+    def load_checkpoint(
+        self, path: _PATH, map_location: Any = None, weights_only: bool | None = None
+    ) -> dict[str, Any]:
+        return read_checkpoint(
+            path, map_location=map_location or (lambda storage, loc: storage), weights_only=weights_only
+        )

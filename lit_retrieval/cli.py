@@ -80,10 +80,16 @@ def lightning_main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((arg for arg in argv if arg != "--debug"), None)
     if command not in TRAINER_COMMANDS:
-        usage = f"usage: lightning {{{','.join(TRAINER_COMMANDS)}}} --config FILE ...\n(other commands: lit-retrieval --help)"
+        usage = (
+            f"usage: lightning {{{','.join(TRAINER_COMMANDS)}}} --config FILE ...\n"
+            "(other commands: lit-retrieval --help)"
+        )
         if command in ("-h", "--help"):
             print(usage)
             sys.exit(0)
-        print(f"lightning: {'no command' if command is None else f'unknown command {command!r}'}\n{usage}", file=sys.stderr)
+        print(
+            f"lightning: {'no command' if command is None else f'unknown command {command!r}'}\n{usage}",
+            file=sys.stderr,
+        )
         sys.exit(2)
     main(argv)

@@ -44,7 +44,9 @@ def gather_global(tensor: torch.Tensor) -> torch.Tensor:
     shapes = [torch.empty_like(shape) for _ in range(world)]
     dist.all_gather(shapes, shape)
     if any(not torch.equal(s, shape) for s in shapes):
-        raise RuntimeError(f"cross-device negatives need equal shapes on every rank, got {[s.tolist() for s in shapes]}")
+        raise RuntimeError(
+            f"cross-device negatives need equal shapes on every rank, got {[s.tolist() for s in shapes]}"
+        )
     if tensor.is_floating_point():
         return _GatherWithGradient.apply(tensor)
     parts = [torch.empty_like(tensor) for _ in range(world)]

@@ -42,8 +42,9 @@ class OutputLocked(InputError):
     def __init__(self, folder: Path, lock_file: Path, holder: dict[str, Any]) -> None:
         started = holder.get("started", "?")
         super().__init__(
-            f"{folder}: being written by another process (host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, "
-            f"since {started}: {holder.get('command', '?')}); wait for it to finish, or remove {lock_file} if that process is gone"
+            f"{folder}: being written by another process (host {holder.get('host', '?')}, "
+            f"pid {holder.get('pid', '?')}, since {started}: {holder.get('command', '?')}); "
+            f"wait for it to finish, or remove {lock_file} if that process is gone"
         )
         self.holder = holder
 
@@ -85,10 +86,19 @@ class OutputLock:
         self.holder: dict[str, Any] | None = None
 
     def _me(self) -> dict[str, Any]:
-        command = " ".join(["lit-retrieval" if Path(sys.argv[0]).name in ("lit-retrieval", "__main__.py") else sys.argv[0],
-                            *map(shlex.quote, sys.argv[1:])])
-        return {"host": socket.gethostname(), "pid": os.getpid(), "pid_start": _process_start(os.getpid()), "command": command,
-                "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+        command = " ".join(
+            [
+                "lit-retrieval" if Path(sys.argv[0]).name in ("lit-retrieval", "__main__.py") else sys.argv[0],
+                *map(shlex.quote, sys.argv[1:]),
+            ]
+        )
+        return {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "pid_start": _process_start(os.getpid()),
+            "command": command,
+            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        }
 
     def _read(self) -> dict[str, Any] | None:
         try:
@@ -131,7 +141,9 @@ class OutputLock:
                             self.holder = me
                             return
                         holder = self._read() or holder
-                    raise OutputLocked(self.folder, self.path, holder or {"command": "unknown (lock file still being written)"})
+                    raise OutputLocked(
+                        self.folder, self.path, holder or {"command": "unknown (lock file still being written)"}
+                    )
             finally:
                 fcntl.flock(guard, fcntl.LOCK_UN)
         self.holder = me

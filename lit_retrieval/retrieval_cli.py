@@ -55,7 +55,9 @@ class RetrievalCLI(LightningCLI):
         try:
             super()._run_subcommand(subcommand)
         except SIGTERMException:  # a SystemExit with status 0: the scheduler would record success
-            stopped = [c.stop_signal for c in self.trainer.callbacks if isinstance(c, ResumeCheckpoint) and c.stop_signal]
+            stopped = [
+                c.stop_signal for c in self.trainer.callbacks if isinstance(c, ResumeCheckpoint) and c.stop_signal
+            ]
             raise SystemExit(128 + int(stopped[0] if stopped else signal.SIGTERM)) from None
 
     def instantiate_trainer(self, **kwargs) -> L.Trainer:
@@ -87,5 +89,7 @@ class RetrievalCLI(LightningCLI):
     def init_parser(self, **kwargs) -> ExplainingArgumentParser:
         kwargs.setdefault("dump_header", [f"lit-retrieval {__version__}"])
         parser = ExplainingArgumentParser(**kwargs)
-        parser.add_argument("-c", "--config", action=ActionConfigFile, help="YAML config file(s); later ones override earlier ones.")
+        parser.add_argument(
+            "-c", "--config", action=ActionConfigFile, help="YAML config file(s); later ones override earlier ones."
+        )
         return parser

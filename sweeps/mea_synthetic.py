@@ -39,23 +39,80 @@ HEADS = {  # overrides of the quick-start head (the 32 px ViT and MiniLM text to
     "meanP": [],
     "seqLSTM": [f"{HEAD}.class_path", "lit_retrieval.models.heads.SeqLSTMHead"],
     "seqTransf": [f"{HEAD}.class_path", "lit_retrieval.models.heads.SeqTransfHead", f"{HEAD}.init_args.layers", "2"],
-    "tightTransf": [f"{HEAD}.class_path", "lit_retrieval.models.heads.TightTransfHead", f"{HEAD}.init_args.layers", "2",
-                    f"{HEAD}.init_args.max_frames", "12"],
-    "xclip": [f"{HEAD}.class_path", "lit_retrieval.models.heads.XCLIPHead", f"{HEAD}.init_args.max_words", "256",
-              f"{HEAD}.init_args.max_frames", "12", f"{HEAD}.init_args.temporal_layers", "2"],
-    "ts2net": [f"{HEAD}.class_path", "lit_retrieval.models.heads.TS2NetHead", f"{HEAD}.init_args.max_frames", "12",
-               f"{HEAD}.init_args.temporal_layers", "2", f"{HEAD}.init_args.samples", "100"],
-    "ucofia": [f"{HEAD}.class_path", "lit_retrieval.models.heads.UCoFiAHead", f"{HEAD}.init_args.max_frames", "12",
-               f"{HEAD}.init_args.max_words", "256", f"{HEAD}.init_args.temporal_layers", "2", f"{HEAD}.init_args.samples", "100"],
-    "uatvr": [f"{HEAD}.class_path", "lit_retrieval.models.heads.UATVRHead", f"{HEAD}.init_args.max_words", "260",
-              f"{HEAD}.init_args.layers", "2"],
+    "tightTransf": [
+        f"{HEAD}.class_path",
+        "lit_retrieval.models.heads.TightTransfHead",
+        f"{HEAD}.init_args.layers",
+        "2",
+        f"{HEAD}.init_args.max_frames",
+        "12",
+    ],
+    "xclip": [
+        f"{HEAD}.class_path",
+        "lit_retrieval.models.heads.XCLIPHead",
+        f"{HEAD}.init_args.max_words",
+        "256",
+        f"{HEAD}.init_args.max_frames",
+        "12",
+        f"{HEAD}.init_args.temporal_layers",
+        "2",
+    ],
+    "ts2net": [
+        f"{HEAD}.class_path",
+        "lit_retrieval.models.heads.TS2NetHead",
+        f"{HEAD}.init_args.max_frames",
+        "12",
+        f"{HEAD}.init_args.temporal_layers",
+        "2",
+        f"{HEAD}.init_args.samples",
+        "100",
+    ],
+    "ucofia": [
+        f"{HEAD}.class_path",
+        "lit_retrieval.models.heads.UCoFiAHead",
+        f"{HEAD}.init_args.max_frames",
+        "12",
+        f"{HEAD}.init_args.max_words",
+        "256",
+        f"{HEAD}.init_args.temporal_layers",
+        "2",
+        f"{HEAD}.init_args.samples",
+        "100",
+    ],
+    "uatvr": [
+        f"{HEAD}.class_path",
+        "lit_retrieval.models.heads.UATVRHead",
+        f"{HEAD}.init_args.max_words",
+        "260",
+        f"{HEAD}.init_args.layers",
+        "2",
+    ],
     "pau": [f"{HEAD}.class_path", "lit_retrieval.models.heads.PAUHead", f"{HEAD}.init_args.layers", "2"],
     # the quick-start ViT is random, so TempMe trains it fully here (train_backbone) besides merging
-    "tempme": [f"{HEAD}.class_path", "lit_retrieval.models.heads.TempMeHead", f"{HEAD}.init_args.num_frames", "12",
-               f"{HEAD}.init_args.merge_layers", "[1, 2]", f"{HEAD}.init_args.merge_frames", "[2, 2]",
-               f"{HEAD}.init_args.image_r", "1", f"{HEAD}.init_args.train_backbone", "true"],
-    "mevtr": [f"{HEAD}.class_path", "lit_retrieval.models.heads.MeVTRHead", f"{HEAD}.init_args.num_events", "4",
-              "--model.init_args.query_mode", "events", "--model.init_args.event_loss.class_path", "lit_retrieval.losses.MeVTRLoss"],
+    "tempme": [
+        f"{HEAD}.class_path",
+        "lit_retrieval.models.heads.TempMeHead",
+        f"{HEAD}.init_args.num_frames",
+        "12",
+        f"{HEAD}.init_args.merge_layers",
+        "[1, 2]",
+        f"{HEAD}.init_args.merge_frames",
+        "[2, 2]",
+        f"{HEAD}.init_args.image_r",
+        "1",
+        f"{HEAD}.init_args.train_backbone",
+        "true",
+    ],
+    "mevtr": [
+        f"{HEAD}.class_path",
+        "lit_retrieval.models.heads.MeVTRHead",
+        f"{HEAD}.init_args.num_events",
+        "4",
+        "--model.init_args.query_mode",
+        "events",
+        "--model.init_args.event_loss.class_path",
+        "lit_retrieval.losses.MeVTRLoss",
+    ],
 }
 KEYS = ("t2v/R@1", "v2t/R@1", "avg_event/t2v/R@1", "order/shuffled/t2v/R@1", "query_mode/events/t2v/R@1")
 
@@ -70,17 +127,44 @@ def run_one(out: Path, head: str, variant: str, seed: int, config: Path, epochs:
     metrics = out / name / f"seed{seed}-test" / "metrics.json"
     if metrics.exists():
         return json.loads(metrics.read_text())["test"]
-    common = ["--config", str(config), "--seed_everything", str(seed), "--data.init_args.shuffle_seed", str(seed),
-              "--trainer.logger.init_args.save_dir", str(out), "--trainer.logger.init_args.name", name]
+    common = [
+        "--config",
+        str(config),
+        "--seed_everything",
+        str(seed),
+        "--data.init_args.shuffle_seed",
+        str(seed),
+        "--trainer.logger.init_args.save_dir",
+        str(out),
+        "--trainer.logger.init_args.name",
+        name,
+    ]
     common += HEADS[head] + VARIANTS[variant] + ([] if variant == "baseline" else [f"{MEA}.seed", str(seed)])
     common += [] if epochs is None else ["--trainer.max_epochs", str(epochs)]
     cli = [sys.executable, "-m", "lit_retrieval"]
     # the runs' own output goes to stderr: stdout carries only the JSON line
     start = time.perf_counter()
-    subprocess.run([*cli, "fit", *common, "--trainer.logger.init_args.version", f"seed{seed}"], cwd=ROOT, check=True, stdout=sys.stderr)
+    subprocess.run(
+        [*cli, "fit", *common, "--trainer.logger.init_args.version", f"seed{seed}"],
+        cwd=ROOT,
+        check=True,
+        stdout=sys.stderr,
+    )
     (fit_dir / "fit_seconds.txt").write_text(f"{time.perf_counter() - start:.1f}\n")
-    subprocess.run([*cli, "test", *common, "--trainer.logger.init_args.version", f"seed{seed}-test",
-                    "--ckpt_path", str(fit_dir / "checkpoints" / "last.ckpt")], cwd=ROOT, check=True, stdout=sys.stderr)
+    subprocess.run(
+        [
+            *cli,
+            "test",
+            *common,
+            "--trainer.logger.init_args.version",
+            f"seed{seed}-test",
+            "--ckpt_path",
+            str(fit_dir / "checkpoints" / "last.ckpt"),
+        ],
+        cwd=ROOT,
+        check=True,
+        stdout=sys.stderr,
+    )
     return json.loads(metrics.read_text())["test"]
 
 
@@ -102,9 +186,12 @@ def main() -> None:
             names.append(name)
             results = [run_one(args.out, head, variant, seed, args.config, args.epochs) for seed in args.seeds]
             summary[name] = {
-                key: {"mean": round(statistics.fmean(r[key] for r in results), 2),
-                      "std": round(statistics.stdev(r[key] for r in results), 2) if len(results) > 1 else 0.0}
-                for key in KEYS if all(key in r for r in results)
+                key: {
+                    "mean": round(statistics.fmean(r[key] for r in results), 2),
+                    "std": round(statistics.stdev(r[key] for r in results), 2) if len(results) > 1 else 0.0,
+                }
+                for key in KEYS
+                if all(key in r for r in results)
             }
             timings = [args.out / name / f"seed{seed}" / "fit_seconds.txt" for seed in args.seeds]
             if all(t.exists() for t in timings):
@@ -112,9 +199,20 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     from lit_retrieval.callbacks.training_curves import plot_training_curves
 
-    curves = {n: json.loads((args.out / n / f"seed{args.seeds[0]}" / "training_curves.json").read_text()) for n in names}
+    curves = {
+        n: json.loads((args.out / n / f"seed{args.seeds[0]}" / "training_curves.json").read_text()) for n in names
+    }
     figure = plot_training_curves(curves, args.out / f"curves_{'_'.join(names)}_seed{args.seeds[0]}.png")
-    print(json.dumps({"benchmark": "mea_synthetic", "seeds": args.seeds, "figure": str(figure.relative_to(ROOT)), "results": summary}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "mea_synthetic",
+                "seeds": args.seeds,
+                "figure": str(figure.relative_to(ROOT)),
+                "results": summary,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -29,8 +29,18 @@ TRAIN = {  # SALI training settings (SALI Tab. 3 rows)
     "ot_pen": [f"{HEAD}.train_operator", "ot", f"{HEAD}.train_penalty", "true"],
 }
 INFER = {"max": [f"{HEAD}.eval_operator", "max"], "ot": [f"{HEAD}.eval_operator", "ot"]}
-KEYS = ("t2v/R@1", "t2v/R@5", "t2v/R@10", "rel_multi/t2v/R@1", "rel_multi/t2v/R@5", "rel_multi/t2v/R@10",
-        "relational/t2v/R@1", "non_relational/t2v/R@1", "rel_multi/n", "rel_multi/min_shots")
+KEYS = (
+    "t2v/R@1",
+    "t2v/R@5",
+    "t2v/R@10",
+    "rel_multi/t2v/R@1",
+    "rel_multi/t2v/R@5",
+    "rel_multi/t2v/R@10",
+    "relational/t2v/R@1",
+    "non_relational/t2v/R@1",
+    "rel_multi/n",
+    "rel_multi/min_shots",
+)
 
 
 def cli(*args: str) -> None:
@@ -41,24 +51,59 @@ def cli(*args: str) -> None:
 def fit(out: Path, name: str, config: str, overrides: list[str]) -> Path:
     ckpt = out / name / "fit" / "checkpoints" / "last.ckpt"
     if not ckpt.exists():
-        cli("fit", "--config", config, *overrides, "--trainer.logger.init_args.save_dir", str(out),
-            "--trainer.logger.init_args.name", name, "--trainer.logger.init_args.version", "fit")
+        cli(
+            "fit",
+            "--config",
+            config,
+            *overrides,
+            "--trainer.logger.init_args.save_dir",
+            str(out),
+            "--trainer.logger.init_args.name",
+            name,
+            "--trainer.logger.init_args.version",
+            "fit",
+        )
     return ckpt
 
 
 def test(out: Path, name: str, version: str, config: str, overrides: list[str], ckpt: Path) -> dict[str, float]:
     metrics = out / name / version / "metrics.json"
     if not metrics.exists():
-        cli("test", "--config", config, *overrides, "--ckpt_path", str(ckpt), "--trainer.logger.init_args.save_dir", str(out),
-            "--trainer.logger.init_args.name", name, "--trainer.logger.init_args.version", version)
+        cli(
+            "test",
+            "--config",
+            config,
+            *overrides,
+            "--ckpt_path",
+            str(ckpt),
+            "--trainer.logger.init_args.save_dir",
+            str(out),
+            "--trainer.logger.init_args.name",
+            name,
+            "--trainer.logger.init_args.version",
+            version,
+        )
     results = json.loads(metrics.read_text())["test"]
     return {k: results[k] for k in KEYS if k in results}
 
 
 def checkpoint_to(out: Path, name: str) -> list[str]:
     """Put the run's checkpoints inside its logger folder (the configs name a fixed one)."""
-    return ["--trainer.callbacks", json.dumps([{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-            "init_args": {"dirpath": str(out / name / "fit" / "checkpoints"), "save_last": True, "save_top_k": 0}}])]
+    return [
+        "--trainer.callbacks",
+        json.dumps(
+            [
+                {
+                    "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                    "init_args": {
+                        "dirpath": str(out / name / "fit" / "checkpoints"),
+                        "save_last": True,
+                        "save_top_k": 0,
+                    },
+                }
+            ]
+        ),
+    ]
 
 
 def main() -> None:
@@ -73,8 +118,16 @@ def main() -> None:
     base = fit(out, "clip4clip", base_config, checkpoint_to(out, "clip4clip"))
     runs: dict[str, list[dict[str, float]]] = {"clip4clip": [test(out, "clip4clip", "test", base_config, [], base)]}
     for seed in args.seeds:
-        seeded = ["--seed_everything", str(seed), "--data.init_args.shuffle_seed", str(seed), "--trainer.max_epochs", str(args.epochs),
-                  "--model.init_args.warm_start", str(base)]
+        seeded = [
+            "--seed_everything",
+            str(seed),
+            "--data.init_args.shuffle_seed",
+            str(seed),
+            "--trainer.max_epochs",
+            str(args.epochs),
+            "--model.init_args.warm_start",
+            str(base),
+        ]
         name = f"clip4clip_longer/seed{seed}"
         longer = ["--model.init_args.optim.backbone_lr", "1e-7", "--model.init_args.optim.head_lr", "1e-4"]
         ckpt = fit(out, name, base_config, seeded + longer + checkpoint_to(out, name))
@@ -83,12 +136,17 @@ def main() -> None:
             name = f"sali_{train}/seed{seed}"
             ckpt = fit(out, name, sali_config, seeded + TRAIN[train] + checkpoint_to(out, name))
             for infer, overrides in INFER.items():
-                runs.setdefault(f"sali_{train}/infer_{infer}", []).append(test(out, name, f"test_{infer}", sali_config, TRAIN[train] + overrides, ckpt))
+                runs.setdefault(f"sali_{train}/infer_{infer}", []).append(
+                    test(out, name, f"test_{infer}", sali_config, TRAIN[train] + overrides, ckpt)
+                )
     summary = {
         name: {
-            k: {"mean": round(statistics.fmean(r[k] for r in results), 2),
-                "std": round(statistics.stdev(r[k] for r in results), 2) if len(results) > 1 else 0.0}
-            for k in KEYS if all(k in r for r in results)
+            k: {
+                "mean": round(statistics.fmean(r[k] for r in results), 2),
+                "std": round(statistics.stdev(r[k] for r in results), 2) if len(results) > 1 else 0.0,
+            }
+            for k in KEYS
+            if all(k in r for r in results)
         }
         for name, results in runs.items()
     }

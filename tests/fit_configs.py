@@ -7,18 +7,39 @@ from pathlib import Path
 from typing import Any
 
 
-def clip_fit_config(tiny_clip: Path, corpus: Path, trainer: dict[str, Any], model: dict[str, Any] | None = None,
-                    data: dict[str, Any] | None = None) -> dict[str, Any]:
+def clip_fit_config(
+    tiny_clip: Path,
+    corpus: Path,
+    trainer: dict[str, Any],
+    model: dict[str, Any] | None = None,
+    data: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """`trainer` is merged over CPU defaults; `model` and `data` add to the module's and the data
     module's init_args (2 frames of 32 px, batches of 4)."""
     return {
         "seed_everything": 0,
         "trainer": {"accelerator": "cpu", **trainer},
-        "model": {"class_path": "lit_retrieval.modules.DualEncoderRetrieval",
-                  "init_args": {"encoder": {"class_path": "lit_retrieval.models.encoders.CLIPEncoder", "init_args": {"pretrained": str(tiny_clip)}},
-                                "head": {"class_path": "lit_retrieval.models.heads.MeanPHead"}, **(model or {})}},
-        "data": {"class_path": "lit_retrieval.data.MultiEventDataModule",
-                 "init_args": {"annotation": str(corpus / "annotations.json"), "num_frames": 2, "image_size": 32, "batch_size": 4, **(data or {})}},
+        "model": {
+            "class_path": "lit_retrieval.modules.DualEncoderRetrieval",
+            "init_args": {
+                "encoder": {
+                    "class_path": "lit_retrieval.models.encoders.CLIPEncoder",
+                    "init_args": {"pretrained": str(tiny_clip)},
+                },
+                "head": {"class_path": "lit_retrieval.models.heads.MeanPHead"},
+                **(model or {}),
+            },
+        },
+        "data": {
+            "class_path": "lit_retrieval.data.MultiEventDataModule",
+            "init_args": {
+                "annotation": str(corpus / "annotations.json"),
+                "num_frames": 2,
+                "image_size": 32,
+                "batch_size": 4,
+                **(data or {}),
+            },
+        },
     }
 
 
@@ -28,7 +49,19 @@ def clean_launch_env(extra_path: str) -> dict[str, str]:
     would read them and wait for peers that never come), with `extra_path` on PYTHONPATH."""
     import os
 
-    leaked = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "GLOBAL_RANK", "WORLD_SIZE", "RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK")
-    env = {k: v for k, v in os.environ.items() if k not in leaked and not k.startswith(("SLURM_", "PL_", "TORCHELASTIC_"))}
+    leaked = (
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "NODE_RANK",
+        "LOCAL_RANK",
+        "GLOBAL_RANK",
+        "WORLD_SIZE",
+        "RANK",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+    )
+    env = {
+        k: v for k, v in os.environ.items() if k not in leaked and not k.startswith(("SLURM_", "PL_", "TORCHELASTIC_"))
+    }
     env["PYTHONPATH"] = os.pathsep.join([extra_path, env.get("PYTHONPATH", "")])
     return env

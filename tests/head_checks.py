@@ -17,7 +17,11 @@ def features(num_text=3, num_video=4, frames=6, words=5, dim=64, seed=0, patches
     word_mask = torch.zeros(num_text, words, dtype=torch.bool)
     for t, n in enumerate([5, 3, 4, 2][:num_text]):
         word_mask[t, :n] = True
-    text = TextFeatures(pooled=torch.randn(num_text, dim, generator=g), tokens=torch.randn(num_text, words, dim, generator=g), mask=word_mask)
+    text = TextFeatures(
+        pooled=torch.randn(num_text, dim, generator=g),
+        tokens=torch.randn(num_text, words, dim, generator=g),
+        mask=word_mask,
+    )
     patch_values = torch.randn(num_video, frames, patches, dim, generator=g) * frame_mask[..., None, None]
     return text, VideoFeatures(frames=frame_values, mask=frame_mask, patches=patch_values)
 
@@ -66,11 +70,20 @@ def assert_trains_with_mea_evaluates_in_blocks_and_reloads(make_head, corpus, ti
 
     def build():
         torch.manual_seed(0)
-        return DualEncoderRetrieval(CLIPEncoder(pretrained=str(tiny_clip)), make_head(), mea=MEAConfig(weight=0.5), eval_memory_mb=1)
+        return DualEncoderRetrieval(
+            CLIPEncoder(pretrained=str(tiny_clip)), make_head(), mea=MEAConfig(weight=0.5), eval_memory_mb=1
+        )
 
     module = build()
     data = MultiEventDataModule(annotation=str(corpus / "annotations.json"), num_frames=4, image_size=32, batch_size=8)
-    trainer = L.Trainer(accelerator="cpu", max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.fit(module, data)
     trainer.test(module, data, verbose=False)
     assert 0 <= module.eval_results["test"]["t2v/R@1"] <= 100

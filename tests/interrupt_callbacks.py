@@ -34,8 +34,10 @@ class RecordStateAtSteps(L.Callback):
     def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
         if trainer.global_step in self.steps:
             Path(self.out).mkdir(parents=True, exist_ok=True)
-            torch.save({"state_dict": module.state_dict(), "optimizer": trainer.optimizers[0].state_dict()},
-                       Path(self.out) / f"step{trainer.global_step}.pt")
+            torch.save(
+                {"state_dict": module.state_dict(), "optimizer": trainer.optimizers[0].state_dict()},
+                Path(self.out) / f"step{trainer.global_step}.pt",
+            )
 
 
 class SignalAtStep(L.Callback):

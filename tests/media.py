@@ -29,7 +29,9 @@ def write_shots_video(path: Path, cut_frames: list[int], total: int, size: int =
         container.mux(stream.encode(None))
 
 
-def write_noise_video(path: Path, seconds: float, fps: int = 8, width: int = 64, height: int = 48, seed: int = 0) -> Path:
+def write_noise_video(
+    path: Path, seconds: float, fps: int = 8, width: int = 64, height: int = 48, seed: int = 0
+) -> Path:
     """Random-noise frames (mpeg4), `seconds` long."""
     rng = np.random.default_rng(seed)
     with av.open(str(path), mode="w") as container:
@@ -82,7 +84,8 @@ def full_decode(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, 
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
         decoded = [
-            (float(f.pts * stream.time_base), f.to_ndarray(format="rgb24"), f.key_frame) for f in container.decode(stream)
+            (float(f.pts * stream.time_base), f.to_ndarray(format="rgb24"), f.key_frame)
+            for f in container.decode(stream)
         ]
         end = float((stream.start_time + stream.duration) * stream.time_base)
         rate = float(stream.average_rate)

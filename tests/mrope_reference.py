@@ -13,8 +13,17 @@ import math
 import numpy as np
 
 
-def reference_positions(input_ids, attention_mask, image_token, video_token, merge, tokens_per_second,
-                        image_grids=(), video_grids=(), seconds=None) -> list[list[list[int]]]:
+def reference_positions(
+    input_ids,
+    attention_mask,
+    image_token,
+    video_token,
+    merge,
+    tokens_per_second,
+    image_grids=(),
+    video_grids=(),
+    seconds=None,
+) -> list[list[list[int]]]:
     """`[3][B][L]` nested lists for a batch given as nested lists."""
     image_grids, video_grids = list(image_grids), list(video_grids)
     seconds = [1.0] * len(video_grids) if seconds is None else list(seconds)
@@ -50,11 +59,20 @@ def reference_positions(input_ids, attention_mask, image_token, video_token, mer
 
 def batch_reference_positions(batch, config) -> list[list[list[int]]]:
     """`reference_positions` of a processed batch for a Qwen2(.5)-VL model config."""
+
     def grids(key):
         return batch[key].tolist() if key in batch else ()
 
     seconds = batch["second_per_grid_ts"].tolist() if "second_per_grid_ts" in batch else None
     vision = config.vision_config
-    return reference_positions(batch["input_ids"].tolist(), batch["attention_mask"].tolist(), config.image_token_id,
-                               config.video_token_id, vision.spatial_merge_size, vision.tokens_per_second,
-                               grids("image_grid_thw"), grids("video_grid_thw"), seconds)
+    return reference_positions(
+        batch["input_ids"].tolist(),
+        batch["attention_mask"].tolist(),
+        config.image_token_id,
+        config.video_token_id,
+        vision.spatial_merge_size,
+        vision.tokens_per_second,
+        grids("image_grid_thw"),
+        grids("video_grid_thw"),
+        seconds,
+    )

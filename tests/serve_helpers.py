@@ -51,8 +51,11 @@ class AnnotationVectors:
         lo, hi = start or 0.0, record.duration if end is None else end
         if start is None and end is None:  # the whole video: each of its events once
             return sum(self.event_vectors[e.event_id] for e in record.events)
-        return sum(max(0.0, min(b, hi) - max(a, lo)) * self.event_vectors[e.event_id]
-                   for e in record.events for a, b in e.intervals)
+        return sum(
+            max(0.0, min(b, hi) - max(a, lo)) * self.event_vectors[e.event_id]
+            for e in record.events
+            for a, b in e.intervals
+        )
 
     def _text(self, text: str) -> np.ndarray:
         return sum(self.event_vectors[e] for e in self.texts[text])

@@ -43,5 +43,7 @@ class RecordBatches(L.Callback):
         history = trainer.callbacks
         curriculum = next((c.history for c in history if type(c).__name__ == "ModalityPyramid"), None)
         (Path(self.out) / f"rank{trainer.global_rank}.json").write_text(
-            json.dumps({"batches": self.rows, "curriculum": curriculum, "val": getattr(module, "eval_results", {}).get("val")})
+            json.dumps(
+                {"batches": self.rows, "curriculum": curriculum, "val": getattr(module, "eval_results", {}).get("val")}
+            )
         )

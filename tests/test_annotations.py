@@ -14,7 +14,10 @@ def write(tmp_path, videos, **top):
 
 def good_video(**overrides):
     video = {
-        "video_id": "v1", "path": "videos/v1.mp4", "duration": 30.0, "split": "train",
+        "video_id": "v1",
+        "path": "videos/v1.mp4",
+        "duration": 30.0,
+        "split": "train",
         "events": [
             {"description": "A cat jumps.", "start": 0.0, "end": 10.0, "theme": "Pets"},
             {"description": "A dog runs.", "intervals": [[10.0, 15.0], [20.0, 30.0]]},
@@ -26,7 +29,14 @@ def good_video(**overrides):
 
 def test_round_trip_keeps_every_field(tmp_path):
     videos = [
-        VideoRecord("a", "videos/a.mp4", 12.5, "test", (Event("one", ((0.0, 4.0), (8.0, 12.5)), "T", "e1"), Event("two", ((4.0, 8.0),))), cuts=(4.0, 8.0)),
+        VideoRecord(
+            "a",
+            "videos/a.mp4",
+            12.5,
+            "test",
+            (Event("one", ((0.0, 4.0), (8.0, 12.5)), "T", "e1"), Event("two", ((4.0, 8.0),))),
+            cuts=(4.0, 8.0),
+        ),
     ]
     path = tmp_path / "out.json"
     save_annotations(videos, path)

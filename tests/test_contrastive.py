@@ -72,7 +72,12 @@ def test_loss_gradient_flows_to_queries_targets_and_negatives():
 
 def _batch(seed: int = 0):
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(8, 6, generator=g), torch.randn(8, 6, generator=g), torch.randn(8, 2, 6, generator=g), torch.randint(0, 5, (8,), generator=g)
+    return (
+        torch.randn(8, 6, generator=g),
+        torch.randn(8, 6, generator=g),
+        torch.randn(8, 2, 6, generator=g),
+        torch.randint(0, 5, (8,), generator=g),
+    )
 
 
 def _encoder(seed: int = 0) -> torch.nn.Linear:
@@ -120,12 +125,19 @@ def _dual_encoder(tiny_clip: str):
     from lit_retrieval.modules import DualEncoderRetrieval, MEAConfig
 
     torch.manual_seed(0)
-    module = DualEncoderRetrieval(CLIPEncoder(pretrained=tiny_clip), MeanPHead(), mea=MEAConfig(weight=0.5, num_partial=2), cross_device=True)
+    module = DualEncoderRetrieval(
+        CLIPEncoder(pretrained=tiny_clip), MeanPHead(), mea=MEAConfig(weight=0.5, num_partial=2), cross_device=True
+    )
     from lit_retrieval.data.queries import PartialBatch
 
     def first_events(events, *stream):  # the same partial queries however the batch is split
         owner = [i for i, e in enumerate(events) for _ in range(2)]
-        return PartialBatch(events=[e[: k + 1] for e in events for k in range(2)], owner=owner, slot=[k for _ in events for k in range(2)], num_slots=2)
+        return PartialBatch(
+            events=[e[: k + 1] for e in events for k in range(2)],
+            owner=owner,
+            slot=[k for _ in events for k in range(2)],
+            num_slots=2,
+        )
 
     module.objectives.mea.partial_queries = first_events
     return module
@@ -135,8 +147,13 @@ def _video_batch(rows):
     g = torch.Generator().manual_seed(5)
     frames = torch.randn(8, 3, 3, 32, 32, generator=g)
     events = [[f"a shape number {i} moves", f"then it turns {i}", f"and stops {i}"] for i in range(8)]
-    return {"frames": frames[rows], "frame_mask": torch.ones(len(rows), 3, dtype=torch.bool), "events": [events[i] for i in rows],
-            "video_id": [f"v{i}" for i in rows], "skipped": []}
+    return {
+        "frames": frames[rows],
+        "frame_mask": torch.ones(len(rows), 3, dtype=torch.bool),
+        "events": [events[i] for i in rows],
+        "video_id": [f"v{i}" for i in rows],
+        "skipped": [],
+    }
 
 
 def _dual_worker(rank: int, world: int, init: str, out_dir: str, tiny_clip: str) -> None:
@@ -149,13 +166,18 @@ def _dual_worker(rank: int, world: int, init: str, out_dir: str, tiny_clip: str)
         if param.grad is not None:
             dist.all_reduce(param.grad)
             grads.append(param.grad / world)
-    torch.save({"loss": out["loss_value"].item(), "theta": out["mea_theta"].item(), "grads": grads}, os.path.join(out_dir, f"dual{rank}.pt"))
+    torch.save(
+        {"loss": out["loss_value"].item(), "theta": out["mea_theta"].item(), "grads": grads},
+        os.path.join(out_dir, f"dual{rank}.pt"),
+    )
     dist.destroy_process_group()
 
 
 @pytest.mark.distributed
 def test_dual_encoder_cross_device_infonce_and_mea_match_one_process(tmp_path, tiny_clip):
-    mp.spawn(_dual_worker, args=(2, f"file://{tmp_path / 'rendezvous'}", str(tmp_path), str(tiny_clip)), nprocs=2, join=True)
+    mp.spawn(
+        _dual_worker, args=(2, f"file://{tmp_path / 'rendezvous'}", str(tmp_path), str(tiny_clip)), nprocs=2, join=True
+    )
     module = _dual_encoder(str(tiny_clip))
     out = module.training_step(_video_batch(list(range(8))), 0)
     out["loss"].backward()

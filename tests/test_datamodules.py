@@ -25,10 +25,19 @@ def test_melon_keyed_file_with_every_timestamp_form():
     videos = by_id(MelonParser().load(FIXTURES / "melon" / "melon_keyed.json"))
     cooking, tennis = videos["yt_Kp2rT8vLm0Q"], videos["yt_Zq81mNc4aa0"]
     assert cooking.duration == 734.2 and cooking.split == "train" and cooking.path == "yt_Kp2rT8vLm0Q.mp4"
-    assert [e.intervals for e in cooking.events] == [((35.0, 130.0),), ((150.0, 240.5), (410.0, 455.0)), ((662.0, 730.0),)]
+    assert [e.intervals for e in cooking.events] == [
+        ((35.0, 130.0),),
+        ((150.0, 240.5), (410.0, 455.0)),
+        ((662.0, 730.0),),
+    ]
     assert cooking.events[0].theme == "Cooking" and cooking.descriptions[2].startswith("The finished stew")
     assert tennis.duration == 240.0 and tennis.split == "test" and len(tennis.events) == 4
-    assert [e.intervals for e in tennis.events] == [((10.0, 65.0),), ((90.0, 120.0), (130.0, 160.0)), ((200.0, 238.5),), ((238.5, 240.0),)]
+    assert [e.intervals for e in tennis.events] == [
+        ((10.0, 65.0),),
+        ((90.0, 120.0), (130.0, 160.0)),
+        ((200.0, 238.5),),
+        ((238.5, 240.0),),
+    ]
 
 
 def test_melon_list_file_takes_the_split_of_its_file_and_the_given_path():
@@ -36,18 +45,28 @@ def test_melon_list_file_takes_the_split_of_its_file_and_the_given_path():
     assert video.split == "test" and video.path == "clips/yt_Bb7qLx1Tt2c.mkv" and len(video.events) == 3
 
 
-@pytest.mark.parametrize("value, expected", [
-    ("1:02:03 - 1:02:09.5", [(3723.0, 3729.5)]),
-    ("00:10-00:20; 00:30-00:40", [(10.0, 20.0), (30.0, 40.0)]),
-    ([{"Start": 1, "End": 2}, [3, 4]], [(1.0, 2.0), (3.0, 4.0)]),
-])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("1:02:03 - 1:02:09.5", [(3723.0, 3729.5)]),
+        ("00:10-00:20; 00:30-00:40", [(10.0, 20.0), (30.0, 40.0)]),
+        ([{"Start": 1, "End": 2}, [3, 4]], [(1.0, 2.0), (3.0, 4.0)]),
+    ],
+)
 def test_melon_timestamp_forms(value, expected):
     assert parse_timestamp(value) == expected
 
 
-@pytest.mark.parametrize("bad, reason", [
-    ("", "empty timestamp"), ("10:00", "cannot read"), ([1, 2, 3], "needs [start, end]"), ({"start": 1}, "needs 'start' and 'end'"), (None, "unreadable"),
-])
+@pytest.mark.parametrize(
+    "bad, reason",
+    [
+        ("", "empty timestamp"),
+        ("10:00", "cannot read"),
+        ([1, 2, 3], "needs [start, end]"),
+        ({"start": 1}, "needs 'start' and 'end'"),
+        (None, "unreadable"),
+    ],
+)
 def test_melon_unreadable_timestamps(bad, reason):
     with pytest.raises(ValueError, match=reason.replace("[", r"\[").replace("]", r"\]")):
         parse_timestamp(bad)
@@ -61,15 +80,18 @@ def _broken_melon(tmp_path, mutate) -> Path:
     return path
 
 
-@pytest.mark.parametrize("mutate, reason", [
-    (lambda r: r["Events"][1].update(Description="  "), "empty or missing 'description'"),
-    (lambda r: r["Events"][0].update(Timestamp="00:02:10 - 00:00:35"), "needs 0 <= start < end"),
-    (lambda r: r["Events"][2].update(Timestamp="11:02-13:10"), "past the duration"),
-    (lambda r: r["Events"][2].pop("Timestamp"), "missing 'timestamp'"),
-    (lambda r: r.pop("Duration"), "missing field 'duration'"),
-    (lambda r: r.update(Events=[]), "no events"),
-    (lambda r: r["Events"][0].update(Timestamp="soon"), "bad 'timestamp'"),
-])
+@pytest.mark.parametrize(
+    "mutate, reason",
+    [
+        (lambda r: r["Events"][1].update(Description="  "), "empty or missing 'description'"),
+        (lambda r: r["Events"][0].update(Timestamp="00:02:10 - 00:00:35"), "needs 0 <= start < end"),
+        (lambda r: r["Events"][2].update(Timestamp="11:02-13:10"), "past the duration"),
+        (lambda r: r["Events"][2].pop("Timestamp"), "missing 'timestamp'"),
+        (lambda r: r.pop("Duration"), "missing field 'duration'"),
+        (lambda r: r.update(Events=[]), "no events"),
+        (lambda r: r["Events"][0].update(Timestamp="soon"), "bad 'timestamp'"),
+    ],
+)
 def test_melon_bad_records_name_the_file_and_record(tmp_path, mutate, reason):
     path = _broken_melon(tmp_path, mutate)
     with pytest.raises(AnnotationError, match=reason) as err:
@@ -81,7 +103,13 @@ def test_melon_bad_records_name_the_file_and_record(tmp_path, mutate, reason):
 
 
 def test_melon_configurable_fields_and_probed_durations(tmp_path):
-    raw = [{"id": "a1", "subset": "train", "segments": [{"summary": "x y", "span": "0:01-0:05"}, {"summary": "z", "span": [6, 9]}]}]
+    raw = [
+        {
+            "id": "a1",
+            "subset": "train",
+            "segments": [{"summary": "x y", "span": "0:01-0:05"}, {"summary": "z", "span": [6, 9]}],
+        }
+    ]
     path = tmp_path / "custom.json"
     path.write_text(json.dumps(raw))
     fields = MelonFields(video_id="id", split="subset", events=["segments"], description="summary", timestamp="span")
@@ -113,13 +141,16 @@ def _broken_anet(tmp_path, record) -> Path:
     return path
 
 
-@pytest.mark.parametrize("record, reason", [
-    ({"duration": 10.0, "timestamps": [[0, 5]]}, "missing field 'sentences'"),
-    ({"duration": 10.0, "timestamps": [[0, 5], [5, 9]], "sentences": ["a"]}, "1 sentences but 2 timestamps"),
-    ({"duration": 10.0, "timestamps": [[6, 2]], "sentences": ["a"]}, "needs 0 <= start < end"),
-    ({"duration": 10.0, "timestamps": [[2, 12.5]], "sentences": ["a"]}, "past the duration"),
-    ({"duration": 10.0, "timestamps": [[2, 5]], "sentences": [" "]}, "empty sentence"),
-])
+@pytest.mark.parametrize(
+    "record, reason",
+    [
+        ({"duration": 10.0, "timestamps": [[0, 5]]}, "missing field 'sentences'"),
+        ({"duration": 10.0, "timestamps": [[0, 5], [5, 9]], "sentences": ["a"]}, "1 sentences but 2 timestamps"),
+        ({"duration": 10.0, "timestamps": [[6, 2]], "sentences": ["a"]}, "needs 0 <= start < end"),
+        ({"duration": 10.0, "timestamps": [[2, 12.5]], "sentences": ["a"]}, "past the duration"),
+        ({"duration": 10.0, "timestamps": [[2, 5]], "sentences": [" "]}, "empty sentence"),
+    ],
+)
 def test_activitynet_bad_records(tmp_path, record, reason):
     path = _broken_anet(tmp_path, record)
     with pytest.raises(AnnotationError, match=reason) as err:
@@ -130,7 +161,9 @@ def test_activitynet_bad_records(tmp_path, record, reason):
 
 
 def test_activitynet_timestamp_repair(tmp_path):
-    path = _broken_anet(tmp_path, {"duration": 10.0, "timestamps": [[6, 2], [2, 12.5], [10, 10]], "sentences": ["a", "b", "c"]})
+    path = _broken_anet(
+        tmp_path, {"duration": 10.0, "timestamps": [[6, 2], [2, 12.5], [10, 10]], "sentences": ["a", "b", "c"]}
+    )
     parser = ActivityNetParser(fix_timestamps=True)
     bad = by_id(parser.load(path, "train"))["v_bad"]
     assert [e.intervals[0] for e in bad.events] == [(2.0, 6.0), (2.0, 10.0), (9.0, 10.0)] and parser.repaired == 3
@@ -145,12 +178,15 @@ def test_didemo_chunks_order_and_extension():
     assert train["77@N01_123_ffee.mp4"].duration == 25.0
 
 
-@pytest.mark.parametrize("change, reason", [
-    ({"times": [[2, 6]]}, "past the video's 6 segments"),
-    ({"times": [[3, 1]]}, "need 0 <= start <= end"),
-    ({"description": ""}, "empty description"),
-    ({"times": [[1.5, 2]]}, "integers"),
-])
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        ({"times": [[2, 6]]}, "past the video's 6 segments"),
+        ({"times": [[3, 1]]}, "need 0 <= start <= end"),
+        ({"description": ""}, "empty description"),
+        ({"times": [[1.5, 2]]}, "integers"),
+    ],
+)
 def test_didemo_bad_moment_is_dropped_alone(tmp_path, change, reason):
     data = json.loads((FIXTURES / "didemo" / "train_data.json").read_text())
     data[0].update(change)
@@ -161,7 +197,10 @@ def test_didemo_bad_moment_is_dropped_alone(tmp_path, change, reason):
     assert "annotation 90211" in str(err.value) and str(path) in str(err.value)
     collector = RecordCollector("skip")
     videos = by_id(DiDeMoParser().load(path, "train", collector))
-    assert videos["55512345@N00_4412345678_0a1b2c3d4e.mov"].descriptions == ["a man throws a stick"] and len(collector.dropped) == 1
+    assert (
+        videos["55512345@N00_4412345678_0a1b2c3d4e.mov"].descriptions == ["a man throws a stick"]
+        and len(collector.dropped) == 1
+    )
 
 
 def test_canonical_format_skip_policy(corpus, tmp_path):
@@ -178,7 +217,9 @@ def test_canonical_format_skip_policy(corpus, tmp_path):
 
 def test_datamodules_read_each_layout_and_apply_min_events(tmp_path, corpus):
     files = {"train": str(FIXTURES / "melon" / "melon_keyed.json"), "test": str(FIXTURES / "melon" / "melon_list.json")}
-    melon = MELONDataModule(annotation=files, min_events=4, min_events_scope="all", on_bad_record="skip", test_split="train")
+    melon = MELONDataModule(
+        annotation=files, min_events=4, min_events_scope="all", on_bad_record="skip", test_split="train"
+    )
     melon.setup()
     assert sorted(e.record for e in melon.dropped_records) == ["yt_Bb7qLx1Tt2c", "yt_Kp2rT8vLm0Q"]
     assert [r.video_id for r in melon.datasets["train"].records] == ["yt_Zq81mNc4aa0"]
@@ -202,7 +243,9 @@ def test_activitynet_datamodule_loads_real_videos(tmp_path, corpus):
         }
     (tmp_path / "train.json").write_text(json.dumps(records))
     (tmp_path / "val_1.json").write_text(json.dumps({"v_yt000000000": records["v_yt000000000"]}))
-    module = ActivityNetDataModule(annotation_dir=str(tmp_path), num_frames=4, image_size=32, batch_size=2, allow_split_overlap=True)
+    module = ActivityNetDataModule(
+        annotation_dir=str(tmp_path), num_frames=4, image_size=32, batch_size=2, allow_split_overlap=True
+    )
     module.setup()  # the test video is also a training one: allowed here explicitly
     batch = next(iter(module.train_dataloader()))
     assert batch["frames"].shape == (2, 4, 3, 32, 32) and bool(batch["frame_mask"].all())

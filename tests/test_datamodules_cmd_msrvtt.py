@@ -46,7 +46,9 @@ def test_condensed_movies_bad_rows_name_the_file_and_record(cmd_root, tmp_path):
     metadata = tmp_path / "metadata"
     shutil.copytree(cmd_root / "metadata", metadata)
     (metadata / "split.csv").write_text("imdbid,split\ntt9990001,test\ntt9990003,val\n")  # tt9990002 lost
-    with pytest.raises(AnnotationError, match=r"descriptions.csv: record 'Ee4Ff5Gg6Hh': movie 'tt9990002' has no split"):
+    with pytest.raises(
+        AnnotationError, match=r"descriptions.csv: record 'Ee4Ff5Gg6Hh': movie 'tt9990002' has no split"
+    ):
         CondensedMoviesParser(cmd_root / "videos").load(metadata)
     collector = RecordCollector("skip")
     kept = CondensedMoviesParser(cmd_root / "videos").load(metadata, collector)
@@ -58,7 +60,11 @@ def test_condensed_movies_bad_rows_name_the_file_and_record(cmd_root, tmp_path):
 
 def test_condensed_movies_data_module_trims_to_the_annotated_duration_and_has_shots(cmd_root, tmp_path):
     dm = CondensedMoviesDataModule(
-        str(cmd_root / "metadata"), num_frames=8, image_size=32, batch_size=2, shots=ShotOptions(cache_dir=str(tmp_path / "shots"), progress=False)
+        str(cmd_root / "metadata"),
+        num_frames=8,
+        image_size=32,
+        batch_size=2,
+        shots=ShotOptions(cache_dir=str(tmp_path / "shots"), progress=False),
     )
     dm.prepare_data()
     dm.setup()
@@ -76,7 +82,9 @@ def test_msrvtt_train_captions_val_hold_out_and_1k_test():
     for record in records:
         by_split.setdefault(record.split, []).append(record)
     assert [r.video_id for r in by_split["test"]] == ["video9999"]
-    assert by_split["test"][0].descriptions == ["a man plays a violin on a stage"] and by_split["test"][0].duration == pytest.approx(3.0)
+    assert by_split["test"][0].descriptions == ["a man plays a violin on a stage"] and by_split["test"][
+        0
+    ].duration == pytest.approx(3.0)
     assert len(by_split["val"]) == 1
     val_video = by_split["val"][0].path
     train_paths = [r.path for r in by_split["train"]]
@@ -127,7 +135,10 @@ def test_condensed_movies_clip_split_file_overrides_the_movie_split(cmd_root, ca
 @pytest.mark.parametrize(
     "text,message",
     [
-        ("videoid,split\nZz1Yy2Xx3Ww,train\nAa1Bb2Cc3Dd,tset\n", r"bad.csv:3: split 'tset' of clip 'Aa1Bb2Cc3Dd' is not"),
+        (
+            "videoid,split\nZz1Yy2Xx3Ww,train\nAa1Bb2Cc3Dd,tset\n",
+            r"bad.csv:3: split 'tset' of clip 'Aa1Bb2Cc3Dd' is not",
+        ),
         (
             "videoid,split\nZz1Yy2Xx3Ww,train\nEe4Ff5Gg6Hh,test\nZz1Yy2Xx3Ww,test\n",
             r"bad.csv:4: clip 'Zz1Yy2Xx3Ww' is listed again \(first at line 2\)",

@@ -21,18 +21,37 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_dual_encoder_ddp_fit_with_mea_and_cross_device_negatives(tmp_path, tiny_clip, corpus):
     record = tmp_path / "record"
-    config = clip_fit_config(tiny_clip, corpus, {
-        "devices": 2, "strategy": "ddp", "max_epochs": 2, "default_root_dir": str(tmp_path / "run"),
-        "logger": {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": str(tmp_path / "run"), "name": "logs", "version": "v"}},
-        "callbacks": [
-            {"class_path": "lit_retrieval.callbacks.TrainingCurves"},
-            {"class_path": "stop_callbacks.RecordBatches", "init_args": {"out": str(record)}},
-        ],
-    }, model={"mea": {"weight": 0.5}, "cross_device": True}, data={"val_split": "test"})
+    config = clip_fit_config(
+        tiny_clip,
+        corpus,
+        {
+            "devices": 2,
+            "strategy": "ddp",
+            "max_epochs": 2,
+            "default_root_dir": str(tmp_path / "run"),
+            "logger": {
+                "class_path": "lightning.pytorch.loggers.CSVLogger",
+                "init_args": {"save_dir": str(tmp_path / "run"), "name": "logs", "version": "v"},
+            },
+            "callbacks": [
+                {"class_path": "lit_retrieval.callbacks.TrainingCurves"},
+                {"class_path": "stop_callbacks.RecordBatches", "init_args": {"out": str(record)}},
+            ],
+        },
+        model={"mea": {"weight": 0.5}, "cross_device": True},
+        data={"val_split": "test"},
+    )
     path = tmp_path / "fit.yaml"
     path.write_text(yaml.safe_dump(config))
     env = clean_launch_env(str(ROOT / "tests"))
-    done = subprocess.run([sys.executable, "-m", "lit_retrieval", "fit", "--config", str(path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "lit_retrieval", "fit", "--config", str(path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     ranks = [json.loads((record / f"rank{r}.json").read_text()) for r in range(2)]
     steps = [[row for row in rank["batches"]] for rank in ranks]

@@ -18,8 +18,21 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_cpu_path_writes_one_json_object(tmp_path):
     env = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path / "check.json")}
     done = subprocess.run(
-        ["bash", str(ROOT / "benchmarks/device_check.sh"), "--cpu", "--parts", "clip4clip_mea", "clip4clip_mea_zero2", "--steps", "5"],
-        capture_output=True, text=True, env=env, timeout=300, check=True,
+        [
+            "bash",
+            str(ROOT / "benchmarks/device_check.sh"),
+            "--cpu",
+            "--parts",
+            "clip4clip_mea",
+            "clip4clip_mea_zero2",
+            "--steps",
+            "5",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=True,
     )
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert json.loads((tmp_path / "check.json").read_text()) == result

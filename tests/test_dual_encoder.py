@@ -21,7 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def make_module(tiny_clip, **kwargs):
     optim = OptimConfig(backbone_lr=1e-3, head_lr=1e-3, weight_decay=0.0, warmup_proportion=0.0)
-    return DualEncoderRetrieval(CLIPEncoder(pretrained=str(tiny_clip)), MeanPHead(logit_scale_init=2.3), optim=optim, **kwargs)
+    return DualEncoderRetrieval(
+        CLIPEncoder(pretrained=str(tiny_clip)), MeanPHead(logit_scale_init=2.3), optim=optim, **kwargs
+    )
 
 
 def make_data(annotation, **kwargs):
@@ -30,8 +32,15 @@ def make_data(annotation, **kwargs):
 
 
 def trainer(tmp_path, **kwargs):
-    return L.Trainer(accelerator="cpu", default_root_dir=tmp_path, logger=False, enable_checkpointing=False,
-                     enable_progress_bar=False, enable_model_summary=False, **kwargs)
+    return L.Trainer(
+        accelerator="cpu",
+        default_root_dir=tmp_path,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        **kwargs,
+    )
 
 
 def mean_train_loss(module, data):
@@ -76,15 +85,32 @@ def test_bad_video_skip_policy_counts_and_continues(tmp_path, corpus, tiny_clip)
 def test_bad_video_raise_policy_names_the_file(tmp_path, corpus, tiny_clip):
     annotation, bad_path = corrupt_copy(corpus, tmp_path)
     with pytest.raises(VideoDecodeError, match=Path(bad_path).name):
-        trainer(tmp_path, max_epochs=1).fit(make_module(tiny_clip), make_data(annotation, on_bad_video="raise", batch_size=17))
+        trainer(tmp_path, max_epochs=1).fit(
+            make_module(tiny_clip), make_data(annotation, on_bad_video="raise", batch_size=17)
+        )
 
 
 def test_cli_fit_then_test_writes_metrics(tmp_path, corpus, tiny_clip):
-    config = clip_fit_config(tiny_clip, corpus, {
-        "max_epochs": 1, "default_root_dir": str(tmp_path / "run"), "enable_progress_bar": False,
-        "logger": {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": str(tmp_path / "run"), "name": "logs", "version": "v"}},
-        "callbacks": [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint", "init_args": {"dirpath": str(tmp_path / "ckpt"), "save_last": True}}],
-    }, data={"num_frames": 4, "batch_size": 8, "val_split": "test"})
+    config = clip_fit_config(
+        tiny_clip,
+        corpus,
+        {
+            "max_epochs": 1,
+            "default_root_dir": str(tmp_path / "run"),
+            "enable_progress_bar": False,
+            "logger": {
+                "class_path": "lightning.pytorch.loggers.CSVLogger",
+                "init_args": {"save_dir": str(tmp_path / "run"), "name": "logs", "version": "v"},
+            },
+            "callbacks": [
+                {
+                    "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                    "init_args": {"dirpath": str(tmp_path / "ckpt"), "save_last": True},
+                }
+            ],
+        },
+        data={"num_frames": 4, "batch_size": 8, "val_split": "test"},
+    )
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     main(["fit", "--config", str(path)])
@@ -96,17 +122,24 @@ def test_cli_fit_then_test_writes_metrics(tmp_path, corpus, tiny_clip):
 
 # MELON parts parse as the rows that compose them (tests/test_configs_melon.py); plans are grids of
 # runs, not training configs (tests/test_grid.py)
-TRAINING_CONFIGS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "configs").rglob("*.yaml")
-                          if not {"uvrb", "melon", "plans"} & set(p.parts))
+TRAINING_CONFIGS = sorted(
+    str(p.relative_to(ROOT))
+    for p in (ROOT / "configs").rglob("*.yaml")
+    if not {"uvrb", "melon", "plans"} & set(p.parts)
+)
 
 
 @pytest.mark.parametrize("config", TRAINING_CONFIGS)
 def test_every_config_parses(config, capsys, monkeypatch):
     # overlays apply on top of a base config: SALI grid rows, GVE model/data/ablation parts, strategies
-    bases = {"/grid/": ["configs/sali/cm_sali_max.yaml"], "configs/strategy/": ["configs/quickstart.yaml"],
-             "configs/gve/model_": ["configs/gve/train.yaml"], "configs/gve/data_": ["configs/gve/train.yaml"],
-             "configs/gve/ablation_": ["configs/gve/train.yaml", "configs/gve/data_3b.yaml"],
-             "configs/gve/train.yaml": ["configs/gve/data_3b.yaml"]}
+    bases = {
+        "/grid/": ["configs/sali/cm_sali_max.yaml"],
+        "configs/strategy/": ["configs/quickstart.yaml"],
+        "configs/gve/model_": ["configs/gve/train.yaml"],
+        "configs/gve/data_": ["configs/gve/train.yaml"],
+        "configs/gve/ablation_": ["configs/gve/train.yaml", "configs/gve/data_3b.yaml"],
+        "configs/gve/train.yaml": ["configs/gve/data_3b.yaml"],
+    }
     base = [arg for key, paths in bases.items() if key in config for path in paths for arg in ("--config", path)]
     if config == "configs/gve/train.yaml":  # the recipe is completed by a data mixture
         base, config = ["--config", config], base[-1]
@@ -123,8 +156,12 @@ def test_mistyped_key_and_class_list_the_valid_choices(tmp_path):
     for wrong, expected in (("batch_size: 32", "valid: batch_size"), ("MeanPHead", "available: MeanPHead")):
         bad = tmp_path / "bad.yaml"
         bad.write_text(text.replace(wrong, wrong.replace("batch_size", "batchsize").replace("MeanPHead", "MeanHead")))
-        out = subprocess.run([sys.executable, "-m", "lit_retrieval", "fit", "--config", str(bad), "--print_config"],
-                             cwd=ROOT, capture_output=True, text=True)
+        out = subprocess.run(
+            [sys.executable, "-m", "lit_retrieval", "fit", "--config", str(bad), "--print_config"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
         assert out.returncode != 0 and "Traceback" not in out.stderr
         assert expected in out.stderr
 

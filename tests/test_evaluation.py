@@ -33,7 +33,9 @@ def dot(text, gallery):
 def rank_hand_matrix(ties):
     evaluator = RetrievalEvaluator(EvaluationConfig(ties=ties, query_rows=2))
     # text = identity and gallery = HAND^T, so text @ gallery^T is HAND itself
-    return evaluator.rank(dot, torch.eye(3), HAND.t().contiguous(), torch.arange(3), torch.arange(3), synced=False, keep_scores=True)
+    return evaluator.rank(
+        dot, torch.eye(3), HAND.t().contiguous(), torch.arange(3), torch.arange(3), synced=False, keep_scores=True
+    )
 
 
 def test_metrics_of_a_hand_worked_matrix():
@@ -41,8 +43,14 @@ def test_metrics_of_a_hand_worked_matrix():
     # t2v: q0 first; q1 below 0.8 and 0.7 -> 3; q2 ties 0.6 with video 1 -> 1 (optimistic)
     assert ranked.ranks.tolist() == [1.0, 3.0, 1.0]
     m = ranked.metrics
-    assert m["t2v/R@1"] == pytest.approx(200 / 3) and m["t2v/R@5"] == 100 and m["t2v/MdR"] == 1 and m["t2v/MnR"] == pytest.approx(5 / 3)
-    # v2t over the captioned videos 0-2: column 0 -> q0 first; column 1: q2's 0.6 beats 0.3 -> 2; column 2: q1's 0.7 beats 0.6 -> 2
+    assert (
+        m["t2v/R@1"] == pytest.approx(200 / 3)
+        and m["t2v/R@5"] == 100
+        and m["t2v/MdR"] == 1
+        and m["t2v/MnR"] == pytest.approx(5 / 3)
+    )
+    # v2t over the captioned videos 0-2: column 0 -> q0 first; column 1: q2's 0.6 beats 0.3 -> 2;
+    # column 2: q1's 0.7 beats 0.6 -> 2
     assert m["v2t/R@1"] == pytest.approx(100 / 3) and m["v2t/MdR"] == 2 and m["v2t/MnR"] == pytest.approx(5 / 3)
     assert torch.equal(ranked.scores, HAND)
     pessimistic = rank_hand_matrix("pessimistic")
@@ -80,7 +88,9 @@ def test_block_scoring_equals_the_full_matrix_and_a_rank_loop():
     head = OnePairPerBlock()
     head.blocks = []
     evaluator = RetrievalEvaluator(EvaluationConfig(query_rows=3, memory_mb=1))
-    ranked = evaluator.rank(evaluator.head_score(head), text, gallery, targets, torch.arange(7), synced=False, keep_scores=True)
+    ranked = evaluator.rank(
+        evaluator.head_score(head), text, gallery, targets, torch.arange(7), synced=False, keep_scores=True
+    )
     full = (text / text.norm(dim=1, keepdim=True)) @ (gallery / gallery.norm(dim=1, keepdim=True)).t()
     torch.testing.assert_close(ranked.scores, full)
     assert set(head.blocks) == {(1, 1)} and len(head.blocks) == 7 * 11
@@ -91,14 +101,25 @@ def test_block_scoring_equals_the_full_matrix_and_a_rank_loop():
 
 
 def eval_trainer(root):
-    return L.Trainer(accelerator="cpu", default_root_dir=str(root), logger=False, enable_checkpointing=False,
-                     enable_progress_bar=False, enable_model_summary=False, callbacks=[MetricsReport()])
+    return L.Trainer(
+        accelerator="cpu",
+        default_root_dir=str(root),
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[MetricsReport()],
+    )
 
 
 def test_saved_test_scores_equal_a_plain_torch_matrix(tmp_path, corpus, tiny_clip):
     torch.manual_seed(0)
-    module = DualEncoderRetrieval(CLIPEncoder(pretrained=str(tiny_clip)), MeanPHead(), save_scores=True, score_chunk=3, eval_memory_mb=1)
-    data = MultiEventDataModule(annotation=str(corpus / "annotations.json"), num_frames=3, image_size=32, batch_size=4, num_workers=0)
+    module = DualEncoderRetrieval(
+        CLIPEncoder(pretrained=str(tiny_clip)), MeanPHead(), save_scores=True, score_chunk=3, eval_memory_mb=1
+    )
+    data = MultiEventDataModule(
+        annotation=str(corpus / "annotations.json"), num_frames=3, image_size=32, batch_size=4, num_workers=0
+    )
     eval_trainer(tmp_path).test(module, data, verbose=False)
     scores = np.load(tmp_path / "scores.npy")
     ids = json.loads((tmp_path / "scores_ids.json").read_text())
@@ -135,15 +156,23 @@ def noise_corpus(root: Path, num_test: int, corrupt: int) -> Path:
         path = write_noise_video(root / "videos" / f"v{i}.mp4", seconds=2.0, seed=i)
         if num_test - corrupt <= i < num_test:
             path.write_bytes(b"\x00" * 2000)
-        events = [{"description": f"noise clip number {i} part {k}", "start": k * 1.0, "end": k + 1.0} for k in range(2)]
+        events = [
+            {"description": f"noise clip number {i} part {k}", "start": k * 1.0, "end": k + 1.0} for k in range(2)
+        ]
         split = "test" if i < num_test else "train"
-        videos.append({"video_id": f"v{i}", "path": f"videos/v{i}.mp4", "duration": 2.0, "split": split, "events": events})
-    (root / "annotations.json").write_text(json.dumps({"format": "lit-retrieval/multi-event", "version": 1, "videos": videos}))
+        videos.append(
+            {"video_id": f"v{i}", "path": f"videos/v{i}.mp4", "duration": 2.0, "split": split, "events": events}
+        )
+    (root / "annotations.json").write_text(
+        json.dumps({"format": "lit-retrieval/multi-event", "version": 1, "videos": videos})
+    )
     return root / "annotations.json"
 
 
 def skip_data(annotation):
-    return MultiEventDataModule(annotation=str(annotation), num_frames=2, image_size=32, batch_size=2, num_workers=0, on_bad_video="skip")
+    return MultiEventDataModule(
+        annotation=str(annotation), num_frames=2, image_size=32, batch_size=2, num_workers=0, on_bad_video="skip"
+    )
 
 
 def test_skipped_test_videos_are_counted_in_metrics_and_table(tmp_path, tiny_clip, capsys):
@@ -160,17 +189,22 @@ def test_skipped_test_videos_are_counted_in_metrics_and_table(tmp_path, tiny_cli
 def test_an_evaluation_with_nothing_to_evaluate_fails_clearly(tmp_path, tiny_clip, corpus, capsys):
     annotation = noise_corpus(tmp_path / "data", num_test=3, corrupt=3)
     module = DualEncoderRetrieval(CLIPEncoder(pretrained=str(tiny_clip)), MeanPHead())
-    with pytest.raises(NothingToEvaluateError, match="test split: nothing could be evaluated: all 3 videos were skipped as undecodable"):
+    with pytest.raises(
+        NothingToEvaluateError, match="test split: nothing could be evaluated: all 3 videos were skipped as undecodable"
+    ):
         eval_trainer(tmp_path / "run").test(module, skip_data(annotation), verbose=False)
     # the command line: one line on stderr, exit status 2, no metrics written
     trainer = {"logger": False, "enable_progress_bar": False, "default_root_dir": str(tmp_path / "cli")}
-    config = clip_fit_config(tiny_clip, corpus, trainer, data={"annotation": str(annotation), "on_bad_video": "skip", "num_workers": 0})
+    config = clip_fit_config(
+        tiny_clip, corpus, trainer, data={"annotation": str(annotation), "on_bad_video": "skip", "num_workers": 0}
+    )
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_info:
         main(["test", "--config", str(tmp_path / "config.yaml")])
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lit-retrieval")]
     assert exit_info.value.code == 2 and lines == [
-        "lit-retrieval test: test split: nothing could be evaluated: all 3 videos were skipped as undecodable (data.on_bad_video: skip)"
+        "lit-retrieval test: test split: nothing could be evaluated: "
+        "all 3 videos were skipped as undecodable (data.on_bad_video: skip)"
     ]
     assert not list((tmp_path / "cli").rglob("metrics.json"))

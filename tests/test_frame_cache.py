@@ -26,9 +26,24 @@ FRAMES, SIZE = 6, 24
 
 
 def _record(video_id: str, split: str, duration: float) -> dict:
-    events = [{"event_id": f"{video_id}-e{k}", "theme": "", "description": f"event {k} of {video_id}",
-               "start": k, "end": k + 1.0, "intervals": [[k, k + 1.0]]} for k in range(2)]
-    return {"video_id": video_id, "path": f"videos/{video_id}.mp4", "duration": duration, "split": split, "events": events}
+    events = [
+        {
+            "event_id": f"{video_id}-e{k}",
+            "theme": "",
+            "description": f"event {k} of {video_id}",
+            "start": k,
+            "end": k + 1.0,
+            "intervals": [[k, k + 1.0]],
+        }
+        for k in range(2)
+    ]
+    return {
+        "video_id": video_id,
+        "path": f"videos/{video_id}.mp4",
+        "duration": duration,
+        "split": split,
+        "events": events,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -42,19 +57,39 @@ def corpus(tmp_path_factory) -> Path:
     write_noise_video(root / "videos/noise_a.mp4", seconds=3, seed=1)
     write_noise_video(root / "videos/noise_b.mp4", seconds=4, width=40, height=56, seed=2)
     (root / "videos/broken.mp4").write_bytes(b"not a video" * 50)
-    records = [_record("vfr", "train", 4.0), _record("offset", "train", 3.0), _record("noise_a", "train", 3.0),
-               _record("noise_b", "test", 4.0), _record("broken", "test", 2.0)]
-    (root / "annotations.json").write_text(json.dumps({"format": "lit-retrieval/multi-event", "version": 1, "videos": records}))
+    records = [
+        _record("vfr", "train", 4.0),
+        _record("offset", "train", 3.0),
+        _record("noise_a", "train", 3.0),
+        _record("noise_b", "test", 4.0),
+        _record("broken", "test", 2.0),
+    ]
+    (root / "annotations.json").write_text(
+        json.dumps({"format": "lit-retrieval/multi-event", "version": 1, "videos": records})
+    )
     return root
 
 
 def _config(corpus: Path, out: Path, **data) -> Path:
-    config = {"model": {"class_path": "lit_retrieval.modules.DualEncoderRetrieval",
-                        "init_args": {"encoder": {"class_path": "lit_retrieval.models.encoders.CLIPEncoder", "init_args": {}},
-                                      "head": {"class_path": "lit_retrieval.models.heads.MeanPHead"}}},
-              "data": {"class_path": "lit_retrieval.data.MultiEventDataModule",
-                       "init_args": {"annotation": str(corpus / "annotations.json"), "num_frames": FRAMES, "image_size": SIZE,
-                                     "on_bad_video": "skip", **data}}}
+    config = {
+        "model": {
+            "class_path": "lit_retrieval.modules.DualEncoderRetrieval",
+            "init_args": {
+                "encoder": {"class_path": "lit_retrieval.models.encoders.CLIPEncoder", "init_args": {}},
+                "head": {"class_path": "lit_retrieval.models.heads.MeanPHead"},
+            },
+        },
+        "data": {
+            "class_path": "lit_retrieval.data.MultiEventDataModule",
+            "init_args": {
+                "annotation": str(corpus / "annotations.json"),
+                "num_frames": FRAMES,
+                "image_size": SIZE,
+                "on_bad_video": "skip",
+                **data,
+            },
+        },
+    }
     path = out.with_suffix(".yaml")
     path.write_text(yaml.safe_dump(config))
     return path
@@ -65,7 +100,9 @@ def _cache(corpus: Path, out: Path, *extra: str, **data) -> int:
 
 
 def _module(corpus: Path, **kwargs) -> MultiEventDataModule:
-    module = MultiEventDataModule(str(corpus / "annotations.json"), num_frames=FRAMES, image_size=SIZE, on_bad_video="skip", **kwargs)
+    module = MultiEventDataModule(
+        str(corpus / "annotations.json"), num_frames=FRAMES, image_size=SIZE, on_bad_video="skip", **kwargs
+    )
     module.setup()
     return module
 
@@ -83,7 +120,9 @@ def raw_cache(corpus, tmp_path_factory) -> Path:
 
 
 def _files(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.glob("shard-*"))} | {"cache.json": (folder / "cache.json").read_bytes()}
+    return {p.name: p.read_bytes() for p in sorted(folder.glob("shard-*"))} | {
+        "cache.json": (folder / "cache.json").read_bytes()
+    }
 
 
 def test_cached_frames_equal_decoded_frames(corpus, raw_cache):
@@ -94,7 +133,9 @@ def test_cached_frames_equal_decoded_frames(corpus, raw_cache):
             assert want.keys() == got.keys()
             for key in want:
                 if isinstance(want[key], torch.Tensor):
-                    assert np.array_equal(want[key].numpy(), got[key].numpy(), equal_nan=want[key].is_floating_point()), key
+                    assert np.array_equal(
+                        want[key].numpy(), got[key].numpy(), equal_nan=want[key].is_floating_point()
+                    ), key
                 else:
                     assert want[key] == got[key], key
 
@@ -104,7 +145,9 @@ def test_undecodable_video_is_listed_and_follows_on_bad_video(corpus, raw_cache)
     assert [line.split("\t")[0] for line in listed] == [str(corpus / "videos/broken.mp4")]
     skipped = _items(_module(corpus, frame_cache=str(raw_cache)), "test")
     assert [("error" in item) for item in skipped] == [False, True]  # noise_b, then broken, as annotated
-    strict = MultiEventDataModule(str(corpus / "annotations.json"), num_frames=FRAMES, image_size=SIZE, frame_cache=str(raw_cache))
+    strict = MultiEventDataModule(
+        str(corpus / "annotations.json"), num_frames=FRAMES, image_size=SIZE, frame_cache=str(raw_cache)
+    )
     strict.setup()
     with pytest.raises(VideoDecodeError, match="broken.mp4"):
         [strict.datasets["test"][i] for i in range(2)]
@@ -112,7 +155,9 @@ def test_undecodable_video_is_listed_and_follows_on_bad_video(corpus, raw_cache)
 
 def test_other_sampling_parameters_are_refused(corpus, raw_cache):
     with pytest.raises(FrameCacheMismatch, match=r"num_frames=6 \(wanted 8\)"):
-        MultiEventDataModule(str(corpus / "annotations.json"), num_frames=8, image_size=SIZE, frame_cache=str(raw_cache)).setup()
+        MultiEventDataModule(
+            str(corpus / "annotations.json"), num_frames=8, image_size=SIZE, frame_cache=str(raw_cache)
+        ).setup()
     with pytest.raises(FrameCacheMismatch, match=r"sampling='exact' \(wanted 'keyframe'\)"):
         _module(corpus, frame_cache=str(raw_cache), sampling="keyframe")
     with pytest.raises(FrameCacheMismatch, match="trim_to_annotation"):
@@ -126,7 +171,9 @@ def test_changed_video_is_refused(corpus, tmp_path):
     for name in ("noise_a", "noise_b"):
         os.link(corpus / f"videos/{name}.mp4", tmp_path / f"videos/{name}.mp4")
     records = [_record("noise_a", "train", 3.0), _record("noise_b", "test", 4.0)]
-    (tmp_path / "annotations.json").write_text(json.dumps({"format": "lit-retrieval/multi-event", "version": 1, "videos": records}))
+    (tmp_path / "annotations.json").write_text(
+        json.dumps({"format": "lit-retrieval/multi-event", "version": 1, "videos": records})
+    )
     (tmp_path / "videos/noise_a.mp4").unlink()
     write_noise_video(tmp_path / "videos/noise_a.mp4", seconds=3, seed=1)
     assert _cache(tmp_path, tmp_path / "cache") == 0
@@ -164,7 +211,10 @@ def test_array_shards_merge_without_a_step(corpus, raw_cache, tmp_path):
     out = tmp_path / "sharded"
     for shard in ("0", "1"):
         assert _cache(corpus, out, "--shard", shard, "--num-shards", "2") == 0
-    assert sorted(p.name for p in out.glob("*.index.jsonl")) == ["shard-00000-of-00002.index.jsonl", "shard-00001-of-00002.index.jsonl"]
+    assert sorted(p.name for p in out.glob("*.index.jsonl")) == [
+        "shard-00000-of-00002.index.jsonl",
+        "shard-00001-of-00002.index.jsonl",
+    ]
     params = json.loads((raw_cache / "cache.json").read_text())["sampling"]
     merged, single = FrameCache(out, params), FrameCache(raw_cache, params)
     assert merged.entries.keys() == single.entries.keys()
@@ -211,24 +261,44 @@ def test_gve_clips_from_the_cache_equal_its_sampling(corpus, tiny_qwen, tmp_path
 
     videos = corpus / "videos"
     # a negative beyond num_negatives is never used, so not cached: offset.mp4 whole is read with the fallback
-    lines = [{"query": {"video": str(videos / "offset.mp4"), "start": 0.5},
-              "positive": {"video": str(videos / "vfr.mp4"), "start": 1.0, "end": 3.5}, "negatives": [{"video": str(videos / "offset.mp4")}]},
-             {"query": {"video": str(videos / "noise_a.mp4")}, "positive": {"video": str(videos / "noise_b.mp4")}, "negatives": []}]
+    lines = [
+        {
+            "query": {"video": str(videos / "offset.mp4"), "start": 0.5},
+            "positive": {"video": str(videos / "vfr.mp4"), "start": 1.0, "end": 3.5},
+            "negatives": [{"video": str(videos / "offset.mp4")}],
+        },
+        {
+            "query": {"video": str(videos / "noise_a.mp4")},
+            "positive": {"video": str(videos / "noise_b.mp4")},
+            "negatives": [],
+        },
+    ]
     (tmp_path / "t2v.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     inputs = {"max_frames": 4, "video_min_pixels": 3136, "video_max_pixels": 3136}
-    config = {"model": {"class_path": "lit_retrieval.modules.GVERetrieval",
-                        "init_args": {"embedder": {"model_path": str(tiny_qwen), "inputs": inputs}}},
-              "data": {"class_path": "lit_retrieval.data.MultiTaskDataModule",
-                       "init_args": {"tasks": [{"name": "mixed", "path": str(tmp_path / "t2v.jsonl"), "format": "V->V",
-                                                "num_negatives": 0}],
-                                     "frame_cache": str(tmp_path / "gve_cache")}}}
+    config = {
+        "model": {
+            "class_path": "lit_retrieval.modules.GVERetrieval",
+            "init_args": {"embedder": {"model_path": str(tiny_qwen), "inputs": inputs}},
+        },
+        "data": {
+            "class_path": "lit_retrieval.data.MultiTaskDataModule",
+            "init_args": {
+                "tasks": [{"name": "mixed", "path": str(tmp_path / "t2v.jsonl"), "format": "V->V", "num_negatives": 0}],
+                "frame_cache": str(tmp_path / "gve_cache"),
+            },
+        },
+    }
     (tmp_path / "gve.yaml").write_text(yaml.safe_dump(config))
     assert run_command("cache-frames", ["--config", str(tmp_path / "gve.yaml"), "--workers", "2"]) == 0
     processing = GVEProcessing(AutoProcessor.from_pretrained(str(tiny_qwen)), InputConfig(**inputs))
     cached = processing.with_frame_cache(str(tmp_path / "gve_cache"))
     assert len(cached.frame_cache) == 4 and processing.frame_cache is None
-    items = [MediaItem(video=str(videos / "vfr.mp4"), start=1.0, end=3.5), MediaItem(video=str(videos / "offset.mp4")),
-             MediaItem(video=str(videos / "offset.mp4"), start=0.5), MediaItem(video=str(videos / "noise_b.mp4"))]
+    items = [
+        MediaItem(video=str(videos / "vfr.mp4"), start=1.0, end=3.5),
+        MediaItem(video=str(videos / "offset.mp4")),
+        MediaItem(video=str(videos / "offset.mp4"), start=0.5),
+        MediaItem(video=str(videos / "noise_b.mp4")),
+    ]
     for item in items:
         want, got = processing.load_video(item), cached.load_video(item)
         assert np.array_equal(want.frames, got.frames) and want.fps == got.fps

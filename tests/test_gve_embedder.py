@@ -16,8 +16,14 @@ from lit_retrieval.models.gve import GVEEmbedder, InputConfig, LoRASettings, las
 from media import full_decode, write_noise_video
 from mrope_reference import batch_reference_positions
 
-SMALL = InputConfig(max_frames=4, video_min_pixels=4 * 784, video_max_pixels=16 * 784,
-                    image_min_pixels=4 * 784, image_max_pixels=16 * 784, max_tokens=512)
+SMALL = InputConfig(
+    max_frames=4,
+    video_min_pixels=4 * 784,
+    video_max_pixels=16 * 784,
+    image_min_pixels=4 * 784,
+    image_max_pixels=16 * 784,
+    max_tokens=512,
+)
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +46,9 @@ def items(media) -> list[MediaItem]:
 
 
 def embedder(path, **kwargs) -> GVEEmbedder:
-    return GVEEmbedder(str(path), inputs=kwargs.pop("inputs", SMALL), dtype="float32", attn_implementation="sdpa", **kwargs)
+    return GVEEmbedder(
+        str(path), inputs=kwargs.pop("inputs", SMALL), dtype="float32", attn_implementation="sdpa", **kwargs
+    )
 
 
 def perturb_lora(model: GVEEmbedder, seed: int = 0) -> None:
@@ -67,7 +75,9 @@ def test_pooled_token_is_end_of_text_and_padding_side_does_not_matter(tiny_qwen,
     assert batch["input_ids"][:, -1].tolist() == [eod] * 5  # left padding: the last column
     with torch.no_grad():
         left = model(batch)
-        right_model = embedder(tiny_qwen, lora=None, inputs=InputConfig(**{**SMALL.__dict__, "padding_side": "right"})).eval()
+        right_model = embedder(
+            tiny_qwen, lora=None, inputs=InputConfig(**{**SMALL.__dict__, "padding_side": "right"})
+        ).eval()
         right_batch = right_model.process(items(media), "Find the video.")
         right = right_model(right_batch)
         single = torch.cat([model(model.process([item], "Find the video.")) for item in items(media)])
@@ -150,19 +160,33 @@ def plain_transformers_embeddings(path, texts_and_videos, instruction):
 
     processor = AutoProcessor.from_pretrained(str(path))
     processor.tokenizer.padding_side = "left"
-    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(path), dtype=torch.float32, attn_implementation="sdpa").eval()
+    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(
+        str(path), dtype=torch.float32, attn_implementation="sdpa"
+    ).eval()
     prompts, videos, metadata = [], [], []
     for text, video in texts_and_videos:
         content = ([{"type": "video"}] if video else []) + [{"type": "text", "text": text}]
         messages = [{"role": "system", "content": instruction}, {"role": "user", "content": content}]
-        prompts.append(processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + "<|endoftext|>")
+        prompts.append(
+            processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + "<|endoftext|>"
+        )
         if video:
             frames = full_decode(video)[1]  # 48 frames at 8 fps; qwen-vl-utils: round(linspace(0, 47, 4))
             videos.append(frames[np.round(np.linspace(0, len(frames) - 1, 4)).astype(int)])
             metadata.append(VideoMetadata(total_num_frames=4, fps=4 / len(frames) * 8, frames_indices=list(range(4))))
     size = {"shortest_edge": SMALL.video_min_pixels, "longest_edge": SMALL.video_max_pixels}
-    batch = processor(text=prompts, videos=videos, padding=True, return_tensors="pt",
-                      videos_kwargs={"do_sample_frames": False, "video_metadata": metadata, "size": size, "cap_pixels_per_frame": True})
+    batch = processor(
+        text=prompts,
+        videos=videos,
+        padding=True,
+        return_tensors="pt",
+        videos_kwargs={
+            "do_sample_frames": False,
+            "video_metadata": metadata,
+            "size": size,
+            "cap_pixels_per_frame": True,
+        },
+    )
     positions = batch_reference_positions(batch, model.config)  # the release-era M-RoPE rule GVE was trained with
     with torch.no_grad():
         hidden = model(**batch, position_ids=torch.tensor(positions), output_hidden_states=True).hidden_states[-1]
@@ -179,7 +203,9 @@ def test_released_checkpoint_embeds_as_with_plain_transformers(tiny_qwen, media,
     reference = plain_transformers_embeddings(release, cases, "Find the video.")
     torch.testing.assert_close(ours, reference, atol=1e-5, rtol=0)
     with torch.no_grad():  # the merged release equals the adapter it came from
-        torch.testing.assert_close(trained.embed([MediaItem(text=t, video=v) for t, v in cases], "Find the video."), ours, atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            trained.embed([MediaItem(text=t, video=v) for t, v in cases], "Find the video."), ours, atol=1e-5, rtol=0
+        )
 
 
 def test_adapter_saves_alone_and_reloads(tiny_qwen, media, tmp_path):
@@ -206,11 +232,16 @@ def test_release_in_the_old_key_layout_with_a_custom_class_name_loads(tiny_qwen,
     release = tmp_path / "gve_hub_layout"
     shutil.copytree(tiny_qwen, release)
     weights = load_file(str(tiny_qwen / "model.safetensors"))
-    renamed = {re.sub(r"^model\.language_model", "model", re.sub(r"^model\.visual", "visual", k)): v for k, v in weights.items()}
+    renamed = {
+        re.sub(r"^model\.language_model", "model", re.sub(r"^model\.visual", "visual", k)): v
+        for k, v in weights.items()
+    }
     assert "visual.patch_embed.proj.weight" in renamed and "model.layers.0.mlp.up_proj.weight" in renamed
     save_file(renamed, str(release / "model.safetensors"), metadata={"format": "pt"})
     config = json.loads((release / "config.json").read_text())
     config.update(architectures=["Qwen25VLForEmbedding"], auto_map={"AutoModel": "modeling_gve.Qwen25VLForEmbedding"})
     (release / "config.json").write_text(json.dumps(config))
     probe = items(media)[:3]
-    torch.testing.assert_close(embedder(release, lora=None).embed(probe), embedder(tiny_qwen, lora=None).embed(probe), atol=0, rtol=0)
+    torch.testing.assert_close(
+        embedder(release, lora=None).embed(probe), embedder(tiny_qwen, lora=None).embed(probe), atol=0, rtol=0
+    )

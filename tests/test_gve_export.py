@@ -49,14 +49,18 @@ def trained(tmp_path_factory, tiny_qwen, gve_tasks):
 
 def probe_items(corpus) -> list[MediaItem]:
     video = str(sorted(corpus.rglob("*.mp4"))[0])
-    return [MediaItem(text="a red circle moves right"), MediaItem(video=video),
-            MediaItem(text="then it stops", video=video)]
+    return [
+        MediaItem(text="a red circle moves right"),
+        MediaItem(video=video),
+        MediaItem(text="then it stops", video=video),
+    ]
 
 
 def plain_transformers_embeddings(path, batch) -> torch.Tensor:
     """Embeddings with transformers alone: the released model class, last token, release-era positions."""
-    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(path), dtype=torch.float32,
-                                                               attn_implementation="sdpa")
+    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(
+        str(path), dtype=torch.float32, attn_implementation="sdpa"
+    )
     model.eval()
     positions = batch_reference_positions(batch, model.config)
     with torch.no_grad():
@@ -141,15 +145,36 @@ def test_release_config_flattens_by_hand_and_refuses_conflicts():
     from lit_retrieval.models.gve.export import release_config
 
     rope = {"rope_type": "default", "mrope_section": [16, 24, 24], "rope_theta": 1e6}
-    text = {"model_type": "qwen2_5_vl_text", "hidden_size": 2048, "tie_word_embeddings": True, "pad_token_id": None,
-            "layer_types": ["full_attention"], "use_cache": True, "rope_parameters": rope}
-    saved = {"architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl",
-             "dtype": "bfloat16", "image_token_id": 7, "tie_word_embeddings": True, "use_cache": False,
-             "vision_config": {"depth": 2}, "text_config": text}
+    text = {
+        "model_type": "qwen2_5_vl_text",
+        "hidden_size": 2048,
+        "tie_word_embeddings": True,
+        "pad_token_id": None,
+        "layer_types": ["full_attention"],
+        "use_cache": True,
+        "rope_parameters": rope,
+    }
+    saved = {
+        "architectures": ["Qwen2_5_VLForConditionalGeneration"],
+        "model_type": "qwen2_5_vl",
+        "dtype": "bfloat16",
+        "image_token_id": 7,
+        "tie_word_embeddings": True,
+        "use_cache": False,
+        "vision_config": {"depth": 2},
+        "text_config": text,
+    }
     assert release_config(saved) == {
-        "architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl", "image_token_id": 7,
-        "tie_word_embeddings": True, "use_cache": True, "vision_config": {"depth": 2}, "hidden_size": 2048,
-        "pad_token_id": None, "rope_theta": 1e6, "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+        "architectures": ["Qwen2_5_VLForConditionalGeneration"],
+        "model_type": "qwen2_5_vl",
+        "image_token_id": 7,
+        "tie_word_embeddings": True,
+        "use_cache": True,
+        "vision_config": {"depth": 2},
+        "hidden_size": 2048,
+        "pad_token_id": None,
+        "rope_theta": 1e6,
+        "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
         "torch_dtype": "bfloat16",
     }
     with pytest.raises(ValueError, match="tie_word_embeddings"):

@@ -51,8 +51,15 @@ def authors_frames(path, start=None, end=None, max_frames=8):
 
 
 CASES = [
-    ("cfr_6s", None, None), ("cfr_6s", 1.0, 4.0), ("cfr_4s", None, None), ("five_frames", None, None),
-    ("one_frame", None, None), ("vfr", None, None), ("vfr", 2.0, 5.0), ("offset", None, None), ("offset", 0.5, 2.5),
+    ("cfr_6s", None, None),
+    ("cfr_6s", 1.0, 4.0),
+    ("cfr_4s", None, None),
+    ("five_frames", None, None),
+    ("one_frame", None, None),
+    ("vfr", None, None),
+    ("vfr", 2.0, 5.0),
+    ("offset", None, None),
+    ("offset", 0.5, 2.5),
 ]
 
 
@@ -66,8 +73,10 @@ def test_frames_and_rate_are_the_authors(processing, clips, name, start, end):
 
 def test_processor_gets_the_sampled_rate(processing, clips):
     """Temporal M-RoPE spacing: second_per_grid_ts = temporal patch / sampled fps per video."""
-    items = [MediaItem(video=str(clips["cfr_6s"]), text="a"),
-             MediaItem(video=str(clips["vfr"]), start=2.0, end=5.0, text="b")]
+    items = [
+        MediaItem(video=str(clips["cfr_6s"]), text="a"),
+        MediaItem(video=str(clips["vfr"]), start=2.0, end=5.0, text="b"),
+    ]
     batch = processing(items)
     rates = [authors_frames(clips["cfr_6s"])[1], authors_frames(clips["vfr"], 2.0, 5.0)[1]]
     expected = torch.tensor([2 / r for r in rates], dtype=torch.float64)

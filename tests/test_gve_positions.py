@@ -19,8 +19,14 @@ from media import write_noise_video
 from mrope_reference import batch_reference_positions
 
 FIXTURE = Path(__file__).parent / "fixtures" / "mrope" / "positions.json"
-SMALL = InputConfig(max_frames=4, video_min_pixels=4 * 784, video_max_pixels=16 * 784,
-                    image_min_pixels=4 * 784, image_max_pixels=16 * 784, max_tokens=512)
+SMALL = InputConfig(
+    max_frames=4,
+    video_min_pixels=4 * 784,
+    video_max_pixels=16 * 784,
+    image_min_pixels=4 * 784,
+    image_max_pixels=16 * 784,
+    max_tokens=512,
+)
 
 
 def tensor_or_none(values, dtype=torch.long):
@@ -104,10 +110,14 @@ def test_embedder_feeds_the_release_positions_for_every_input_format(tiny_qwen, 
     config = model.base_model.config
     batches = [
         [MediaItem(text="a dog runs"), MediaItem(text="short")],  # text only
-        [MediaItem(text="a red circle"), MediaItem(image=media["image"]), MediaItem(video=media["video"]),
-         MediaItem(text="larger", image=media["image"]),
-         MediaItem(text="then it stops", video=media["video"], start=0.5, end=5.5),
-         MediaItem(text="both", image=media["image"], video=media["video"])],
+        [
+            MediaItem(text="a red circle"),
+            MediaItem(image=media["image"]),
+            MediaItem(video=media["video"]),
+            MediaItem(text="larger", image=media["image"]),
+            MediaItem(text="then it stops", video=media["video"], start=0.5, end=5.5),
+            MediaItem(text="both", image=media["image"], video=media["video"]),
+        ],
     ]
     for items in batches:
         batch = model.process(items, "Find the video.")

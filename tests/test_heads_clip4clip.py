@@ -6,7 +6,10 @@ import torch
 import torch.nn.functional as F
 
 from head_checks import (
-    assert_gradients_reach_every_parameter_and_steps_lower_the_loss, assert_trains_with_mea_evaluates_in_blocks_and_reloads, bind_seeded, features,
+    assert_gradients_reach_every_parameter_and_steps_lower_the_loss,
+    assert_trains_with_mea_evaluates_in_blocks_and_reloads,
+    bind_seeded,
+    features,
 )
 from lit_retrieval.models.features import TextFeatures, VideoFeatures
 from lit_retrieval.models.heads import MeanPHead, SeqLSTMHead, SeqTransfHead, TightTransfHead, TS2NetHead, XCLIPHead
@@ -26,9 +29,17 @@ def test_shapes_masks_and_blockwise_scoring(name, encoder):
     text, video = features()
     scores = head.score(head.encode_text(text), head.encode_video(video))
     assert scores.shape == (3, 4) and torch.isfinite(scores).all()
-    noisy = VideoFeatures(frames=video.frames + 50 * (~video.mask)[..., None] * torch.randn_like(video.frames), mask=video.mask)
-    assert torch.allclose(head.score(head.encode_text(text), head.encode_video(noisy)), scores, atol=1e-5)  # padding never counts
-    noisy_words = TextFeatures(pooled=text.pooled, tokens=text.tokens + 50 * (~text.mask)[..., None] * torch.randn_like(text.tokens), mask=text.mask)
+    noisy = VideoFeatures(
+        frames=video.frames + 50 * (~video.mask)[..., None] * torch.randn_like(video.frames), mask=video.mask
+    )
+    assert torch.allclose(
+        head.score(head.encode_text(text), head.encode_video(noisy)), scores, atol=1e-5
+    )  # padding never counts
+    noisy_words = TextFeatures(
+        pooled=text.pooled,
+        tokens=text.tokens + 50 * (~text.mask)[..., None] * torch.randn_like(text.tokens),
+        mask=text.mask,
+    )
     assert torch.allclose(head.score(head.encode_text(noisy_words), head.encode_video(video)), scores, atol=1e-5)
     rep_t, rep_v = head.encode_text(text), head.encode_video(video)
     tiny_budget = head.pair_bytes(rep_t, rep_v) * 2  # two pairs per block
@@ -137,6 +148,10 @@ def test_xclip_is_the_mean_of_four_aosm_terms():
                 sentence @ pooled,
                 pool([w @ pooled for w in words]),
                 pool([sentence @ f for f in frames]),
-                (pool([pool([w @ f for w in words]) for f in frames]) + pool([pool([w @ f for f in frames]) for w in words])) / 2,
+                (
+                    pool([pool([w @ f for w in words]) for f in frames])
+                    + pool([pool([w @ f for f in frames]) for w in words])
+                )
+                / 2,
             ]
             assert scores[i, j].item() == pytest.approx(sum(terms).item() / 4, abs=1e-5)

@@ -11,7 +11,15 @@ import pytest
 import torch
 from torch import nn
 
-from lit_retrieval.models.heads import PAUHead, SeqTransfHead, TightTransfHead, TS2NetHead, UATVRHead, UCoFiAHead, XCLIPHead
+from lit_retrieval.models.heads import (
+    PAUHead,
+    SeqTransfHead,
+    TightTransfHead,
+    TS2NetHead,
+    UATVRHead,
+    UCoFiAHead,
+    XCLIPHead,
+)
 
 
 def reference_layer_norm(x, weight, bias, eps):
@@ -78,8 +86,12 @@ def test_layer_norm_eps_argument_restores_the_previous_default_and_checkpoints_l
         new.temporal.positions.weight.mul_(1e-3)
         old.temporal.positions.weight.copy_(new.temporal.positions.weight)
         frames, mask = small_frames()
-        torch.testing.assert_close(old.temporal(frames, mask)[mask], reference_temporal(old.temporal, frames, mask, 1e-5)[mask],
-                                   atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(
+            old.temporal(frames, mask)[mask],
+            reference_temporal(old.temporal, frames, mask, 1e-5)[mask],
+            atol=1e-5,
+            rtol=1e-4,
+        )
 
 
 HEADS = {

@@ -6,7 +6,10 @@ import torch
 import torch.nn.functional as F
 
 from head_checks import (
-    assert_gradients_reach_every_parameter_and_steps_lower_the_loss, assert_trains_with_mea_evaluates_in_blocks_and_reloads, bind_seeded, features,
+    assert_gradients_reach_every_parameter_and_steps_lower_the_loss,
+    assert_trains_with_mea_evaluates_in_blocks_and_reloads,
+    bind_seeded,
+    features,
 )
 from lit_retrieval.metrics.ranking import retrieval_metrics
 from lit_retrieval.models.encoders import CLIPEncoder
@@ -29,7 +32,9 @@ def test_shapes_masks_and_blockwise_scoring(name, encoder):
         scores = head.score(head.encode_text(text), head.encode_video(video))
         assert scores.shape == (3, 4) and torch.isfinite(scores).all()
         padding = ~video.mask[..., None]
-        noisy_video = VideoFeatures(frames=video.frames + 3.0 * padding, mask=video.mask, patches=video.patches + 3.0 * padding[..., None])
+        noisy_video = VideoFeatures(
+            frames=video.frames + 3.0 * padding, mask=video.mask, patches=video.patches + 3.0 * padding[..., None]
+        )
         noisy_words = TextFeatures(text.pooled, text.tokens + 3.0 * (~text.mask[..., None]), text.mask)
         torch.testing.assert_close(head.score(head.encode_text(noisy_words), head.encode_video(noisy_video)), scores)
         text_rep, video_rep = head.encode_text(text), head.encode_video(video)
@@ -125,16 +130,31 @@ def test_pau_rerank_fit_runs_in_validation_and_is_used_at_test(corpus, tiny_clip
     from lit_retrieval.modules import DualEncoderRetrieval
 
     torch.manual_seed(0)
-    module = DualEncoderRetrieval(CLIPEncoder(pretrained=str(tiny_clip)), PAUHead(prototypes=4, layers=1, max_frames=8, rerank="fit", rerank_grid=5))
+    module = DualEncoderRetrieval(
+        CLIPEncoder(pretrained=str(tiny_clip)),
+        PAUHead(prototypes=4, layers=1, max_frames=8, rerank="fit", rerank_grid=5),
+    )
     data = MultiEventDataModule(annotation=str(corpus / "annotations.json"), num_frames=4, image_size=32, batch_size=8)
     tester = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
     with pytest.raises(RuntimeError, match="never fitted on the test split"):
         tester.test(module, data, verbose=False)
-    holdout = MultiEventDataModule(annotation=str(corpus / "annotations.json"), num_frames=4, image_size=32, batch_size=8, val_split="val", holdout_val=0.3)
+    holdout = MultiEventDataModule(
+        annotation=str(corpus / "annotations.json"),
+        num_frames=4,
+        image_size=32,
+        batch_size=8,
+        val_split="val",
+        holdout_val=0.3,
+    )
     tester.validate(module, holdout, verbose=False)
     report = module.eval_results["val"]
-    assert {"pau/beta_video", "pau/beta_text"} <= set(report) and report["pau/R@1_mean_after"] >= report["pau/R@1_mean_before"]
-    torch.testing.assert_close(module.head.betas, torch.tensor([report["pau/beta_video"], report["pau/beta_text"]], dtype=module.head.betas.dtype))
+    assert {"pau/beta_video", "pau/beta_text"} <= set(report) and report["pau/R@1_mean_after"] >= report[
+        "pau/R@1_mean_before"
+    ]
+    torch.testing.assert_close(
+        module.head.betas,
+        torch.tensor([report["pau/beta_video"], report["pau/beta_text"]], dtype=module.head.betas.dtype),
+    )
     tester.test(module, holdout, verbose=False)  # uses the validation fit
     assert 0 <= module.eval_results["test"]["t2v/R@1"] <= 100
 
@@ -196,7 +216,9 @@ def test_uatvr_mil_nce_and_kl_against_loops():
     assert mil_nce(v, t).item() == pytest.approx(total.item() / 2, abs=1e-5)
     log_sigma = torch.randn(3, 4, generator=g)
     m = v.mean(1)
-    assert gaussian_kl(v, log_sigma).item() == pytest.approx((0.5 * (log_sigma.exp() + m**2 - 1 - log_sigma)).sum().item(), abs=1e-5)
+    assert gaussian_kl(v, log_sigma).item() == pytest.approx(
+        (0.5 * (log_sigma.exp() + m**2 - 1 - log_sigma)).sum().item(), abs=1e-5
+    )
 
 
 def test_ucofia_levels_against_loops_and_the_logit_mix(encoder):
@@ -216,14 +238,18 @@ def test_ucofia_levels_against_loops_and_the_logit_mix(encoder):
             for b in range(4):
                 frames = rep_v["frames"][b][rep_v["frame_mask"][b]]
                 pixels = rep_v["pixels"][b][rep_v["pixel_mask"][b]]
-                assert levels[1, a, b].item() == pytest.approx(isa_loop(frames @ rep_t["sentence"][a], head.frame_weight).item(), abs=1e-5)
+                assert levels[1, a, b].item() == pytest.approx(
+                    isa_loop(frames @ rep_t["sentence"][a], head.frame_weight).item(), abs=1e-5
+                )
                 u = words @ pixels.t()  # identity matrices
                 g = torch.stack([isa_loop(u[:, p], head.word_weight) for p in range(u.shape[1])])
                 h = torch.stack([isa_loop(u[i], head.patch_weight) for i in range(u.shape[0])])
                 s3 = 0.5 * (isa_loop(g, head.patch_weight2) + isa_loop(h, head.word_weight2))
                 assert levels[2, a, b].item() == pytest.approx(s3.item(), rel=1e-4, abs=1e-4)
         scale = head.logit_scale.exp()
-        torch.testing.assert_close(head.logits(head.score(rep_t, rep_v)), (scale * levels[0] + scale * levels[1] + levels[2]) / 3)
+        torch.testing.assert_close(
+            head.logits(head.score(rep_t, rep_v)), (scale * levels[0] + scale * levels[1] + levels[2]) / 3
+        )
 
 
 def test_ucofia_selects_patches_deterministically_at_evaluation_and_uses_the_patch_shift(encoder, tiny_clip):
@@ -260,9 +286,13 @@ def test_ucofia_sk_norm_is_doubly_normalised_against_the_bank(encoder):
         calibrated = head.calibrate(head.encode_text(bank_text), rep_v, budget_bytes=10**9)
         bank_logits = head.level_logits(head.encode_text(bank_text), rep_v)
         for level in range(3):
-            torch.testing.assert_close(calibrated["sk_bias"][:, level], sk_norm_bias(bank_logits[level], head.sk_norm_iters))
+            torch.testing.assert_close(
+                calibrated["sk_bias"][:, level], sk_norm_bias(bank_logits[level], head.sk_norm_iters)
+            )
         rep_t = head.encode_text(text)
-        expected = (head.level_logits(rep_t, rep_v) + calibrated["sk_bias"].t()[:, None, :]).mean(0) / head.logit_scale.exp()
+        expected = (head.level_logits(rep_t, rep_v) + calibrated["sk_bias"].t()[:, None, :]).mean(
+            0
+        ) / head.logit_scale.exp()
         torch.testing.assert_close(head.score(rep_t, calibrated), expected)
         blocks = head.calibrate(head.encode_text(bank_text), rep_v, budget_bytes=1)  # one bank row at a time
         torch.testing.assert_close(blocks["sk_bias"], calibrated["sk_bias"])
@@ -275,12 +305,16 @@ def test_ucofia_sk_norm_runs_in_evaluation_with_a_training_bank(corpus, tiny_cli
     from lit_retrieval.modules import DualEncoderRetrieval
 
     torch.manual_seed(0)
-    head = UCoFiAHead(select=2, samples=16, temporal_layers=1, max_frames=4, max_words=80, shift_blocks=1, sk_norm_bank=10)
+    head = UCoFiAHead(
+        select=2, samples=16, temporal_layers=1, max_frames=4, max_words=80, shift_blocks=1, sk_norm_bank=10
+    )
     module = DualEncoderRetrieval(CLIPEncoder(pretrained=str(tiny_clip)), head)
     data = MultiEventDataModule(annotation=str(corpus / "annotations.json"), num_frames=4, image_size=32, batch_size=8)
     calls = []
     calibrate = head.calibrate
-    head.calibrate = lambda bank, gallery, budget: calls.append(len(bank["sentence"])) or calibrate(bank, gallery, budget)
+    head.calibrate = lambda bank, gallery, budget: (
+        calls.append(len(bank["sentence"])) or calibrate(bank, gallery, budget)
+    )
     trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
     trainer.test(module, data, verbose=False)
     assert calls == [10] and 0 <= module.eval_results["test"]["t2v/R@1"] <= 100
@@ -291,7 +325,9 @@ def deep_clip(tmp_path_factory):
     """A 12-block tiny CLIP at 224 px with 32 px patches: ViT-B/32's token geometry (50 per frame)."""
     from lit_retrieval.models.encoders.tiny import save_tiny_clip
 
-    return save_tiny_clip(tmp_path_factory.mktemp("deep_clip"), image_size=224, patch_size=32, width=32, layers=12, embed_dim=32)
+    return save_tiny_clip(
+        tmp_path_factory.mktemp("deep_clip"), image_size=224, patch_size=32, width=32, layers=12, embed_dim=32
+    )
 
 
 def tempme_encoder(path, **head_kwargs):
@@ -340,7 +376,10 @@ def test_tempme_short_videos_and_padding_are_handled(deep_clip):
     torch.testing.assert_close(first.frames, second.frames)
     assert (first.frames[1, 5:] == 0).all() and first.frames[1, :5].abs().sum() > 0
     with torch.no_grad():
-        text_rep, video_rep = head.encode_text(encoder.encode_text(["a red disc", "a box", "a ring"])), head.encode_video(first)
+        text_rep, video_rep = (
+            head.encode_text(encoder.encode_text(["a red disc", "a box", "a ring"])),
+            head.encode_video(first),
+        )
     torch.testing.assert_close(head.score_blocks(text_rep, video_rep, budget_bytes=4), head.score(text_rep, video_rep))
     with pytest.raises(ValueError, match="patch tokens are not available"):
         encoder.encode_video(frames, mask, with_patches=True)
@@ -362,7 +401,9 @@ def test_tempme_trains_only_lora_and_frame_positions(deep_clip):
     texts = ["a red disc", "a blue box", "a green ring", "a white cross"]
 
     def loss():
-        sim = head.score(head.encode_text(encoder.encode_text(texts)), head.encode_video(encoder.encode_video(frames, mask)))
+        sim = head.score(
+            head.encode_text(encoder.encode_text(texts)), head.encode_video(encoder.encode_video(frames, mask))
+        )
         return SymmetricInfoNCE()(head.logits(sim))
 
     loss().backward()

@@ -65,7 +65,9 @@ def reference_attention(block, x, size):
     return attn.out_proj(torch.cat(outs, -1)), k.mean(1)
 
 
-def reference_tempme(vision, pixels, frames_per_video, image_r, merge_layers, merge_frames, tables, cross=0.3, intra=0.1):
+def reference_tempme(
+    vision, pixels, frames_per_video, image_r, merge_layers, merge_frames, tables, cross=0.3, intra=0.1
+):
     """The reference's video forward; returns the token table [clips, tokens, C] after every block
     and the class tokens of every frame (before `post_layernorm`)."""
     hidden = vision.pre_layrnorm(vision.embeddings(pixels))
@@ -84,8 +86,10 @@ def reference_tempme(vision, pixels, frames_per_video, image_r, merge_layers, me
                 seq = torch.cat([seqs[m][:cls] for m in members] + [seqs[m][cls:] for m in members])
                 size = torch.cat([sizes[m][:cls] for m in members] + [sizes[m][cls:] for m in members])
                 pos = [tables[table][m % clips] for m in members]  # the clip's row of this layer's table
-                pos_seq = torch.stack([pos[j] for j in range(group) for _ in range(cls)]
-                                      + [pos[j] for j in range(group) for _ in range(token_num - cls)])
+                pos_seq = torch.stack(
+                    [pos[j] for j in range(group) for _ in range(cls)]
+                    + [pos[j] for j in range(group) for _ in range(token_num - cls)]
+                )
                 if r0 > 0:
                     seq, size = reference_merge(seq + pos_seq, size, seq, r0, cls * group)
                 grouped_seqs.append(seq)
@@ -132,8 +136,15 @@ def compare(vision, merger, pixels, frames_per_video, image_r, merge_layers, mer
         got = merger(vision, pixels, torch.full((videos,), frames_per_video))
         for handle in handles:
             handle.remove()
-        history, expected = reference_tempme(vision, pixels, frames_per_video, image_r, merge_layers, merge_frames,
-                                             [t.detach() for t in merger.frame_positions])
+        history, expected = reference_tempme(
+            vision,
+            pixels,
+            frames_per_video,
+            image_r,
+            merge_layers,
+            merge_frames,
+            [t.detach() for t in merger.frame_positions],
+        )
     assert [tuple(t.shape) for t in tables] == [tuple(t.shape) for t in history]
     diffs = [float((a - b).abs().max()) for a, b in zip(tables, history)]
     for depth, (a, b) in enumerate(zip(tables, history)):
@@ -146,7 +157,9 @@ def test_token_merging_follows_the_reference_block_by_block(image_r, merge_layer
     """Two heads, 37 tokens a frame (odd class-token counts at image merging and at the first
     merge layer, an even count at the second), random frame positions."""
     torch.manual_seed(0)
-    config = CLIPVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=6, num_attention_heads=2, image_size=48, patch_size=8)
+    config = CLIPVisionConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=6, num_attention_heads=2, image_size=48, patch_size=8
+    )
     vision = CLIPVisionModel(config).eval()
     merge_frames = [3, 2]
     merger = TokenMerging(6, 6, 64, image_r=image_r, merge_layers=merge_layers, merge_frames=merge_frames)

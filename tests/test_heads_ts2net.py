@@ -37,7 +37,9 @@ def test_encoder_hook_sees_whole_videos_and_changes_only_hooked_encoding(tiny_cl
     seen = []
     hooked.add_vision_hook(-1, lambda tokens, lengths: seen.append((len(tokens), lengths.tolist())) or tokens)
     with torch.no_grad():
-        assert torch.allclose(plain.encode_video(frames, mask).frames, hooked.encode_video(frames, mask).frames, atol=1e-6)
+        assert torch.allclose(
+            plain.encode_video(frames, mask).frames, hooked.encode_video(frames, mask).frames, atol=1e-6
+        )
     assert seen == [(5, [5]), (5, [2, 3])]  # chunks of whole videos, at most 6 frames unless one video is longer
     shifted = CLIPEncoder(pretrained=str(tiny_clip), frame_chunk=6).eval()
     shifted.add_vision_hook(-1, TokenShift(n_div=2))
@@ -56,7 +58,9 @@ def test_perturbed_top_k_forward_and_gradient_direction():
     scores = torch.tensor([[0.9, -0.9, -0.3, 0.4, -0.5]], requires_grad=True)
     soft = PerturbedTopK.apply(scores, 2, 2000, 0.05)
     assert soft.shape == (1, 2, 5) and torch.allclose(soft.sum(-1), torch.ones(1, 2))
-    assert torch.allclose(soft[0, 0], torch.tensor([1.0, 0, 0, 0, 0])) and torch.allclose(soft[0, 1], torch.tensor([0.0, 0, 0, 1, 0]))
+    assert torch.allclose(soft[0, 0], torch.tensor([1.0, 0, 0, 0, 0])) and torch.allclose(
+        soft[0, 1], torch.tensor([0.0, 0, 0, 1, 0])
+    )
     close = torch.tensor([[0.50, 0.49, -0.9]], requires_grad=True)
     picked = PerturbedTopK.apply(close, 1, 4000, 0.05)
     picked[0, 0, 1].backward()  # reward selecting token 1
@@ -70,9 +74,16 @@ def head_and_features(tiny_clip, seed=0):
     head.bind(encoder)
     g = torch.Generator().manual_seed(seed)
     mask = torch.tensor([[1] * 6, [1, 1, 1, 0, 0, 0], [1, 0, 0, 0, 0, 0], [1, 1, 1, 1, 0, 0]]).bool()
-    video = VideoFeatures(frames=torch.randn(4, 6, 64, generator=g) * mask[..., None], mask=mask,
-                          patches=torch.randn(4, 6, 16, 64, generator=g) * mask[..., None, None])
-    text = TextFeatures(pooled=torch.randn(4, 64, generator=g), tokens=torch.randn(4, 5, 64, generator=g), mask=torch.ones(4, 5, dtype=torch.bool))
+    video = VideoFeatures(
+        frames=torch.randn(4, 6, 64, generator=g) * mask[..., None],
+        mask=mask,
+        patches=torch.randn(4, 6, 16, 64, generator=g) * mask[..., None, None],
+    )
+    text = TextFeatures(
+        pooled=torch.randn(4, 64, generator=g),
+        tokens=torch.randn(4, 5, 64, generator=g),
+        mask=torch.ones(4, 5, dtype=torch.bool),
+    )
     return encoder, head, text, video
 
 
@@ -84,8 +95,11 @@ def test_ts2net_head_masks_blocks_and_pairs(tiny_clip):
     scores = head.score(rep_t, rep_v)
     assert scores.shape == (4, 4) and torch.isfinite(scores).all()
     pad = ~video.mask
-    noisy = VideoFeatures(frames=video.frames + 9 * pad[..., None] * torch.randn_like(video.frames), mask=video.mask,
-                          patches=video.patches + 9 * pad[..., None, None] * torch.randn_like(video.patches))
+    noisy = VideoFeatures(
+        frames=video.frames + 9 * pad[..., None] * torch.randn_like(video.frames),
+        mask=video.mask,
+        patches=video.patches + 9 * pad[..., None, None] * torch.randn_like(video.patches),
+    )
     assert torch.allclose(head.score(rep_t, head.encode_video(noisy)), scores, atol=1e-5)
     assert torch.allclose(head.score_blocks(rep_t, rep_v, head.pair_bytes(rep_t, rep_v) * 3), scores, atol=1e-6)
     assert torch.allclose(head.score_pairs(rep_t, rep_v), scores.diagonal(), atol=1e-6)

@@ -27,20 +27,43 @@ STEPS_PER_EPOCH = 4  # 16 training videos of the test corpus in batches of 4
 EPOCHS = 2
 
 
-def write_config(path: Path, tiny_clip: Path, corpus: Path, run: Path, *, callbacks: list | None = None,
-                 resume: dict | None = None) -> Path:
+def write_config(
+    path: Path, tiny_clip: Path, corpus: Path, run: Path, *, callbacks: list | None = None, resume: dict | None = None
+) -> Path:
     """The tiny MEA fit, its CSV + TensorBoard logs and checkpoints in `run`."""
     config = clip_fit_config(
-        tiny_clip, corpus,
-        trainer={"max_epochs": EPOCHS, "limit_val_batches": 0, "log_every_n_steps": 1, "enable_progress_bar": False,
-                 "enable_model_summary": False, "default_root_dir": str(run),
-                 "logger": [{"class_path": "lightning.pytorch.loggers.CSVLogger",
-                             "init_args": {"save_dir": str(run), "name": "logs", "version": "fit", "flush_logs_every_n_steps": 1}},
-                            {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                             "init_args": {"save_dir": str(run), "name": "tb", "version": "fit"}}],
-                 "callbacks": [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                                "init_args": {"dirpath": str(run / "checkpoints"), "save_last": True, "save_top_k": 0}},
-                               *(callbacks or [])]},
+        tiny_clip,
+        corpus,
+        trainer={
+            "max_epochs": EPOCHS,
+            "limit_val_batches": 0,
+            "log_every_n_steps": 1,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+            "default_root_dir": str(run),
+            "logger": [
+                {
+                    "class_path": "lightning.pytorch.loggers.CSVLogger",
+                    "init_args": {
+                        "save_dir": str(run),
+                        "name": "logs",
+                        "version": "fit",
+                        "flush_logs_every_n_steps": 1,
+                    },
+                },
+                {
+                    "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                    "init_args": {"save_dir": str(run), "name": "tb", "version": "fit"},
+                },
+            ],
+            "callbacks": [
+                {
+                    "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                    "init_args": {"dirpath": str(run / "checkpoints"), "save_last": True, "save_top_k": 0},
+                },
+                *(callbacks or []),
+            ],
+        },
         model={"mea": {"weight": 0.5}},
         data={"num_workers": 0},
     )
@@ -53,12 +76,17 @@ def write_config(path: Path, tiny_clip: Path, corpus: Path, run: Path, *, callba
 def whole(tiny_clip, corpus, tmp_path_factory) -> Path:
     """The uninterrupted run, with its states after steps 3 and 5 recorded."""
     run = tmp_path_factory.mktemp("whole")
-    record = {"class_path": "interrupt_callbacks.RecordStateAtSteps", "init_args": {"steps": [3, 5], "out": str(run / "states")}}
+    record = {
+        "class_path": "interrupt_callbacks.RecordStateAtSteps",
+        "init_args": {"steps": [3, 5], "out": str(run / "states")},
+    }
     main(["fit", "--config", str(write_config(run / "fit.yaml", tiny_clip, corpus, run, callbacks=[record]))])
     return run
 
 
-def interrupted_fit(tmp_path: Path, tiny_clip: Path, corpus: Path, step: int, sig: signal.Signals, resume: dict) -> tuple[int, Path]:
+def interrupted_fit(
+    tmp_path: Path, tiny_clip: Path, corpus: Path, step: int, sig: signal.Signals, resume: dict
+) -> tuple[int, Path]:
     """A `lit-retrieval fit` process paused after `step`, sent `sig`; its exit status and run folder."""
     run = tmp_path / "run"
     marker = tmp_path / "paused"
@@ -66,8 +94,13 @@ def interrupted_fit(tmp_path: Path, tiny_clip: Path, corpus: Path, step: int, si
     config = write_config(tmp_path / "fit.yaml", tiny_clip, corpus, run, callbacks=[pause], resume=resume)
     log = tmp_path / "fit.log"  # a file, not a pipe: a full pipe would block the process before its pause
     with open(log, "w") as out:
-        process = subprocess.Popen([sys.executable, "-m", "lit_retrieval", "fit", "--config", str(config)], cwd=ROOT,
-                                   env=clean_launch_env(str(ROOT / "tests")), stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "lit_retrieval", "fit", "--config", str(config)],
+            cwd=ROOT,
+            env=clean_launch_env(str(ROOT / "tests")),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     deadline = time.monotonic() + 300
     while not marker.exists():
         assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
@@ -78,11 +111,15 @@ def interrupted_fit(tmp_path: Path, tiny_clip: Path, corpus: Path, step: int, si
 
 
 def resume(tmp_path: Path, tiny_clip: Path, corpus: Path, run: Path) -> None:
-    main(["fit", "--config", str(write_config(tmp_path / "resume.yaml", tiny_clip, corpus, run)), "--ckpt_path", "last"])
+    main(
+        ["fit", "--config", str(write_config(tmp_path / "resume.yaml", tiny_clip, corpus, run)), "--ckpt_path", "last"]
+    )
 
 
 def assert_same_state(got_model: dict, got_optimizer: dict, want: dict) -> None:
-    assert got_model.keys() == want["state_dict"].keys() and any("mea" in k for k in got_model)  # theta^t buffers included
+    assert got_model.keys() == want["state_dict"].keys() and any(
+        "mea" in k for k in got_model
+    )  # theta^t buffers included
     for name, value in want["state_dict"].items():
         torch.testing.assert_close(got_model[name], value, atol=1e-6, rtol=0, msg=name)
     torch.testing.assert_close(got_optimizer["state"], want["optimizer"]["state"], atol=1e-6, rtol=0)
@@ -100,7 +137,9 @@ def assert_same_logs(run: Path, whole: Path) -> None:
     assert [(r["step"], r["epoch"]) for r in got] == [(r["step"], r["epoch"]) for r in want]  # every row once, in order
     assert got[0].keys() == want[0].keys() and "train/loss" in got[0]
     for a, b in zip(got, want):
-        assert {k: float(v) for k, v in a.items() if v} == pytest.approx({k: float(v) for k, v in b.items() if v}, abs=1e-5)
+        assert {k: float(v) for k, v in a.items() if v} == pytest.approx(
+            {k: float(v) for k, v in b.items() if v}, abs=1e-5
+        )
     scalars = []
     for folder in (run, whole):
         events = EventAccumulator(str(folder / "tb" / "fit"))
@@ -118,12 +157,19 @@ def final_state(run: Path) -> tuple[dict, dict]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_a_signal_mid_epoch_writes_a_checkpoint_exits_nonzero_and_the_resumed_run_loses_nothing(tmp_path, tiny_clip, corpus, whole, sig):
+def test_a_signal_mid_epoch_writes_a_checkpoint_exits_nonzero_and_the_resumed_run_loses_nothing(
+    tmp_path, tiny_clip, corpus, whole, sig
+):
     status, run = interrupted_fit(tmp_path, tiny_clip, corpus, step=5, sig=sig, resume={})
     assert status == 128 + sig  # 143 / 130, not 0: a scheduler records the job as interrupted
     saved = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)
-    assert saved["global_step"] == 5 and saved["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]["completed"] == 1  # mid-epoch
-    assert_same_state(saved["state_dict"], saved["optimizer_states"][0], torch.load(whole / "states" / "step5.pt", weights_only=False))
+    assert (
+        saved["global_step"] == 5
+        and saved["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]["completed"] == 1
+    )  # mid-epoch
+    assert_same_state(
+        saved["state_dict"], saved["optimizer_states"][0], torch.load(whole / "states" / "step5.pt", weights_only=False)
+    )
     assert len(csv_rows(run)) == 5  # rows of steps 0-4, flushed with the checkpoint
     resume(tmp_path, tiny_clip, corpus, run)
     want = torch.load(whole / "checkpoints" / "last.ckpt", weights_only=False)
@@ -137,7 +183,9 @@ def test_sigkill_loses_only_the_steps_after_the_interval_checkpoint(tmp_path, ti
     assert status == -signal.SIGKILL
     saved = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)
     assert saved["global_step"] == 3  # the interval checkpoint, mid-epoch (4 steps per epoch)
-    assert_same_state(saved["state_dict"], saved["optimizer_states"][0], torch.load(whole / "states" / "step3.pt", weights_only=False))
+    assert_same_state(
+        saved["state_dict"], saved["optimizer_states"][0], torch.load(whole / "states" / "step3.pt", weights_only=False)
+    )
     rows_saved = saved["callbacks"]["ResumeCheckpoint"]["csv_rows"][str(run / "logs" / "fit" / "metrics.csv")]
     # steps 0-2 (step 2's row was logged just after the checkpoint, and its batch is not repeated);
     # rows of later steps reached the file too: the resumed run logs them again
@@ -169,12 +217,24 @@ def test_interval_checkpoints_reach_a_run_without_a_configured_last_checkpoint(t
                 self.steps.append((trainer.global_step, torch.load(last, weights_only=False)["global_step"]))
 
     module = DualEncoderRetrieval(CLIPEncoder(pretrained=str(tiny_clip)), MeanPHead())
-    data = MultiEventDataModule(annotation=str(corpus / "annotations.json"), num_frames=2, image_size=32, batch_size=4, num_workers=0)
-    trainer = L.Trainer(accelerator="cpu", max_epochs=1, limit_val_batches=0, logger=False, default_root_dir=str(tmp_path),
-                        enable_progress_bar=False, enable_model_summary=False,
-                        callbacks=[ResumeCheckpoint(every_n_steps=3, every_n_minutes=None), Saved()])
+    data = MultiEventDataModule(
+        annotation=str(corpus / "annotations.json"), num_frames=2, image_size=32, batch_size=4, num_workers=0
+    )
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_epochs=1,
+        limit_val_batches=0,
+        logger=False,
+        default_root_dir=str(tmp_path),
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[ResumeCheckpoint(every_n_steps=3, every_n_minutes=None), Saved()],
+    )
     trainer.fit(module, data)
-    assert Saved.steps == [(3, 3), (4, 3)] and torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 4
+    assert (
+        Saved.steps == [(3, 3), (4, 3)]
+        and torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 4
+    )
 
 
 @pytest.mark.slow
@@ -197,16 +257,26 @@ def test_sigterm_in_a_tiny_gve_fit_keeps_the_curriculum_and_lora_weights(tmp_pat
     assert stopped.value.code == 128 + signal.SIGTERM
     saved = torch.load(parts / "checkpoints" / "last.ckpt", weights_only=False)
     want = json.loads((whole / "logs" / "fit" / "modality_pyramid.json").read_text())
-    assert saved["global_step"] == 6 and [e["epoch"] for e in saved["callbacks"]["ModalityPyramid"]["history"]] == [0, 1]
+    assert saved["global_step"] == 6 and [e["epoch"] for e in saved["callbacks"]["ModalityPyramid"]["history"]] == [
+        0,
+        1,
+    ]
     resumed = gve_config(tmp_path / "c.yaml", tiny_qwen, gve_tasks, parts, epochs=2, steps=4)
     main(["fit", "--config", str(resumed), "--ckpt_path", "last"])
     got = json.loads((parts / "logs" / "fit" / "modality_pyramid.json").read_text())
     assert [e["epoch"] for e in got] == [0, 1]
     for a, b in zip(got, want):
-        assert a["sigma"] == b["sigma"] and a["R"] == pytest.approx(b["R"], abs=1e-6) and a["P"] == pytest.approx(b["P"], abs=1e-6)
+        assert (
+            a["sigma"] == b["sigma"]
+            and a["R"] == pytest.approx(b["R"], abs=1e-6)
+            and a["P"] == pytest.approx(b["P"], abs=1e-6)
+        )
     final = [torch.load(run / "checkpoints" / "last.ckpt", weights_only=True) for run in (whole, parts)]
     assert final[0]["global_step"] == final[1]["global_step"] == 8
     for name, value in final[0]["state_dict"].items():  # LoRA weights
         torch.testing.assert_close(final[1]["state_dict"][name], value, atol=1e-6, rtol=0)
-    rows = [[(r["step"], r["epoch"]) for r in csv.DictReader(open(run / "logs" / "fit" / "metrics.csv"))] for run in (whole, parts)]
+    rows = [
+        [(r["step"], r["epoch"]) for r in csv.DictReader(open(run / "logs" / "fit" / "metrics.csv"))]
+        for run in (whole, parts)
+    ]
     assert rows[0] == rows[1]

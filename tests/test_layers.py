@@ -69,9 +69,13 @@ def imported_modules(path: Path, root: Path = PACKAGE) -> list[tuple[str, int]]:
             else:
                 target = node.module or ""
             found.append((target, node.lineno))
-        elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
-              and isinstance(node.args[0].value, str)
-              and getattr(node.func, "attr", getattr(node.func, "id", None)) in ("import_module", "__import__")):
+        elif (
+            isinstance(node, ast.Call)
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and getattr(node.func, "attr", getattr(node.func, "id", None)) in ("import_module", "__import__")
+        ):
             found.append((node.args[0].value, node.lineno))
     return [(name, line) for name, line in found if name == "lit_retrieval" or name.startswith("lit_retrieval.")]
 
@@ -111,9 +115,11 @@ def test_the_check_sees_lazy_relative_and_type_only_imports(tmp_path):
     (fake / "data" / "lazy.py").write_text("def f():\n    from lit_retrieval.models import y\n")
     (fake / "data" / "relative.py").write_text("from ..models import y\n")
     (fake / "data" / "typing_only.py").write_text(
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import lit_retrieval.cli\n")
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import lit_retrieval.cli\n"
+    )
     (fake / "data" / "dynamic.py").write_text(
-        "import importlib\nimportlib.import_module('lit_retrieval.search.index')\n")
+        "import importlib\nimportlib.import_module('lit_retrieval.search.index')\n"
+    )
     (fake / "newthing.py").write_text("")
     problems = backward_edges(fake)
     expected = [
@@ -140,8 +146,10 @@ def test_peers_of_one_rank_do_not_import_each_other(tmp_path):
 def test_the_training_path_does_not_load_faiss_or_scenedetect():
     """`lit-retrieval fit` imports the entry point, RetrievalCLI and the classes a config names;
     faiss (index/search) and PySceneDetect (shots) load only with the commands that need them."""
-    modules = "lit_retrieval.cli, lit_retrieval.retrieval_cli, lit_retrieval.data, lit_retrieval.models, " \
-              "lit_retrieval.modules, lit_retrieval.callbacks"
+    modules = (
+        "lit_retrieval.cli, lit_retrieval.retrieval_cli, lit_retrieval.data, lit_retrieval.models, "
+        "lit_retrieval.modules, lit_retrieval.callbacks"
+    )
     code = f"import sys, {modules}; print(sorted(m for m in ('faiss', 'scenedetect') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

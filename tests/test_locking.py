@@ -53,8 +53,14 @@ def holder_script(tmp_path) -> Path:
 
 def start_holder(script: Path, folder: Path, name: str, go: Path, hold: float = -1) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, str(script), str(folder), name, str(go), str(hold)], env=env, cwd=ROOT,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, str(script), str(folder), name, str(go), str(hold)],
+        env=env,
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 def held(script: Path, folder: Path, name: str, tmp_path: Path) -> subprocess.Popen:
@@ -72,7 +78,11 @@ def commands(tmp_path: Path) -> dict[str, tuple[list[str], Path, str]]:
     (videos / "a.mp4").write_bytes(b"not decoded: the lock comes first")
     out = tmp_path / "out"
     return {
-        "index": (["index", "--model", str(tmp_path / "no-model"), "--videos", str(videos), "--out", str(out)], out, "index"),
+        "index": (
+            ["index", "--model", str(tmp_path / "no-model"), "--videos", str(videos), "--out", str(out)],
+            out,
+            "index",
+        ),
         "shots": (["shots", str(videos / "a.mp4"), "--cache", str(out)], out, "shots"),
         "uvrb": (["uvrb", "--model", str(tmp_path / "no-model"), "--out", str(out)], out, "uvrb"),
     }
@@ -119,26 +129,47 @@ def test_a_lock_left_by_a_killed_process_is_taken_over(tmp_path, holder_script):
 
 
 def test_a_reused_pid_is_not_taken_for_the_holder(tmp_path):
-    (tmp_path / ".x.lock").write_text(json.dumps({"host": socket.gethostname(), "pid": os.getppid(), "pid_start": "1",
-                                                    "command": "lit-retrieval index", "started": "earlier"}))
+    (tmp_path / ".x.lock").write_text(
+        json.dumps(
+            {
+                "host": socket.gethostname(),
+                "pid": os.getppid(),
+                "pid_start": "1",
+                "command": "lit-retrieval index",
+                "started": "earlier",
+            }
+        )
+    )
     with OutputLock(tmp_path, "x"):  # the pid runs, but it started at another time: another process
         assert json.loads((tmp_path / ".x.lock").read_text())["pid"] == os.getpid()
 
 
 def test_a_holder_on_another_host_is_refused_and_the_file_to_remove_named(tmp_path):
-    other = {"host": "gpu-node-17", "pid": 1, "pid_start": "5", "command": "lit-retrieval index --out x", "started": "2026-01-01 10:00:00 UTC"}
+    other = {
+        "host": "gpu-node-17",
+        "pid": 1,
+        "pid_start": "5",
+        "command": "lit-retrieval index --out x",
+        "started": "2026-01-01 10:00:00 UTC",
+    }
     (tmp_path / ".index.lock").write_text(json.dumps(other))
     with pytest.raises(OutputLocked) as refused:
         OutputLock(tmp_path, "index").acquire()
-    assert str(refused.value) == (f"{tmp_path}: being written by another process (host gpu-node-17, pid 1, since 2026-01-01 10:00:00 UTC: "
-                                  f"lit-retrieval index --out x); wait for it to finish, or remove {tmp_path / '.index.lock'} "
-                                  "if that process is gone")
+    assert str(refused.value) == (
+        f"{tmp_path}: being written by another process (host gpu-node-17, pid 1, since 2026-01-01 10:00:00 UTC: "
+        f"lit-retrieval index --out x); wait for it to finish, or remove {tmp_path / '.index.lock'} "
+        "if that process is gone"
+    )
 
 
 def test_racing_processes_over_a_stale_lock_get_one_winner(tmp_path, holder_script):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout
     (tmp_path / "out").mkdir()
-    (tmp_path / "out" / ".index.lock").write_text(json.dumps({"host": socket.gethostname(), "pid": int(dead), "command": "gone"}))
+    (tmp_path / "out" / ".index.lock").write_text(
+        json.dumps({"host": socket.gethostname(), "pid": int(dead), "command": "gone"})
+    )
     go = tmp_path / "go"
     racers = [start_holder(holder_script, tmp_path / "out", "index", go, hold=2.0) for _ in range(4)]
     assert [racer.stdout.readline().strip() for racer in racers] == ["ready"] * 4  # all waiting for the signal

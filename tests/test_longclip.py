@@ -34,13 +34,17 @@ def hf_to_openai(model: CLIPModel, extra_res: torch.Tensor | None = None) -> dic
     out = {
         "token_embedding.weight": sd["text_model.embeddings.token_embedding.weight"],
         "positional_embedding": sd["text_model.embeddings.position_embedding.weight"],
-        "ln_final.weight": sd["text_model.final_layer_norm.weight"], "ln_final.bias": sd["text_model.final_layer_norm.bias"],
-        "text_projection": sd["text_projection.weight"].t(), "visual.proj": sd["visual_projection.weight"].t(),
+        "ln_final.weight": sd["text_model.final_layer_norm.weight"],
+        "ln_final.bias": sd["text_model.final_layer_norm.bias"],
+        "text_projection": sd["text_projection.weight"].t(),
+        "visual.proj": sd["visual_projection.weight"].t(),
         "visual.class_embedding": sd["vision_model.embeddings.class_embedding"],
         "visual.conv1.weight": sd["vision_model.embeddings.patch_embedding.weight"],
         "visual.positional_embedding": sd["vision_model.embeddings.position_embedding.weight"],
-        "visual.ln_pre.weight": sd["vision_model.pre_layrnorm.weight"], "visual.ln_pre.bias": sd["vision_model.pre_layrnorm.bias"],
-        "visual.ln_post.weight": sd["vision_model.post_layernorm.weight"], "visual.ln_post.bias": sd["vision_model.post_layernorm.bias"],
+        "visual.ln_pre.weight": sd["vision_model.pre_layrnorm.weight"],
+        "visual.ln_pre.bias": sd["vision_model.pre_layrnorm.bias"],
+        "visual.ln_post.weight": sd["vision_model.post_layernorm.weight"],
+        "visual.ln_post.bias": sd["vision_model.post_layernorm.bias"],
         "logit_scale": sd["logit_scale"],
     }
     for tower, src in (("text_model", "transformer"), ("vision_model", "visual.transformer")):
@@ -49,8 +53,13 @@ def hf_to_openai(model: CLIPModel, extra_res: torch.Tensor | None = None) -> dic
             p, q = f"{tower}.encoder.layers.{i}", f"{src}.resblocks.{i}"
             out[f"{q}.attn.in_proj_weight"] = torch.cat([sd[f"{p}.self_attn.{x}_proj.weight"] for x in "qkv"])
             out[f"{q}.attn.in_proj_bias"] = torch.cat([sd[f"{p}.self_attn.{x}_proj.bias"] for x in "qkv"])
-            for a, b in (("attn.out_proj", "self_attn.out_proj"), ("ln_1", "layer_norm1"), ("ln_2", "layer_norm2"),
-                         ("mlp.c_fc", "mlp.fc1"), ("mlp.c_proj", "mlp.fc2")):
+            for a, b in (
+                ("attn.out_proj", "self_attn.out_proj"),
+                ("ln_1", "layer_norm1"),
+                ("ln_2", "layer_norm2"),
+                ("mlp.c_fc", "mlp.fc1"),
+                ("mlp.c_proj", "mlp.fc2"),
+            ):
                 out[f"{q}.{a}.weight"], out[f"{q}.{a}.bias"] = sd[f"{p}.{b}.weight"], sd[f"{p}.{b}.bias"]
     if extra_res is not None:
         out["positional_embedding_res"] = extra_res
@@ -72,7 +81,9 @@ def test_longclip_checkpoint_merges_fine_tuned_positions(tiny_clip, tmp_path):
     torch.testing.assert_close(table[:20], frozen[:20])
     torch.testing.assert_close(table[20:], res[20:])
     pixels = torch.randn(2, 3, 32, 32)
-    torch.testing.assert_close(loaded.eval().get_image_features(pixel_values=pixels), model.get_image_features(pixel_values=pixels))
+    torch.testing.assert_close(
+        loaded.eval().get_image_features(pixel_values=pixels), model.get_image_features(pixel_values=pixels)
+    )
     ids = torch.tensor([[512, 70, 71, 513]])
     model.text_model.embeddings.position_embedding.weight.data = table[:77].clone()
     torch.testing.assert_close(loaded.get_text_features(input_ids=ids), model.get_text_features(input_ids=ids))

@@ -23,7 +23,9 @@ def _random_problem(seed: int, shots: int) -> torch.Tensor:
 def test_ot_plan_equals_pot_entropic_partial_wasserstein(shots, capacity):
     M = _random_problem(shots, shots)
     a = np.full(3, 1 / 3)
-    reference = ot.partial.entropic_partial_wasserstein(a, np.full(shots, capacity), -M.numpy(), 0.05, m=a.sum(), numItermax=5000, stopThr=1e-14)
+    reference = ot.partial.entropic_partial_wasserstein(
+        a, np.full(shots, capacity), -M.numpy(), 0.05, m=a.sum(), numItermax=5000, stopThr=1e-14
+    )
     score, plan = ot_match(M[None], torch.ones(1, shots, dtype=torch.bool), capacity, 0.05, iters=300)
     np.testing.assert_allclose(plan[0].numpy(), reference, atol=1e-6)
     assert score.item() == pytest.approx(float((reference * M.numpy()).sum()), abs=1e-6)
@@ -49,7 +51,10 @@ def test_ot_constraints_rows_one_third_columns_capped_and_padding_empty():
 def test_ot_tends_to_greedy_max_as_capacity_to_one_and_eps_to_zero():
     M = _random_problem(3, 9).float()
     mask = torch.ones(9, dtype=torch.bool)
-    gaps = [abs(ot_match(M, mask, 0.999, eps, iters=50)[0].item() - greedy_max(M, mask).item()) for eps in (0.1, 0.02, 0.002)]
+    gaps = [
+        abs(ot_match(M, mask, 0.999, eps, iters=50)[0].item() - greedy_max(M, mask).item())
+        for eps in (0.1, 0.02, 0.002)
+    ]
     assert gaps[0] > gaps[1] > gaps[2] and gaps[2] < 1e-3
 
 
@@ -78,7 +83,9 @@ def test_ot_is_batched_and_differentiable_in_similarities_capacity_and_eps():
     for tensor in (M, capacity, eps):
         assert tensor.grad is not None and torch.isfinite(tensor.grad).all()
     assert M.grad[~mask.unsqueeze(-2).expand_as(M)].abs().max() == 0  # padded shots get no gradient
-    assert torch.autograd.gradcheck(lambda m, c, e: ot_match(m, mask[0, 0], c, e)[0], (M[0, 0].detach().requires_grad_(), capacity, eps))
+    assert torch.autograd.gradcheck(
+        lambda m, c, e: ot_match(m, mask[0, 0], c, e)[0], (M[0, 0].detach().requires_grad_(), capacity, eps)
+    )
 
 
 def test_soft_assignment_is_a_distribution_over_valid_shots():

@@ -91,9 +91,23 @@ def test_metrics_command_prints_json(tmp_path):
     np.save(tmp_path / "sim.npy", scores)
     np.save(tmp_path / "idx.npy", targets)
     out = subprocess.run(
-        [sys.executable, "-m", "lit_retrieval", "metrics", str(tmp_path / "sim.npy"), "--text-video", str(tmp_path / "idx.npy")],
-        capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            "-m",
+            "lit_retrieval",
+            "metrics",
+            str(tmp_path / "sim.npy"),
+            "--text-video",
+            str(tmp_path / "idx.npy"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
-    assert json.loads(out.stdout) == pytest.approx(retrieval_metrics(torch.from_numpy(scores), torch.from_numpy(targets)))
-    bad = subprocess.run([sys.executable, "-m", "lit_retrieval", "metrics", str(tmp_path / "nope.npy")], capture_output=True, text=True)
+    assert json.loads(out.stdout) == pytest.approx(
+        retrieval_metrics(torch.from_numpy(scores), torch.from_numpy(targets))
+    )
+    bad = subprocess.run(
+        [sys.executable, "-m", "lit_retrieval", "metrics", str(tmp_path / "nope.npy")], capture_output=True, text=True
+    )
     assert bad.returncode == 2 and "nope.npy" in bad.stderr

@@ -49,14 +49,18 @@ def test_head_is_meanp_over_key_event_frames_and_ignores_padding():
     assert head.indexable
     video = VideoFeatures(frames=frames[None], mask=mask[None])
     index, _ = kkz_kmedoids(frames[None], mask[None], 3)
-    expected = MeanPHead().encode_video(VideoFeatures(frames=frames[index[0]][None], mask=torch.ones(1, 3, dtype=torch.bool)))
+    expected = MeanPHead().encode_video(
+        VideoFeatures(frames=frames[index[0]][None], mask=torch.ones(1, 3, dtype=torch.bool))
+    )
     assert torch.allclose(head.encode_video(video), expected, atol=1e-6)
     noisy = frames.clone()
     noisy[8:] = torch.randn(2, 8) * 50
     assert torch.allclose(head.encode_video(VideoFeatures(frames=noisy[None], mask=mask[None])), expected, atol=1e-6)
     frames.requires_grad_(True)
     head.encode_video(VideoFeatures(frames=frames[None], mask=mask[None])).sum().backward()
-    assert set(frames.grad.abs().sum(1).nonzero().flatten().tolist()) == set(index[0].tolist())  # gradients reach the key frames
+    assert set(frames.grad.abs().sum(1).nonzero().flatten().tolist()) == set(
+        index[0].tolist()
+    )  # gradients reach the key frames
 
 
 def test_mevtr_loss_against_the_equations():
@@ -64,7 +68,9 @@ def test_mevtr_loss_against_the_equations():
     owner = torch.tensor([0, 0, 1, 2, 2])
     t2v = sum(-F.log_softmax(logits[i], 0)[owner[i]] for i in range(5)) / 5
     positives = {v: [i for i in range(5) if owner[i] == v] for v in range(3)}
-    balanced = sum(-sum(F.log_softmax(logits[:, v], 0)[i] for i in positives[v]) / len(positives[v]) for v in range(3)) / 3
+    balanced = (
+        sum(-sum(F.log_softmax(logits[:, v], 0)[i] for i in positives[v]) / len(positives[v]) for v in range(3)) / 3
+    )
 
     def disjoint_term(i, v):
         negatives = [k for k in range(5) if owner[k] != v]
@@ -78,7 +84,9 @@ def test_mevtr_loss_against_the_equations():
     assert first.item() == pytest.approx((balanced + t2v).item())
     second = dynamic(logits * 2, owner)  # alpha = the previous step's L_v2t / L_t2v
     v2t_alone = MeVTRLoss(alpha=0.0)(logits * 2, owner)
-    assert second.item() == pytest.approx((v2t_alone + (balanced / t2v) * F.cross_entropy(logits * 2, owner)).item(), abs=1e-5)
+    assert second.item() == pytest.approx(
+        (v2t_alone + (balanced / t2v) * F.cross_entropy(logits * 2, owner)).item(), abs=1e-5
+    )
     square = torch.randn(4, 4)
     assert MeVTRLoss()(square, torch.arange(4)).item() == pytest.approx(SymmetricInfoNCE()(square).item(), abs=1e-6)
     with pytest.raises(ValueError, match="at least one caption"):
@@ -93,10 +101,16 @@ def test_event_caption_training_and_exclusive_with_mea(tmp_path, corpus, tiny_cl
     from lit_retrieval.modules import DualEncoderRetrieval, MEAConfig
 
     with pytest.raises(ValueError, match="exclusive"):
-        DualEncoderRetrieval(CLIPEncoder(pretrained=str(tiny_clip)), MeVTRHead(), mea=MEAConfig(), event_loss=MeVTRLoss())
+        DualEncoderRetrieval(
+            CLIPEncoder(pretrained=str(tiny_clip)), MeVTRHead(), mea=MEAConfig(), event_loss=MeVTRLoss()
+        )
     torch.manual_seed(0)
-    module = DualEncoderRetrieval(CLIPEncoder(pretrained=str(tiny_clip)), MeVTRHead(num_events=2), query_mode="events",
-                                  event_loss=MeVTRLoss(dynamic_alpha=True))
+    module = DualEncoderRetrieval(
+        CLIPEncoder(pretrained=str(tiny_clip)),
+        MeVTRHead(num_events=2),
+        query_mode="events",
+        event_loss=MeVTRLoss(dynamic_alpha=True),
+    )
     data = MultiEventDataModule(annotation=str(corpus / "annotations.json"), num_frames=4, image_size=32, batch_size=8)
     data.setup()
     batch = next(iter(data.train_dataloader()))
@@ -106,7 +120,16 @@ def test_event_caption_training_and_exclusive_with_mea(tmp_path, corpus, tiny_cl
     out = module.training_step(batch, 0)
     assert calls == [[d for e in batch["events"] for d in e]] and torch.isfinite(out["loss"])
     module.encoder.encode_text = encode
-    trainer = L.Trainer(accelerator="cpu", max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_epochs=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.fit(module, data)
     trainer.test(module, data, verbose=False)
-    assert "objectives.event_loss.loss.prev_ratio" in module.state_dict() and module.eval_results["test"]["t2v/R@1"] >= 0
+    assert (
+        "objectives.event_loss.loss.prev_ratio" in module.state_dict() and module.eval_results["test"]["t2v/R@1"] >= 0
+    )

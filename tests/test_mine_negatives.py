@@ -25,7 +25,13 @@ def test_mine_negatives_command_matches_brute_force(tmp_path, tiny_qwen, gve_tas
     out = tmp_path / "mined.jsonl"
     from lit_retrieval.commands import run_command
 
-    assert run_command("mine-negatives", ["--model", str(tiny_qwen), "--task", spec.path, "--format", "T->V", "--out", str(out), "--k", "2"]) == 0
+    assert (
+        run_command(
+            "mine-negatives",
+            ["--model", str(tiny_qwen), "--task", spec.path, "--format", "T->V", "--out", str(out), "--k", "2"],
+        )
+        == 0
+    )
     mined = read_task(TaskSpec("mined", str(out), "T->V", num_negatives=2))
     source = read_task(TaskSpec("src", spec.path, "T->V"))
     assert [r.record_id for r in mined] == [r.record_id for r in source]
@@ -35,6 +41,10 @@ def test_mine_negatives_command_matches_brute_force(tmp_path, tiny_qwen, gve_tas
     candidates = list({r.positive.key: r.positive for r in source}.values())
     scores = prober.embed([r.query for r in source[:5]]) @ prober.embed(candidates).t()
     for row, record in zip(scores, mined[:5]):
-        ranked = [candidates[j] for j in torch.argsort(row, descending=True).tolist() if candidates[j].key != record.positive.key]
+        ranked = [
+            candidates[j]
+            for j in torch.argsort(row, descending=True).tolist()
+            if candidates[j].key != record.positive.key
+        ]
         assert [n.key for n in record.negatives] == [c.key for c in ranked[:2]]
     assert json.loads(out.read_text().splitlines()[0])["negatives"][0]["video"].endswith(".mp4")

@@ -29,13 +29,28 @@ def test_probabilities_are_a_softmax_of_alignment_over_sigma():
     assert sharp[2] > flat[2] and sharp[0] < flat[0]  # low sigma favours well-aligned tasks
 
 
-def write_config(path, tiny_qwen, gve_tasks, run_dir, epochs=2, steps=3, workers=0, stop_after=None, crash_at=None, every_n_steps=None):
+def write_config(
+    path,
+    tiny_qwen,
+    gve_tasks,
+    run_dir,
+    epochs=2,
+    steps=3,
+    workers=0,
+    stop_after=None,
+    crash_at=None,
+    every_n_steps=None,
+):
     config = yaml.safe_load(open("configs/gve/tiny_cpu.yaml"))
     config["trainer"].update(max_epochs=epochs, default_root_dir=str(run_dir))
     if stop_after is not None:
-        config["trainer"]["callbacks"].append({"class_path": "stop_callbacks.StopAfterEpoch", "init_args": {"epoch": stop_after}})
+        config["trainer"]["callbacks"].append(
+            {"class_path": "stop_callbacks.StopAfterEpoch", "init_args": {"epoch": stop_after}}
+        )
     if crash_at is not None:
-        config["trainer"]["callbacks"].append({"class_path": "stop_callbacks.CrashAtStep", "init_args": {"step": crash_at}})
+        config["trainer"]["callbacks"].append(
+            {"class_path": "stop_callbacks.CrashAtStep", "init_args": {"step": crash_at}}
+        )
     if every_n_steps is not None:
         config["trainer"]["callbacks"][0]["init_args"]["every_n_train_steps"] = every_n_steps
     config["trainer"]["logger"]["init_args"]["save_dir"] = str(run_dir)
@@ -66,12 +81,22 @@ def test_tiny_gve_fit_logs_curriculum_and_saves_lora_only(tmp_path, tiny_qwen, g
     assert [e["epoch"] for e in history] == [0, 1] and [e["sigma"] for e in history] == pytest.approx([0.1, 1.0])
     for entry in history:
         names = list(entry["R"])
-        assert entry["P"] == pytest.approx(dict(zip(names, task_probabilities([entry["R"][n] for n in names], entry["sigma"]))))
+        assert entry["P"] == pytest.approx(
+            dict(zip(names, task_probabilities([entry["R"][n] for n in names], entry["sigma"])))
+        )
         assert all(-1 <= r <= 1 for r in entry["R"].values())
     assert (log_dir / "modality_pyramid.png").stat().st_size > 10_000
     header = (log_dir / "metrics.csv").read_text().splitlines()[0].split(",")
-    for key in ("train/loss", "train/positive", "train/mean_score", "train/margin", "curriculum/sigma", "curriculum/P/syn_t2v",
-                "val/R@1", "val/syn_t2v/q2c/R@1"):
+    for key in (
+        "train/loss",
+        "train/positive",
+        "train/mean_score",
+        "train/margin",
+        "curriculum/sigma",
+        "curriculum/P/syn_t2v",
+        "val/R@1",
+        "val/syn_t2v/q2c/R@1",
+    ):
         assert key in header
     checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)
     assert checkpoint["state_dict"] and all("lora_" in k for k in checkpoint["state_dict"])
@@ -93,7 +118,11 @@ def test_resumed_fit_applies_the_same_curriculum_and_weights(tmp_path, tiny_qwen
     got = json.loads((parts / "logs" / "fit" / "modality_pyramid.json").read_text())
     assert [e["epoch"] for e in got] == [0, 1, 2]
     for a, b in zip(got, want):
-        assert a["sigma"] == b["sigma"] and a["R"] == pytest.approx(b["R"], abs=1e-6) and a["P"] == pytest.approx(b["P"], abs=1e-6)
+        assert (
+            a["sigma"] == b["sigma"]
+            and a["R"] == pytest.approx(b["R"], abs=1e-6)
+            and a["P"] == pytest.approx(b["P"], abs=1e-6)
+        )
     final = [torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"] for run in (whole, parts)]
     for name, value in final[0].items():  # LoRA weights (dropout RNG included) continue exactly
         torch.testing.assert_close(final[1][name], value, atol=1e-6, rtol=0)
@@ -104,11 +133,15 @@ def test_resume_in_the_middle_of_an_epoch_continues_the_same_batches(tmp_path, t
     whole = tmp_path / "whole"
     main(["fit", "--config", str(write_config(tmp_path / "a.yaml", tiny_qwen, gve_tasks, whole, epochs=2, steps=4))])
     parts = tmp_path / "parts"
-    crashing = write_config(tmp_path / "b.yaml", tiny_qwen, gve_tasks, parts, epochs=2, steps=4, crash_at=6, every_n_steps=1)
+    crashing = write_config(
+        tmp_path / "b.yaml", tiny_qwen, gve_tasks, parts, epochs=2, steps=4, crash_at=6, every_n_steps=1
+    )
     with pytest.raises(RuntimeError, match="simulated crash at step 6"):
         main(["fit", "--config", str(crashing)])
     saved = torch.load(parts / "checkpoints" / "last.ckpt", weights_only=False)
-    assert saved["global_step"] == 6 and saved["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]["ready"] == 2
+    assert (
+        saved["global_step"] == 6 and saved["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]["ready"] == 2
+    )
     resumed = write_config(tmp_path / "c.yaml", tiny_qwen, gve_tasks, parts, epochs=2, steps=4)
     main(["fit", "--config", str(resumed), "--ckpt_path", str(parts / "checkpoints" / "last.ckpt")])
     final = [torch.load(run / "checkpoints" / "last.ckpt", weights_only=True) for run in (whole, parts)]
@@ -121,7 +154,9 @@ def test_checkpoint_of_another_lora_setting_is_refused(tmp_path, tiny_qwen):
     from lit_retrieval.models.gve import LoRASettings
     from lit_retrieval.modules.gve import EmbedderConfig, GVERetrieval
 
-    module = GVERetrieval(EmbedderConfig(str(tiny_qwen), lora=LoRASettings(r=4), dtype="float32", gradient_checkpointing=False))
+    module = GVERetrieval(
+        EmbedderConfig(str(tiny_qwen), lora=LoRASettings(r=4), dtype="float32", gradient_checkpointing=False)
+    )
     state = {"state_dict": {"embedder.model.something.lora_A.weight": torch.zeros(1)}}
     with pytest.raises(RuntimeError, match="does not match this model's trainable weights"):
         module.on_load_checkpoint(state)
@@ -143,12 +178,20 @@ def test_two_process_ddp_fit_shares_tasks_splits_samples_and_agrees(tmp_path, ti
     config = write_config(tmp_path / "ddp.yaml", tiny_qwen, gve_tasks, run, epochs=2, steps=3)
     raw = yaml.safe_load(config.read_text())
     raw["trainer"].update(devices=2, strategy="ddp")
-    raw["trainer"]["callbacks"].append({"class_path": "stop_callbacks.RecordBatches", "init_args": {"out": str(tmp_path / "record")}})
+    raw["trainer"]["callbacks"].append(
+        {"class_path": "stop_callbacks.RecordBatches", "init_args": {"out": str(tmp_path / "record")}}
+    )
     config.write_text(yaml.safe_dump(raw))
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = clean_launch_env(os.path.join(root, "tests"))
-    done = subprocess.run([sys.executable, "-m", "lit_retrieval", "fit", "--config", str(config)], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "lit_retrieval", "fit", "--config", str(config)],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     ranks = [json.loads((tmp_path / "record" / f"rank{r}.json").read_text()) for r in range(2)]
     assert len(ranks[0]["batches"]) == len(ranks[1]["batches"]) == 6

@@ -22,11 +22,15 @@ from lit_retrieval.modules import DualEncoderRetrieval, EvalAnalyses, MEAConfig,
 def make_module(tiny_clip, **kwargs):
     torch.manual_seed(0)
     optim = OptimConfig(backbone_lr=1e-3, head_lr=1e-3, weight_decay=0.0, warmup_proportion=0.0)
-    return DualEncoderRetrieval(CLIPEncoder(pretrained=str(tiny_clip)), MeanPHead(logit_scale_init=2.3), optim=optim, **kwargs)
+    return DualEncoderRetrieval(
+        CLIPEncoder(pretrained=str(tiny_clip)), MeanPHead(logit_scale_init=2.3), optim=optim, **kwargs
+    )
 
 
 def make_data(corpus, **kwargs):
-    return MultiEventDataModule(annotation=str(corpus / "annotations.json"), num_frames=4, image_size=32, batch_size=8, **kwargs)
+    return MultiEventDataModule(
+        annotation=str(corpus / "annotations.json"), num_frames=4, image_size=32, batch_size=8, **kwargs
+    )
 
 
 def first_train_batch(corpus):
@@ -41,7 +45,9 @@ def test_mea_step_encodes_texts_once_and_follows_the_equations(corpus, tiny_clip
     calls = {"text": [], "video": 0}
     encode_text, encode_video = module.encoder.encode_text, module.encoder.encode_video
     module.encoder.encode_text = lambda texts: calls["text"].append(len(texts)) or encode_text(texts)
-    module.encoder.encode_video = lambda *a, **k: calls.__setitem__("video", calls["video"] + 1) or encode_video(*a, **k)
+    module.encoder.encode_video = lambda *a, **k: (
+        calls.__setitem__("video", calls["video"] + 1) or encode_video(*a, **k)
+    )
     out = module.training_step(batch, 0)
     partial = module.objectives.mea.partial_queries(batch["events"], 0, 0, 0)
     assert calls == {"text": [len(batch["events"]) + len(partial.events)], "video": 1}
@@ -79,15 +85,28 @@ class Interrupt(L.Callback):
 def run_fit(tmp_path, corpus, tiny_clip, max_epochs=3, ckpt_path=None, logger=False, stop_after=None, crash_at=None):
     module = make_module(tiny_clip, mea=MEAConfig(weight=0.5))
     curves = TrainingCurves()
-    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True, save_top_k=0, every_n_train_steps=1 if crash_at else None,
-                                 enable_version_counter=False)
+    checkpoint = ModelCheckpoint(
+        dirpath=tmp_path / "ckpt",
+        save_last=True,
+        save_top_k=0,
+        every_n_train_steps=1 if crash_at else None,
+        enable_version_counter=False,
+    )
     extra = [Interrupt(stop_after)] if stop_after else []
     if crash_at:
         from stop_callbacks import CrashAtStep
 
         extra.append(CrashAtStep(crash_at))
-    trainer = L.Trainer(accelerator="cpu", max_epochs=max_epochs, default_root_dir=tmp_path, logger=logger, log_every_n_steps=1,
-                        callbacks=[curves, checkpoint, *extra], enable_progress_bar=False, enable_model_summary=False)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_epochs=max_epochs,
+        default_root_dir=tmp_path,
+        logger=logger,
+        log_every_n_steps=1,
+        callbacks=[curves, checkpoint, *extra],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.fit(module, make_data(corpus), ckpt_path=ckpt_path)
     return module, curves
 
@@ -96,7 +115,9 @@ def test_resumed_run_continues_with_the_same_threshold(tmp_path, corpus, tiny_cl
     logger = CSVLogger(tmp_path / "whole", name="logs", version="v")
     whole, whole_curves = run_fit(tmp_path / "whole", corpus, tiny_clip, logger=logger)
     run_fit(tmp_path / "split", corpus, tiny_clip, stop_after=1)
-    resumed, resumed_curves = run_fit(tmp_path / "split", corpus, tiny_clip, ckpt_path=tmp_path / "split" / "ckpt" / "last.ckpt")
+    resumed, resumed_curves = run_fit(
+        tmp_path / "split", corpus, tiny_clip, ckpt_path=tmp_path / "split" / "ckpt" / "last.ckpt"
+    )
     thetas = [s["mea_theta"] for s in whole_curves.steps]
     # step 1 uses its own statistics, step 2 those of step 1: the same threshold; then it moves
     assert len(thetas) == 6 and thetas[0] == thetas[1] and len(set(thetas[1:])) == 5
@@ -106,7 +127,14 @@ def test_resumed_run_continues_with_the_same_threshold(tmp_path, corpus, tiny_cl
     # curves reach the logger and the figure is written
     run_dir = tmp_path / "whole" / "logs" / "v"
     header = (run_dir / "metrics.csv").read_text().splitlines()[0].split(",")
-    assert {"train/mea/theta", "train/mea/delta", "train/mea/xi", "train/mea/push", "train/mea/pull", "train/loss_std"} <= set(header)
+    assert {
+        "train/mea/theta",
+        "train/mea/delta",
+        "train/mea/xi",
+        "train/mea/push",
+        "train/mea/pull",
+        "train/loss_std",
+    } <= set(header)
     assert (run_dir / "training_curves.png").read_bytes()[:4] == b"\x89PNG"
     history = json.loads((run_dir / "training_curves.json").read_text())
     assert [s["mea_theta"] for s in history["steps"]] == pytest.approx(thetas)
@@ -120,8 +148,12 @@ def test_resume_mid_epoch_continues_with_the_same_batches_threshold_and_weights(
     whole, whole_curves = run_fit(tmp_path / "whole", corpus, tiny_clip)
     with pytest.raises(RuntimeError, match="simulated crash at step 3"):  # epoch 2 of 3, after its first batch
         run_fit(tmp_path / "split", corpus, tiny_clip, crash_at=3)
-    resumed, resumed_curves = run_fit(tmp_path / "split", corpus, tiny_clip, ckpt_path=tmp_path / "split" / "ckpt" / "last.ckpt")
-    assert [s["mea_theta"] for s in resumed_curves.steps] == pytest.approx([s["mea_theta"] for s in whole_curves.steps], abs=1e-6)
+    resumed, resumed_curves = run_fit(
+        tmp_path / "split", corpus, tiny_clip, ckpt_path=tmp_path / "split" / "ckpt" / "last.ckpt"
+    )
+    assert [s["mea_theta"] for s in resumed_curves.steps] == pytest.approx(
+        [s["mea_theta"] for s in whole_curves.steps], abs=1e-6
+    )
     assert [s["loss"] for s in resumed_curves.steps] == pytest.approx([s["loss"] for s in whole_curves.steps], abs=1e-5)
     for (name, a), b in zip(whole.state_dict().items(), resumed.state_dict().values()):
         assert torch.allclose(a, b, atol=1e-5), name
@@ -154,7 +186,9 @@ def brute_force_ranks(module, data, queries_of):
 
 
 def test_analyses_match_brute_force(tmp_path, corpus, tiny_clip):
-    analyses = EvalAnalyses(avg_event=True, slices=True, length_edges=[20.0], event_orders=["reversed", "shuffled"], query_modes=["concat"])
+    analyses = EvalAnalyses(
+        avg_event=True, slices=True, length_edges=[20.0], event_orders=["reversed", "shuffled"], query_modes=["concat"]
+    )
     module = make_module(tiny_clip, query_mode="events", analyses=analyses, score_chunk=3)
     data = make_data(corpus, eval_batch_size=4)
     L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False).test(module, data)
@@ -169,7 +203,9 @@ def test_analyses_match_brute_force(tmp_path, corpus, tiny_clip):
     for k in np.unique(counts):
         assert results[f"slices/events_{k}/n"] == (counts == k).sum()
         assert results[f"slices/events_{k}/t2v/R@1"] == pytest.approx(100 * np.mean(full[counts == k] == 1))
-        assert results[f"avg_event/events_{k}/t2v/R@1"] == pytest.approx(100 * np.mean(np.array(per_video)[counts == k]))
+        assert results[f"avg_event/events_{k}/t2v/R@1"] == pytest.approx(
+            100 * np.mean(np.array(per_video)[counts == k])
+        )
     short = np.array([r.duration < 20.0 for r in records])
     assert results["slices/length_0-20s/n"] + results["slices/length_20s+/n"] == len(records)
     assert results["slices/length_0-20s/t2v/R@1"] == pytest.approx(100 * np.mean(full[short] == 1))
@@ -185,16 +221,46 @@ def test_analyses_match_brute_force(tmp_path, corpus, tiny_clip):
 def test_shipped_mea_quickstart_config_runs_end_to_end(tmp_path, corpus):
     """configs/quickstart_mea.yaml as shipped (MiniLM text tower, MEA, curves, analyses), on the
     small test corpus for one epoch."""
-    common = ["--config", str(Path(__file__).resolve().parents[1] / "configs" / "quickstart_mea.yaml"),
-              "--data.init_args.annotation", str(corpus / "annotations.json"),
-              "--data.init_args.synthetic", "null", "--data.init_args.num_workers", "0", "--data.init_args.batch_size", "8",
-              "--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false", "--trainer.logger.init_args.save_dir", str(tmp_path)]
+    common = [
+        "--config",
+        str(Path(__file__).resolve().parents[1] / "configs" / "quickstart_mea.yaml"),
+        "--data.init_args.annotation",
+        str(corpus / "annotations.json"),
+        "--data.init_args.synthetic",
+        "null",
+        "--data.init_args.num_workers",
+        "0",
+        "--data.init_args.batch_size",
+        "8",
+        "--trainer.max_epochs",
+        "1",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.logger.init_args.save_dir",
+        str(tmp_path),
+    ]
     main(["fit", *common])
-    main(["test", *common, "--trainer.logger.init_args.version", "test", "--ckpt_path", str(tmp_path / "logs" / "fit" / "checkpoints" / "last.ckpt")])
+    main(
+        [
+            "test",
+            *common,
+            "--trainer.logger.init_args.version",
+            "test",
+            "--ckpt_path",
+            str(tmp_path / "logs" / "fit" / "checkpoints" / "last.ckpt"),
+        ]
+    )
     assert (tmp_path / "logs" / "fit" / "training_curves.png").exists()
     curves = json.loads((tmp_path / "logs" / "fit" / "training_curves.json").read_text())
     assert len(curves["steps"]) == 2 and "mea_theta" in curves["steps"][0] and "t2v/R@1" in curves["epochs"][0]
     test = json.loads((tmp_path / "logs" / "test" / "metrics.json").read_text())["test"]
-    expected = {"t2v/R@1", "avg_event/t2v/R@1", "slices/events_3/t2v/R@1", "slices/length_0-18s/n", "order/reversed/v2t/R@1",
-                "order/shuffled/t2v/R@1", "query_mode/events/t2v/R@1"}
+    expected = {
+        "t2v/R@1",
+        "avg_event/t2v/R@1",
+        "slices/events_3/t2v/R@1",
+        "slices/length_0-18s/n",
+        "order/reversed/v2t/R@1",
+        "order/shuffled/t2v/R@1",
+        "query_mode/events/t2v/R@1",
+    }
     assert expected <= set(test)

@@ -32,17 +32,33 @@ def write_lines(path, lines):
 
 
 def test_task_file_is_checked_against_its_format(tmp_path):
-    good = {"id": "a", "query": "a cat", "positive": {"video": "v.mp4", "start": 1, "end": 3}, "negatives": [{"video": "w.mp4"}, {"video": "x.mp4"}]}
-    path = write_lines(tmp_path / "t.jsonl", [good, {"query": {"text": "b"}, "positive": {"video": "y.mp4"}, "negatives": [{"video": "z.mp4"}]}])
+    good = {
+        "id": "a",
+        "query": "a cat",
+        "positive": {"video": "v.mp4", "start": 1, "end": 3},
+        "negatives": [{"video": "w.mp4"}, {"video": "x.mp4"}],
+    }
+    path = write_lines(
+        tmp_path / "t.jsonl",
+        [good, {"query": {"text": "b"}, "positive": {"video": "y.mp4"}, "negatives": [{"video": "z.mp4"}]}],
+    )
     records = read_task(TaskSpec("t2v", str(path), "T->V", num_negatives=1))
     assert [r.record_id for r in records] == ["a", "2"]
     assert records[0].positive.video == str(tmp_path / "v.mp4") and records[0].positive.start == 1.0
     assert len(records[0].negatives) == 1  # the first num_negatives are used
     cases = {
         "not valid JSON": "{oops",
-        "query is TV but task": {"query": {"text": "a", "video": "v.mp4"}, "positive": {"video": "v.mp4"}, "negatives": [{"video": "w.mp4"}]},
+        "query is TV but task": {
+            "query": {"text": "a", "video": "v.mp4"},
+            "positive": {"video": "v.mp4"},
+            "negatives": [{"video": "w.mp4"}],
+        },
         "0 negatives": {"query": "a", "positive": {"video": "v.mp4"}},
-        "need a 'video'": {"query": {"text": "a", "start": 1}, "positive": {"video": "v.mp4"}, "negatives": [{"video": "w.mp4"}]},
+        "need a 'video'": {
+            "query": {"text": "a", "start": 1},
+            "positive": {"video": "v.mp4"},
+            "negatives": [{"video": "w.mp4"}],
+        },
         "negative 0 is T": {"query": "a", "positive": {"video": "v.mp4"}, "negatives": ["text"]},
     }
     for reason, line in cases.items():
@@ -57,13 +73,20 @@ def test_subsampling_and_repetition(tmp_path):
     path = write_task(tmp_path / "t.jsonl", [{"id": str(i), "query": f"q{i}", "positive": f"p{i}"} for i in range(20)])
     sub = read_task(TaskSpec("t", str(path), "T->T", max_records=5), seed=1)
     assert len(sub) == 5 and len({r.record_id for r in sub}) == 5
-    assert [r.record_id for r in read_task(TaskSpec("t", str(path), "T->T", max_records=5), seed=1)] == [r.record_id for r in sub]
+    assert [r.record_id for r in read_task(TaskSpec("t", str(path), "T->T", max_records=5), seed=1)] == [
+        r.record_id for r in sub
+    ]
     assert len(read_task(TaskSpec("t", str(path), "T->T", repeat=3))) == 60
 
 
 def test_sampler_one_task_per_batch_rank_slices_and_probabilities():
     sizes, batch_sizes = [50, 30, 20], [4, 3, 2]
-    ranks = [TaskBatchSampler(sizes, batch_sizes, steps_per_epoch=400, probabilities=[0.6, 0.3, 0.1], seed=7, rank=r, world_size=2) for r in range(2)]
+    ranks = [
+        TaskBatchSampler(
+            sizes, batch_sizes, steps_per_epoch=400, probabilities=[0.6, 0.3, 0.1], seed=7, rank=r, world_size=2
+        )
+        for r in range(2)
+    ]
     for sampler in ranks:
         sampler.set_epoch(3)
     batches = [list(s) for s in ranks]
@@ -75,7 +98,9 @@ def test_sampler_one_task_per_batch_rank_slices_and_probabilities():
         tasks[task] += 1
     assert [tasks[k] / 400 for k in range(3)] == pytest.approx([0.6, 0.3, 0.1], abs=0.06)
     # within a task, global batches walk a permutation in whole batches: 6 x 8 distinct records per pass
-    first_pass = [i for left, right in zip(*batches) if left[0][0] == 0 for i in [x for _, x in left] + [x for _, x in right]][:48]
+    first_pass = [
+        i for left, right in zip(*batches) if left[0][0] == 0 for i in [x for _, x in left] + [x for _, x in right]
+    ][:48]
     assert len(set(first_pass)) == 48
     with pytest.raises(ValueError, match="fewer records than one global batch"):
         TaskBatchSampler([5], [3], world_size=2)
@@ -104,7 +129,14 @@ def test_sampler_rejects_bad_probabilities():
 
 @pytest.fixture(scope="module")
 def processing(tiny_qwen):
-    inputs = InputConfig(max_frames=2, video_min_pixels=3136, video_max_pixels=3136, image_min_pixels=3136, image_max_pixels=3136, max_tokens=1024)
+    inputs = InputConfig(
+        max_frames=2,
+        video_min_pixels=3136,
+        video_max_pixels=3136,
+        image_min_pixels=3136,
+        image_max_pixels=3136,
+        max_tokens=1024,
+    )
     return GVEProcessing(AutoProcessor.from_pretrained(str(tiny_qwen)), inputs)
 
 
@@ -145,7 +177,9 @@ def test_eval_batches_cover_queries_and_distinct_targets(gve_tasks, processing):
     loader = dm.val_dataloader()
     seen = Counter()
     for batch in loader:
-        for task, is_query, position in zip(batch["task_index"].tolist(), batch["is_query"].tolist(), batch["position"].tolist()):
+        for task, is_query, position in zip(
+            batch["task_index"].tolist(), batch["is_query"].tolist(), batch["position"].tolist()
+        ):
             seen[(task, is_query, position)] += 1
     for t, data in enumerate(dm.val_data):
         targets = dm.eval_set.targets[t]
@@ -167,7 +201,11 @@ def test_content_key_is_stable_across_processes_and_distinguishes_windows():
         "print(content_key(MediaItem(video='v.mp4', start=0.0, end=2.0)))"
     )
     other = [
-        int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PYTHONHASHSEED": seed}).stdout)
+        int(
+            subprocess.run(
+                [sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PYTHONHASHSEED": seed}
+            ).stdout
+        )
         for seed in ("1",)
     ]
     assert other == [content_key(a)]  # unlike hash(), the same on every rank and run

@@ -41,9 +41,19 @@ class NaNOnCall(torch.nn.Module):
 
 def small_fit(tiny_clip, corpus, tmp_path, policy):
     module = DualEncoderRetrieval(CLIPEncoder(pretrained=str(tiny_clip)), MeanPHead(), nonfinite=policy)
-    data = MultiEventDataModule(annotation=str(corpus / "annotations.json"), num_frames=2, image_size=32, batch_size=4, num_workers=0)
-    trainer = L.Trainer(accelerator="cpu", max_epochs=1, limit_train_batches=4, limit_val_batches=0, logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False, default_root_dir=str(tmp_path))
+    data = MultiEventDataModule(
+        annotation=str(corpus / "annotations.json"), num_frames=2, image_size=32, batch_size=4, num_workers=0
+    )
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_epochs=1,
+        limit_train_batches=4,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        default_root_dir=str(tmp_path),
+    )
     module.objectives.infonce.loss = NaNOnCall(module.objectives.infonce.loss, 2)
     return module, data, trainer
 
@@ -79,10 +89,23 @@ def test_nonfinite_loss_stops_the_run_under_raise(tmp_path, tiny_clip, corpus):
 
 
 def test_corrupt_or_partial_checkpoints_are_refused_clearly(tmp_path, tiny_clip, corpus):
-    config = clip_fit_config(tiny_clip, corpus, {
-        "max_epochs": 1, "limit_train_batches": 2, "limit_val_batches": 0, "logger": False, "default_root_dir": str(tmp_path / "run"),
-        "callbacks": [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint", "init_args": {"dirpath": str(tmp_path / "ckpt"), "save_last": True}}],
-    })
+    config = clip_fit_config(
+        tiny_clip,
+        corpus,
+        {
+            "max_epochs": 1,
+            "limit_train_batches": 2,
+            "limit_val_batches": 0,
+            "logger": False,
+            "default_root_dir": str(tmp_path / "run"),
+            "callbacks": [
+                {
+                    "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                    "init_args": {"dirpath": str(tmp_path / "ckpt"), "save_last": True},
+                }
+            ],
+        },
+    )
     path = tmp_path / "fit.yaml"
     path.write_text(yaml.safe_dump(config))
     main(["fit", "--config", str(path)])
@@ -91,7 +114,9 @@ def test_corrupt_or_partial_checkpoints_are_refused_clearly(tmp_path, tiny_clip,
     truncated = tmp_path / "truncated.ckpt"
     truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
     with pytest.raises(CorruptCheckpointError, match=r"truncated.ckpt: corrupt or partial checkpoint"):
-        main(["fit", "--config", str(path), "--ckpt_path", str(truncated), "--debug"])  # --debug: the error itself, not its one-line report
+        main(
+            ["fit", "--config", str(path), "--ckpt_path", str(truncated), "--debug"]
+        )  # --debug: the error itself, not its one-line report
     empty = tmp_path / "empty.ckpt"
     empty.write_bytes(b"")
     with pytest.raises(CorruptCheckpointError, match="empty checkpoint file"):
@@ -123,7 +148,9 @@ def test_full_disk_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
 
     monkeypatch.setattr(
         "builtins.open",
-        lambda path, mode="r", *a, **k: FullDisk(path, mode) if str(path).endswith(".partial") else real_open(path, mode, *a, **k),
+        lambda path, mode="r", *a, **k: (
+            FullDisk(path, mode) if str(path).endswith(".partial") else real_open(path, mode, *a, **k)
+        ),
     )
     with pytest.raises(OSError, match="the disk is full; the previous last.ckpt is intact"):
         io_plugin.save_checkpoint({"state_dict": {"w": torch.zeros(3)}, "global_step": 2}, target)

@@ -46,7 +46,11 @@ def test_old_checkpoint_keys_load_into_the_composed_objectives():
             self.objectives = TrainingObjectives(MeanPHead(), **options)
             self.register_load_state_dict_pre_hook(rename_legacy_objective_keys)
 
-    old_mea = {"mea.loss.prev_delta": torch.tensor(0.25), "mea.loss.prev_xi": torch.tensor(0.125), "mea.loss.has_prev": torch.tensor(True)}
+    old_mea = {
+        "mea.loss.prev_delta": torch.tensor(0.25),
+        "mea.loss.prev_xi": torch.tensor(0.125),
+        "mea.loss.has_prev": torch.tensor(True),
+    }
     holder = Holder(mea=MEAConfig())
     holder.load_state_dict(old_mea)
     loss = holder.objectives.mea.loss

@@ -41,7 +41,11 @@ def test_text_augmentation_sources():
     assert replace_words("a b c d", ["x"], 1e-9, rng) == "a b c d"
     shuffled = PartialQuerySampler(num_partial=3, source="shuffle_events").sample([EVENTS[:3]], 0)
     orders = [tuple(q) for q in shuffled.events]
-    assert len(set(orders)) == 3 and tuple(EVENTS[:3]) not in orders and all(sorted(o) == sorted(EVENTS[:3]) for o in orders)
+    assert (
+        len(set(orders)) == 3
+        and tuple(EVENTS[:3]) not in orders
+        and all(sorted(o) == sorted(EVENTS[:3]) for o in orders)
+    )
     replaced = PartialQuerySampler(num_partial=2, source="replace_words", replace_prob=0.5).sample([EVENTS], 0)
     assert len(replaced.events) == 2 and all(len(q) == len(EVENTS) for q in replaced.events)
     with pytest.raises(ValueError, match="unknown partial-query source"):

@@ -32,7 +32,9 @@ def test_index_retries_a_repaired_video_and_only_then(tmp_path):
     entry = json.loads((out / "failed.json").read_text())[str(broken)]
     assert entry["size"] == 64 and entry["mtime_ns"] == os.stat(broken).st_mtime_ns and "undecodable" in entry["reason"]
     rerun = KnownVectors()
-    assert build_video_index(rerun, SPEC, paths, out, progress=False)["failed"] == 1 and rerun.embedded == []  # unchanged: skipped
+    assert (
+        build_video_index(rerun, SPEC, paths, out, progress=False)["failed"] == 1 and rerun.embedded == []
+    )  # unchanged: skipped
     forced = KnownVectors()
     assert build_video_index(forced, SPEC, paths, out, progress=False, retry_failed=True)["failed"] == 1
     assert forced.embedded == [] and str(broken) in json.loads((out / "failed.json").read_text())  # tried, failed again
@@ -51,7 +53,10 @@ def test_an_index_failure_listed_without_size_and_mtime_is_retried(tmp_path):
     out.mkdir()
     (out / "failed.json").write_text(json.dumps({str(videos / "clip0.mp4"): "undecodable (an older index)"}))
     embedder = KnownVectors()
-    assert build_video_index(embedder, SPEC, list_videos(videos), out, progress=False)["count"] == 1 and len(embedder.embedded) == 1
+    assert (
+        build_video_index(embedder, SPEC, list_videos(videos), out, progress=False)["count"] == 1
+        and len(embedder.embedded) == 1
+    )
 
 
 def test_index_command_retries_a_replaced_corrupt_video(tmp_path, tiny_qwen):

@@ -1,7 +1,6 @@
 """SALI head and module: shot regrouping, score against a brute-force reference, gate and penalty
 gradients, operators per phase, warm start, relational evaluation and a short training run."""
 
-
 import lightning as L
 import numpy as np
 import pytest
@@ -36,7 +35,9 @@ def features(num_text=4, num_video=3, frames=6, seed=0):
     for v, layout in enumerate(layouts[:num_video]):
         mask[v, : len(layout)] = True
         shots[v, : len(layout)] = torch.tensor(layout)
-    video = VideoFeatures(frames=torch.randn(num_video, frames, DIM, generator=g) * mask[..., None], mask=mask, shots=shots)
+    video = VideoFeatures(
+        frames=torch.randn(num_video, frames, DIM, generator=g) * mask[..., None], mask=mask, shots=shots
+    )
     rows = torch.randn(3, num_text, DIM, generator=g)
     has_verb = torch.tensor([True, True, False, False][:num_text])
     relational = torch.tensor([True, False, False, False][:num_text])
@@ -125,7 +126,9 @@ def test_operators_and_penalty_switch_with_the_phase(encoder):
     assert not torch.allclose(trained, evaluated)
     max_head = make_head(encoder, train_operator="max")
     max_head.train()
-    torch.testing.assert_close(max_head.shot_scores(max_head.encode_text(text), max_head.encode_video(video)), evaluated)
+    torch.testing.assert_close(
+        max_head.shot_scores(max_head.encode_text(text), max_head.encode_video(video)), evaluated
+    )
 
 
 def test_gate_capacity_eps_and_penalty_receive_gradients(encoder):
@@ -144,7 +147,11 @@ def test_gate_capacity_eps_and_penalty_receive_gradients(encoder):
 def test_gradients_reach_every_parameter_and_steps_lower_the_loss(encoder):
     head = make_head(encoder, train_operator="ot", train_penalty=True)
     text, video = features(num_text=3, num_video=3)
-    text = SpanTextFeatures(*(t.clone() for t in (text.full, text.subject, text.object)), text.has_verb[:3], torch.tensor([True, True, False]))
+    text = SpanTextFeatures(
+        *(t.clone() for t in (text.full, text.subject, text.object)),
+        text.has_verb[:3],
+        torch.tensor([True, True, False]),
+    )
     assert_gradients_reach_every_parameter_and_steps_lower_the_loss(head, text, video)
 
 
@@ -167,13 +174,22 @@ def test_relational_metrics_against_a_brute_force_subset():
 @pytest.fixture(scope="module")
 def relational_corpus(tmp_path_factory):
     out = tmp_path_factory.mktemp("relcorpus")
-    generate_corpus(out, SynthConfig(num_videos=32, seed=5, events_per_video=(1, 2), relational_fraction=0.5), workers=1, progress=False)
+    generate_corpus(
+        out,
+        SynthConfig(num_videos=32, seed=5, events_per_video=(1, 2), relational_fraction=0.5),
+        workers=1,
+        progress=False,
+    )
     return out
 
 
 def make_data(corpus, cache):
     return MultiEventDataModule(
-        annotation=str(corpus / "annotations.json"), num_frames=8, image_size=32, batch_size=8, val_split="test",
+        annotation=str(corpus / "annotations.json"),
+        num_frames=8,
+        image_size=32,
+        batch_size=8,
+        val_split="test",
         shots=ShotOptions(cache_dir=str(cache), progress=False),
     )
 
@@ -182,7 +198,13 @@ def make_sali(tiny_clip, **kwargs):
     torch.manual_seed(0)
     optim = OptimConfig(backbone_lr=1e-3, head_lr=1e-3, weight_decay=0.0, warmup_proportion=0.0)
     spans = SpanSplitter(extra_person_words=CHARACTER_WORDS)
-    return SALIRetrieval(CLIPEncoder(pretrained=str(tiny_clip)), SALIHead(train_operator="ot", train_penalty=True), optim=optim, spans=spans, **kwargs)
+    return SALIRetrieval(
+        CLIPEncoder(pretrained=str(tiny_clip)),
+        SALIHead(train_operator="ot", train_penalty=True),
+        optim=optim,
+        spans=spans,
+        **kwargs,
+    )
 
 
 def test_queries_are_split_and_encoded_in_one_call(tiny_clip):
@@ -220,7 +242,14 @@ def test_warm_start_takes_the_meanp_encoder_and_refuses_other_heads(tiny_clip, t
 def test_sali_trains_evaluates_relational_metrics_and_reloads(tiny_clip, relational_corpus, tmp_path):
     data = make_data(relational_corpus, tmp_path / "shots")
     module = make_sali(tiny_clip)
-    trainer = L.Trainer(max_epochs=3, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer = L.Trainer(
+        max_epochs=3,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     losses = []
 
     class Record(L.Callback):
@@ -235,7 +264,9 @@ def test_sali_trains_evaluates_relational_metrics_and_reloads(tiny_clip, relatio
     assert results["relational/n"] + results["non_relational/n"] == len(data.datasets["val"])
     trainer.save_checkpoint(tmp_path / "sali.ckpt")
     restored = SALIRetrieval.load_from_checkpoint(
-        tmp_path / "sali.ckpt", encoder=CLIPEncoder(pretrained=str(tiny_clip)), head=SALIHead(train_operator="ot", train_penalty=True)
+        tmp_path / "sali.ckpt",
+        encoder=CLIPEncoder(pretrained=str(tiny_clip)),
+        head=SALIHead(train_operator="ot", train_penalty=True),
     )
     tester = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
     tester.validate(restored, data)
@@ -244,7 +275,9 @@ def test_sali_trains_evaluates_relational_metrics_and_reloads(tiny_clip, relatio
 
 
 def test_sali_needs_shots_in_the_data(tiny_clip, relational_corpus):
-    data = MultiEventDataModule(annotation=str(relational_corpus / "annotations.json"), num_frames=4, image_size=32, batch_size=4)
+    data = MultiEventDataModule(
+        annotation=str(relational_corpus / "annotations.json"), num_frames=4, image_size=32, batch_size=4
+    )
     data.setup()
     with pytest.raises(ValueError, match="data.shots"):
         make_sali(tiny_clip).training_step(next(iter(data.train_dataloader())), 0)

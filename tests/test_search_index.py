@@ -12,7 +12,14 @@ import torch
 
 from lit_retrieval.commands import run_command
 from lit_retrieval.data.media import MediaItem
-from lit_retrieval.search.index import IndexMismatch, IndexSettings, VideoIndex, build_video_index, list_videos, make_index
+from lit_retrieval.search.index import (
+    IndexMismatch,
+    IndexSettings,
+    VideoIndex,
+    build_video_index,
+    list_videos,
+    make_index,
+)
 from lit_retrieval.search.loading import ModelSpec
 from media import write_noise_video
 
@@ -98,7 +105,9 @@ def test_index_of_another_model_is_refused(tmp_path, videos):
     with pytest.raises(IndexMismatch, match="another model or with other settings"):
         VideoIndex.load(tmp_path / "idx").check(KnownVectors(fingerprint="other"))
     with pytest.raises(IndexMismatch, match="embeddings of another model"):
-        build_video_index(KnownVectors(fingerprint="other"), SPEC, list_videos(videos), tmp_path / "idx", progress=False)
+        build_video_index(
+            KnownVectors(fingerprint="other"), SPEC, list_videos(videos), tmp_path / "idx", progress=False
+        )
 
 
 @pytest.mark.parametrize("kind", ["ivf", "hnsw"])
@@ -114,16 +123,30 @@ def test_approximate_indexes_find_near_duplicates(kind):
 
 def test_index_and_search_commands_with_a_tiny_gve(tmp_path, tiny_qwen, videos, capsys):
     shutil.copytree(tiny_qwen, tmp_path / "model")
-    assert run_command("index", ["--model", str(tmp_path / "model"), "--videos", str(videos), "--out", str(tmp_path / "idx")]) == 0
-    assert run_command("search", [str(tmp_path / "idx"), "noise", "--event", "first", "--event", "second", "-k", "3", "--json"]) == 0
+    assert (
+        run_command(
+            "index", ["--model", str(tmp_path / "model"), "--videos", str(videos), "--out", str(tmp_path / "idx")]
+        )
+        == 0
+    )
+    assert (
+        run_command(
+            "search", [str(tmp_path / "idx"), "noise", "--event", "first", "--event", "second", "-k", "3", "--json"]
+        )
+        == 0
+    )
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
-    assert [line["query"] for line in lines] == ["noise", "first second"] and all(len(line["results"]) == 3 for line in lines)
+    assert [line["query"] for line in lines] == ["noise", "first second"] and all(
+        len(line["results"]) == 3 for line in lines
+    )
     from lit_retrieval.search.loading import load_item_embedder
 
     embedder = load_item_embedder(ModelSpec(model=str(tmp_path / "model")))
     index = VideoIndex.load(tmp_path / "idx")
     brute = embedder.embed([MediaItem(text="noise")]) @ embedder.embed([MediaItem(video=v) for v in index.videos]).t()
-    assert [r["video"] for r in lines[0]["results"]] == [index.videos[j] for j in brute[0].argsort(descending=True)[:3].tolist()]
+    assert [r["video"] for r in lines[0]["results"]] == [
+        index.videos[j] for j in brute[0].argsort(descending=True)[:3].tolist()
+    ]
     shutil.copytree(tiny_qwen, tmp_path / "other")
     with pytest.raises(SystemExit, match="was built with"):
         run_command("search", [str(tmp_path / "idx"), "noise", "--model", str(tmp_path / "other")])
@@ -136,7 +159,10 @@ def test_array_shards_embed_apart_then_one_run_builds_the_index(tmp_path, videos
     paths = list_videos(videos)
     embedders = [KnownVectors() for _ in range(3)]
     for k, embedder in enumerate(embedders):
-        assert build_video_index(embedder, SPEC, paths, tmp_path / "idx", shard=(k, 3), embed_only=True, progress=False) is None
+        assert (
+            build_video_index(embedder, SPEC, paths, tmp_path / "idx", shard=(k, 3), embed_only=True, progress=False)
+            is None
+        )
     assert sorted(v for e in embedders for v in e.embedded) == sorted(p for p in paths if "broken" not in p)
     assert len({tuple(e.embedded) for e in embedders}) == 3  # each shard did its own share
     final = KnownVectors()

@@ -119,12 +119,26 @@ def test_video_upload_finds_the_same_video(served, records):
     assert answer["results"][0]["id"] == 4 and len(answer["results"]) == 2
 
 
-@pytest.mark.parametrize("url", [
-    "/video/../../etc/passwd", "/video/..%2F..%2Fetc%2Fpasswd", "/video/%2e%2e%2f%2e%2e%2fetc%2fpasswd",
-    "/video//etc/passwd", "/video/%2Fetc%2Fpasswd", "/thumbnail/..%2F..%2Fetc%2Fpasswd", "/thumbnail/%2fetc%2fpasswd",
-    "/video/-1", "/video/99999", "/thumbnail/99999", "/video/0x1", "/video/1.0", "/video/%252e%252e%252f",
-    "/static/../../../etc/passwd", "/..%2f..%2fetc%2fpasswd",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/video/../../etc/passwd",
+        "/video/..%2F..%2Fetc%2Fpasswd",
+        "/video/%2e%2e%2f%2e%2e%2fetc%2fpasswd",
+        "/video//etc/passwd",
+        "/video/%2Fetc%2Fpasswd",
+        "/thumbnail/..%2F..%2Fetc%2Fpasswd",
+        "/thumbnail/%2fetc%2fpasswd",
+        "/video/-1",
+        "/video/99999",
+        "/thumbnail/99999",
+        "/video/0x1",
+        "/video/1.0",
+        "/video/%252e%252e%252f",
+        "/static/../../../etc/passwd",
+        "/..%2f..%2fetc%2fpasswd",
+    ],
+)
 def test_urls_reach_only_indexed_videos(live, url):
     """Sent byte for byte (http.client does not normalise `..` or percent-escapes as httpx would)."""
     connection = http.client.HTTPConnection("127.0.0.1", live.port, timeout=10)
@@ -163,26 +177,29 @@ def test_symlinks_do_not_leak_other_files(served, tmp_path):
         os.replace(original, listed)
 
 
-@pytest.mark.parametrize("kwargs, status", [
-    ({"content": b"{not json", "headers": {"content-type": "application/json"}}, 400),
-    ({"json": {}}, 422),
-    ({"json": {"text": "   "}}, 422),
-    ({"json": {"text": "a", "events": ["b"]}}, 422),
-    ({"json": {"text": "a", "k": 0}}, 422),
-    ({"json": {"text": "a", "k": 51}}, 422),
-    ({"json": {"text": "a", "k": "many"}}, 422),
-    ({"json": {"text": "a", "path": "/etc/passwd"}}, 422),
-    ({"json": ["text"]}, 422),
-    ({"json": {"events": ["one", ""]}}, 422),
-    ({"json": {"text": "x" * 5000}}, 413),
-    ({"json": {"text": "x" * 2500, "k": 1}}, 422),
-    ({"content": b"text=a", "headers": {"content-type": "application/x-www-form-urlencoded"}}, 415),
-    ({"files": {"file": ("q.txt", b"hello", "text/plain")}}, 422),
-    ({"files": {"file": ("q.png", b"\x89PNG", "image/png")}}, 422),
-    ({"files": {"file": ("q.mp4", b"\x00" * 300_000, "video/mp4")}}, 413),
-    ({"files": {"file": ("q.mp4", b"\x00" * 1000, "video/mp4")}}, 422),
-    ({"data": {"k": "3"}, "files": {"other": ("q.mp4", b"x", "video/mp4")}}, 422),
-])
+@pytest.mark.parametrize(
+    "kwargs, status",
+    [
+        ({"content": b"{not json", "headers": {"content-type": "application/json"}}, 400),
+        ({"json": {}}, 422),
+        ({"json": {"text": "   "}}, 422),
+        ({"json": {"text": "a", "events": ["b"]}}, 422),
+        ({"json": {"text": "a", "k": 0}}, 422),
+        ({"json": {"text": "a", "k": 51}}, 422),
+        ({"json": {"text": "a", "k": "many"}}, 422),
+        ({"json": {"text": "a", "path": "/etc/passwd"}}, 422),
+        ({"json": ["text"]}, 422),
+        ({"json": {"events": ["one", ""]}}, 422),
+        ({"json": {"text": "x" * 5000}}, 413),
+        ({"json": {"text": "x" * 2500, "k": 1}}, 422),
+        ({"content": b"text=a", "headers": {"content-type": "application/x-www-form-urlencoded"}}, 415),
+        ({"files": {"file": ("q.txt", b"hello", "text/plain")}}, 422),
+        ({"files": {"file": ("q.png", b"\x89PNG", "image/png")}}, 422),
+        ({"files": {"file": ("q.mp4", b"\x00" * 300_000, "video/mp4")}}, 413),
+        ({"files": {"file": ("q.mp4", b"\x00" * 1000, "video/mp4")}}, 422),
+        ({"data": {"k": "3"}, "files": {"other": ("q.mp4", b"x", "video/mp4")}}, 422),
+    ],
+)
 def test_every_bad_search_gets_a_json_error(served, kwargs, status):
     assert_json_error(served[1].post("/search", **kwargs), status)
 
@@ -227,15 +244,25 @@ def test_serve_command_answers_as_the_search_command(tmp_path, tiny_qwen, corpus
     (tmp_path / "list.txt").write_text("\n".join(str(v) for v in videos))
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     index = str(tmp_path / "idx")
-    subprocess.run([*cli, "index", "--model", str(tiny_qwen), "--videos", str(tmp_path / "list.txt"), "--out", index],
-                   check=True, env=env, capture_output=True)
-    found = subprocess.run([*cli, "search", index, "a red circle", "-k", "4", "--json"], check=True, env=env,
-                           capture_output=True, text=True).stdout
+    subprocess.run(
+        [*cli, "index", "--model", str(tiny_qwen), "--videos", str(tmp_path / "list.txt"), "--out", index],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
+    found = subprocess.run(
+        [*cli, "search", index, "a red circle", "-k", "4", "--json"],
+        check=True,
+        env=env,
+        capture_output=True,
+        text=True,
+    ).stdout
     line = next(line for line in found.splitlines() if line.startswith("{"))
     expected = [r["video"] for r in json.loads(line)["results"]]
     port = free_port()
-    server = subprocess.Popen([*cli, "serve", index, "--port", str(port), "--moment-segments", "2"], env=env,
-                              stderr=subprocess.PIPE)
+    server = subprocess.Popen(
+        [*cli, "serve", index, "--port", str(port), "--moment-segments", "2"], env=env, stderr=subprocess.PIPE
+    )
     try:
         import httpx
 

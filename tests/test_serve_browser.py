@@ -32,8 +32,14 @@ def browser():
     os.environ["SE_OFFLINE"] = "true"  # Selenium Manager must not download a browser or driver
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--mute-audio",
-                 "--autoplay-policy=no-user-gesture-required"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--mute-audio",
+        "--autoplay-policy=no-user-gesture-required",
+    ):
         options.add_argument(flag)
     driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=DRIVER))
     driver.set_page_load_timeout(30)

@@ -9,9 +9,17 @@ import torch
 
 from lit_retrieval.cli import main
 from lit_retrieval.data import MultiEventDataModule
-from lit_retrieval.data.shots import ShotCache, ShotDetectorConfig, ShotOptions, detect_many, detect_shots, frame_shot_index
+from lit_retrieval.data.shots import (
+    ShotCache,
+    ShotDetectorConfig,
+    ShotOptions,
+    detect_many,
+    detect_shots,
+    frame_shot_index,
+)
 from lit_retrieval.data.video import VideoDecodeError
 from media import FPS, write_shots_video
+
 
 @pytest.fixture(scope="module")
 def cut_videos(tmp_path_factory):
@@ -74,7 +82,10 @@ def test_failures_follow_the_policy_and_finished_videos_stay_cached(cut_videos, 
 def test_shots_command_reads_the_training_config_and_writes_json(cut_videos, tmp_path, capsys):
     root, _ = cut_videos
     config = tmp_path / "train.yaml"
-    config.write_text(f"data:\n  init_args:\n    shots: {{cache_dir: {tmp_path / 'c'}, detector: {{detector: content, threshold: 30.0}}}}\n")
+    config.write_text(
+        f"data:\n  init_args:\n    shots: {{cache_dir: {tmp_path / 'c'}, "
+        "detector: {detector: content, threshold: 30.0}}\n"
+    )
     out = tmp_path / "shots.json"
     with pytest.raises(SystemExit) as exit_info:
         main(["shots", "--dir", str(root), "--config", str(config), "--out", str(out), "--workers", "2"])
@@ -83,7 +94,10 @@ def test_shots_command_reads_the_training_config_and_writes_json(cut_videos, tmp
     assert "failed: " in printed and "broken.mp4" in printed and "'threshold': 30.0" in printed
     shots = json.loads(out.read_text())
     assert len(shots[str(root / "three_cuts.mp4")]) == 4
-    assert ShotCache(tmp_path / "c").get(root / "no_cut.mp4", ShotDetectorConfig(detector="content", threshold=30.0)) is not None
+    assert (
+        ShotCache(tmp_path / "c").get(root / "no_cut.mp4", ShotDetectorConfig(detector="content", threshold=30.0))
+        is not None
+    )
 
 
 def test_frames_are_regrouped_by_timestamp_and_renumbered():
@@ -96,7 +110,10 @@ def test_frames_are_regrouped_by_timestamp_and_renumbered():
 
 def test_data_module_items_carry_frame_shots_matching_the_ground_truth_cuts(corpus, tmp_path):
     dm = MultiEventDataModule(
-        str(corpus / "annotations.json"), num_frames=16, image_size=32, shots=ShotOptions(cache_dir=str(tmp_path / "cache"), progress=False)
+        str(corpus / "annotations.json"),
+        num_frames=16,
+        image_size=32,
+        shots=ShotOptions(cache_dir=str(tmp_path / "cache"), progress=False),
     )
     dm.prepare_data()
     dm.setup()
@@ -126,7 +143,13 @@ def test_shots_command_takes_its_shard_only(tmp_path):
         write_shots_video(path, [10], 20, size=48)
         videos.append(str(path))
     out = tmp_path / "shard1.json"
-    assert run_command("shots", [*videos, "--cache", str(tmp_path / "cache"), "--shard", "1", "--num-shards", "2", "--out", str(out)]) == 0
+    assert (
+        run_command(
+            "shots",
+            [*videos, "--cache", str(tmp_path / "cache"), "--shard", "1", "--num-shards", "2", "--out", str(out)],
+        )
+        == 0
+    )
     assert sorted(json.loads(out.read_text())) == sorted(videos[1::2])
     with pytest.raises(SystemExit):
         run_command("shots", [*videos, "--shard", "2", "--num-shards", "2"])

@@ -30,7 +30,12 @@ def fake_tools(tmp_path: Path) -> dict[str, str]:
         script.chmod(0o755)
     (tmp_path / "venv" / "bin").mkdir(parents=True)
     (tmp_path / "venv" / "bin" / "activate").write_text("")
-    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "gpu[01-02]"}
+    return {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_NODELIST": "gpu[01-02]",
+    }
 
 
 def run_job(tmp_path: Path, template: str, values: dict) -> list[str]:
@@ -38,7 +43,12 @@ def run_job(tmp_path: Path, template: str, values: dict) -> list[str]:
     job.write_text(render_template((ROOT / "slurm" / template).read_text(), {**values, "VENV": str(tmp_path / "venv")}))
     log = tmp_path / "srun.log"
     log.unlink(missing_ok=True)
-    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "gpu[01-02]"}
+    env = {
+        **os.environ,
+        "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_NODELIST": "gpu[01-02]",
+    }
     subprocess.run(["bash", str(job)], env=env, check=True, capture_output=True)
     return log.read_text().split() if log.exists() else []
 
@@ -66,12 +76,29 @@ def test_fit_job_launches_one_task_per_gpu_and_resumes(tmp_path):
     run_dir = tmp_path / "run"
     values = {**FIT, "RUN_DIR": str(run_dir), "NODES": "2", "GPUS": "4", "EXTRA": "--trainer.max_epochs 3"}
     script = render_template((ROOT / "slurm" / "fit.sbatch").read_text(), values)
-    assert "#SBATCH --nodes=2" in script and "#SBATCH --ntasks-per-node=4" in script and "#SBATCH --gres=gpu:4" in script
+    assert (
+        "#SBATCH --nodes=2" in script and "#SBATCH --ntasks-per-node=4" in script and "#SBATCH --gres=gpu:4" in script
+    )
     assert "#SBATCH --signal=SIGUSR1@300" in script and "#SBATCH --requeue" in script
     fake_tools(tmp_path)
     args = run_job(tmp_path, "fit.sbatch", values)
-    assert args[:6] == ["--kill-on-bad-exit=1", "lit-retrieval", "fit", "--config", "configs/gve/train.yaml", "--trainer.num_nodes"]
-    assert args[6:13] == ["2", "--trainer.devices", "4", "--trainer.accelerator", "gpu", "--trainer.default_root_dir", str(run_dir)]
+    assert args[:6] == [
+        "--kill-on-bad-exit=1",
+        "lit-retrieval",
+        "fit",
+        "--config",
+        "configs/gve/train.yaml",
+        "--trainer.num_nodes",
+    ]
+    assert args[6:13] == [
+        "2",
+        "--trainer.devices",
+        "4",
+        "--trainer.accelerator",
+        "gpu",
+        "--trainer.default_root_dir",
+        str(run_dir),
+    ]
     assert "--ckpt_path" not in args and args[-2:] == ["--trainer.max_epochs", "3"]
     (run_dir / "checkpoints").mkdir(parents=True)
     (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"x")
@@ -83,8 +110,16 @@ def test_fit_job_launches_one_task_per_gpu_and_resumes(tmp_path):
 def test_slurm_environment_reads_rank_and_world_size(monkeypatch):
     from lightning.fabric.plugins.environments import SLURMEnvironment
 
-    env = {"SLURM_NTASKS": "8", "SLURM_NTASKS_PER_NODE": "4", "SLURM_PROCID": "5", "SLURM_LOCALID": "1", "SLURM_NODEID": "1",
-           "SLURM_NODELIST": "gpu[01-02]", "SLURM_JOB_NAME": "lit-retrieval-fit", "SLURM_JOB_ID": "4242"}
+    env = {
+        "SLURM_NTASKS": "8",
+        "SLURM_NTASKS_PER_NODE": "4",
+        "SLURM_PROCID": "5",
+        "SLURM_LOCALID": "1",
+        "SLURM_NODEID": "1",
+        "SLURM_NODELIST": "gpu[01-02]",
+        "SLURM_JOB_NAME": "lit-retrieval-fit",
+        "SLURM_JOB_ID": "4242",
+    }
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     assert SLURMEnvironment.detect()
@@ -111,19 +146,38 @@ class SendRequeueSignal(L.Callback):
 
 
 @pytest.mark.slow
-def test_sigusr1_saves_an_hpc_checkpoint_requeues_and_the_requeued_job_resumes(tmp_path, tiny_clip, corpus, monkeypatch):
+def test_sigusr1_saves_an_hpc_checkpoint_requeues_and_the_requeued_job_resumes(
+    tmp_path, tiny_clip, corpus, monkeypatch
+):
     from lit_retrieval.cli import main
 
     env = fake_tools(tmp_path)
     monkeypatch.setenv("PATH", env["PATH"])
-    for key, value in {"SLURM_NTASKS": "1", "SLURM_NTASKS_PER_NODE": "1", "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0",
-                       "SLURM_NODELIST": "gpu01", "SLURM_JOB_NAME": "lit-retrieval-fit", "SLURM_JOB_ID": "4242"}.items():
+    for key, value in {
+        "SLURM_NTASKS": "1",
+        "SLURM_NTASKS_PER_NODE": "1",
+        "SLURM_PROCID": "0",
+        "SLURM_LOCALID": "0",
+        "SLURM_NODEID": "0",
+        "SLURM_NODELIST": "gpu01",
+        "SLURM_JOB_NAME": "lit-retrieval-fit",
+        "SLURM_JOB_ID": "4242",
+    }.items():
         monkeypatch.setenv(key, value)
     run = tmp_path / "run"
-    config = clip_fit_config(tiny_clip, corpus, {
-        "devices": 1, "max_epochs": 2, "limit_val_batches": 0, "default_root_dir": str(run), "logger": False,
-        "callbacks": [{"class_path": "test_slurm.SendRequeueSignal"}],
-    }, data={"num_frames": 4})
+    config = clip_fit_config(
+        tiny_clip,
+        corpus,
+        {
+            "devices": 1,
+            "max_epochs": 2,
+            "limit_val_batches": 0,
+            "default_root_dir": str(run),
+            "logger": False,
+            "callbacks": [{"class_path": "test_slurm.SendRequeueSignal"}],
+        },
+        data={"num_frames": 4},
+    )
     path = tmp_path / "fit.yaml"
     path.write_text(yaml.safe_dump(config))
     main(["fit", "--config", str(path)])

@@ -21,7 +21,14 @@ from lit_retrieval.uvrb.runner import run_benchmark
 from lit_retrieval.uvrb.tasks import FieldMap, RetrievalTaskSpec, load_retrieval_task
 from fit_configs import clip_fit_config
 
-SMALL = InputConfig(max_frames=2, video_min_pixels=3136, video_max_pixels=3136, image_min_pixels=3136, image_max_pixels=3136, max_tokens=1024)
+SMALL = InputConfig(
+    max_frames=2,
+    video_min_pixels=3136,
+    video_max_pixels=3136,
+    image_min_pixels=3136,
+    image_max_pixels=3136,
+    max_tokens=1024,
+)
 
 
 def write_jsonl(path, rows):
@@ -52,11 +59,18 @@ def tiny_gve(tiny_qwen) -> GVEItemEmbedder:
 def test_task_loading_with_renamed_fields_and_errors(tmp_path):
     write_jsonl(tmp_path / "corpus.jsonl", [{"vid": "a", "caption": "x"}, {"vid": "b", "caption": "y"}])
     write_jsonl(tmp_path / "queries.jsonl", [{"vid": "q", "caption": "query"}])
-    write_jsonl(tmp_path / "qrels.jsonl", [{"q": "q", "c": "a", "rel": 1}, {"q": "q", "c": "b", "rel": 2}, {"q": "q", "c": "b", "rel": 0}])
-    spec = RetrievalTaskSpec("MS-TI", str(tmp_path), fields=FieldMap(id="vid", text="caption", query_id="q", corpus_id="c", score="rel"))
+    write_jsonl(
+        tmp_path / "qrels.jsonl",
+        [{"q": "q", "c": "a", "rel": 1}, {"q": "q", "c": "b", "rel": 2}, {"q": "q", "c": "b", "rel": 0}],
+    )
+    spec = RetrievalTaskSpec(
+        "MS-TI", str(tmp_path), fields=FieldMap(id="vid", text="caption", query_id="q", corpus_id="c", score="rel")
+    )
     data = load_retrieval_task(spec)
     assert data.relevant == [[0, 1]] and data.corpus[1].text == "y"
-    assert spec.metric == "P@1" and spec.prompt.startswith("Find the video clip that corresponds to the given text and the given image")
+    assert spec.metric == "P@1" and spec.prompt.startswith(
+        "Find the video clip that corresponds to the given text and the given image"
+    )
     write_jsonl(tmp_path / "qrels.jsonl", [{"q": "q", "c": "zzz", "rel": 1}])
     with pytest.raises(Exception, match=r"qrels.jsonl.*line 1.*unknown corpus item 'zzz'"):
         load_retrieval_task(spec)
@@ -72,7 +86,9 @@ def test_runner_matches_brute_force_and_caches(tmp_path, tiny_qwen, t2v_task):
     target = torch.tensor([r[0] for r in data.relevant])
     ranks = 1 + (scores > scores.gather(1, target[:, None])).sum(1)
     assert got["metric"] == "R@1" and got["score"] == pytest.approx(float((ranks == 1).double().mean()))
-    assert got["R@10"] == pytest.approx(float((ranks <= 10).double().mean())) and got["MnR"] == pytest.approx(float(ranks.double().mean()))
+    assert got["R@10"] == pytest.approx(float((ranks <= 10).double().mean())) and got["MnR"] == pytest.approx(
+        float(ranks.double().mean())
+    )
     assert results["cache"] == {"hits": 0, "misses": 2}
     for name in ("results.json", "results.md", "results.png"):
         assert (tmp_path / "out" / name).stat().st_size > 0
@@ -89,7 +105,12 @@ def test_cache_key_changes_with_the_model_settings(tmp_path, tiny_qwen):
     items = [MediaItem(text="hello")]
     cache = EmbeddingCache(tmp_path)
     cache.embed(tiny_gve(tiny_qwen), items, None, 4, "t")
-    other = GVEItemEmbedder(GVEEmbedder(str(tiny_qwen), lora=None, inputs=InputConfig(**{**SMALL.__dict__, "max_tokens": 999}), dtype="float32"), "tiny")
+    other = GVEItemEmbedder(
+        GVEEmbedder(
+            str(tiny_qwen), lora=None, inputs=InputConfig(**{**SMALL.__dict__, "max_tokens": 999}), dtype="float32"
+        ),
+        "tiny",
+    )
     cache.embed(other, items, None, 4, "t")
     assert (cache.hits, cache.misses) == (0, 2)
 
@@ -139,17 +160,50 @@ def test_uvrb_command_with_a_dual_encoder_checkpoint(tmp_path, tiny_clip, corpus
 
     from lit_retrieval.cli import main
 
-    config = clip_fit_config(tiny_clip, corpus, {
-        "max_epochs": 1, "limit_train_batches": 2, "limit_val_batches": 0, "default_root_dir": str(tmp_path / "run"), "logger": False,
-        "enable_checkpointing": True,
-        "callbacks": [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint", "init_args": {"dirpath": str(tmp_path / "ckpt"), "save_last": True}}],
-    }, data={"num_frames": 4, "batch_size": 8})
+    config = clip_fit_config(
+        tiny_clip,
+        corpus,
+        {
+            "max_epochs": 1,
+            "limit_train_batches": 2,
+            "limit_val_batches": 0,
+            "default_root_dir": str(tmp_path / "run"),
+            "logger": False,
+            "enable_checkpointing": True,
+            "callbacks": [
+                {
+                    "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                    "init_args": {"dirpath": str(tmp_path / "ckpt"), "save_last": True},
+                }
+            ],
+        },
+        data={"num_frames": 4, "batch_size": 8},
+    )
     path = tmp_path / "clip.yaml"
     path.write_text(yaml.safe_dump(config))
     main(["fit", "--config", str(path)])
     tasks = tmp_path / "tasks.yaml"
-    tasks.write_text(yaml.safe_dump({"root": str(t2v_task.parent), "tasks": [{"name": "MSRVTT", "dir": "MSRVTT"}, {"name": "MS-TI", "dir": "MSRVTT"}]}))
-    code = run_command("uvrb", ["--config", str(path), "--ckpt", str(tmp_path / "ckpt" / "last.ckpt"), "--tasks", str(tasks), "--out", str(tmp_path / "uvrb")])
+    tasks.write_text(
+        yaml.safe_dump(
+            {
+                "root": str(t2v_task.parent),
+                "tasks": [{"name": "MSRVTT", "dir": "MSRVTT"}, {"name": "MS-TI", "dir": "MSRVTT"}],
+            }
+        )
+    )
+    code = run_command(
+        "uvrb",
+        [
+            "--config",
+            str(path),
+            "--ckpt",
+            str(tmp_path / "ckpt" / "last.ckpt"),
+            "--tasks",
+            str(tasks),
+            "--out",
+            str(tmp_path / "uvrb"),
+        ],
+    )
     assert code == 0
     results = json.loads((tmp_path / "uvrb" / "results.json").read_text())
     assert results["datasets"]["MSRVTT"]["queries"] == 12 and 0 <= results["datasets"]["MSRVTT"]["score"] <= 1
@@ -163,6 +217,8 @@ def test_shipped_uvrb_task_list_names_the_16_datasets(tmp_path):
     from lit_retrieval.commands.uvrb import read_task_list
     from lit_retrieval.uvrb.datasets import UVRB_DATASETS
 
-    specs = read_task_list(str(Path(__file__).resolve().parents[1] / "configs" / "uvrb" / "uvrb.yaml"), str(tmp_path), None)
+    specs = read_task_list(
+        str(Path(__file__).resolve().parents[1] / "configs" / "uvrb" / "uvrb.yaml"), str(tmp_path), None
+    )
     assert [s.name for s in specs] == list(UVRB_DATASETS)
     assert all(Path(s.dir).parent == tmp_path and s.prompt == UVRB_DATASETS[s.name].prompt for s in specs)

@@ -20,7 +20,9 @@ def metrics_table(results: dict[str, float], title: str = "retrieval") -> Table:
     table.add_column("direction")
     for column in COLUMNS:
         table.add_column(column, justify="right")
-    prefixes = sorted({k.rsplit("/", 1)[0] for k in results if "/" in k and k.rsplit("/", 1)[1] in COLUMNS}, key=_row_order)
+    prefixes = sorted(
+        {k.rsplit("/", 1)[0] for k in results if "/" in k and k.rsplit("/", 1)[1] in COLUMNS}, key=_row_order
+    )
     for prefix in prefixes:
         cells = (results.get(f"{prefix}/{c}") for c in COLUMNS)
         table.add_row(prefix, *("" if v is None else f"{v:.2f}" for v in cells))

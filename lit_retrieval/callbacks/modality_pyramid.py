@@ -109,8 +109,11 @@ class ModalityPyramid(L.Callback):
             datamodule.setup("fit")
         external = epoch == 0 and self.prober_path is not None
         prober = (
-            GVEEmbedder(self.prober_path, lora=None, inputs=self.prober_inputs or module.embedder.processing.config).to(module.device)
-            if external else module.embedder
+            GVEEmbedder(self.prober_path, lora=None, inputs=self.prober_inputs or module.embedder.processing.config).to(
+                module.device
+            )
+            if external
+            else module.embedder
         )
         alignment = {}
         for k, data in enumerate(datamodule.train_data):
@@ -120,8 +123,13 @@ class ModalityPyramid(L.Callback):
         sigma = curriculum_sigma(epoch, trainer.max_epochs or 1, self.sigma_min, self.sigma_max)
         names = list(alignment)
         probabilities = task_probabilities([alignment[n] for n in names], sigma)
-        return {"epoch": epoch, "sigma": sigma, "R": alignment, "P": dict(zip(names, probabilities)),
-                "prober": self.prober_path if external else "model"}
+        return {
+            "epoch": epoch,
+            "sigma": sigma,
+            "R": alignment,
+            "P": dict(zip(names, probabilities)),
+            "prober": self.prober_path if external else "model",
+        }
 
     def _alignment(self, trainer: L.Trainer, prober: GVEEmbedder, data, epoch: int, task: int) -> float:
         """R_k: mean cosine of N_p positive pairs; this rank embeds pairs rank, rank + W, ..."""
@@ -184,5 +192,3 @@ def plot_curriculum(history: list[dict[str, Any]], path: str | Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
-
-

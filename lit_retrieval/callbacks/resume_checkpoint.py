@@ -49,7 +49,9 @@ class ResumeCheckpoint(L.Callback):
         on_signal: write it on SIGTERM / the first SIGINT before exiting with a non-zero status.
     """
 
-    def __init__(self, every_n_steps: int | None = None, every_n_minutes: float | None = 30.0, on_signal: bool = True) -> None:
+    def __init__(
+        self, every_n_steps: int | None = None, every_n_minutes: float | None = 30.0, on_signal: bool = True
+    ) -> None:
         if every_n_steps is not None and every_n_steps < 1:
             raise ValueError(f"resume_checkpoint.every_n_steps must be >= 1 or null, got {every_n_steps}")
         if every_n_minutes is not None and every_n_minutes <= 0:
@@ -96,8 +98,12 @@ class ResumeCheckpoint(L.Callback):
         if self.on_signal and threading.current_thread() is threading.main_thread():
             self._sigint_before = signal.signal(signal.SIGINT, self._on_sigint)
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
-        due = self.every_n_steps is not None and trainer.global_step > 0 and trainer.global_step % self.every_n_steps == 0
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        due = (
+            self.every_n_steps is not None and trainer.global_step > 0 and trainer.global_step % self.every_n_steps == 0
+        )
         if not due and self.every_n_minutes is not None:  # rank 0's clock decides, so every rank saves together
             due = trainer.strategy.broadcast(time.monotonic() - self._last_save >= 60 * self.every_n_minutes)
         if due:
@@ -108,8 +114,11 @@ class ResumeCheckpoint(L.Callback):
             self.stop_signal = self.stop_signal or signal.SIGTERM
             if self.on_signal and trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking:
                 self.save_last(trainer)
-                log.warning("stopped by %s at global step %d; last checkpoint written", signal.Signals(self.stop_signal).name,
-                            trainer.global_step)
+                log.warning(
+                    "stopped by %s at global step %d; last checkpoint written",
+                    signal.Signals(self.stop_signal).name,
+                    trainer.global_step,
+                )
 
     def _on_sigint(self, signum: int, frame: Any) -> None:
         """First Ctrl+C: stop at the next step boundary as on SIGTERM; the next one interrupts."""

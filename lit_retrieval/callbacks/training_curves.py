@@ -42,7 +42,9 @@ class TrainingCurves(L.Callback):
         self.steps: list[dict[str, float]] = []
         self.epochs: list[dict[str, float]] = []
 
-    def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: L.Trainer, module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if not isinstance(outputs, dict):
             return
         row = {"step": float(trainer.global_step)}
@@ -93,7 +95,9 @@ def _smooth(values: list[float], window: int) -> list[float]:
     return out
 
 
-def plot_training_curves(runs: dict[str, dict[str, list[dict[str, float]]]], path: str | Path, smooth: int = 10) -> Path:
+def plot_training_curves(
+    runs: dict[str, dict[str, list[dict[str, float]]]], path: str | Path, smooth: int = 10
+) -> Path:
     """Four panels as in MELON Fig. 9: (a) training loss, (b) theta^t over steps, (c) T2V R@1 and
     (d) V2T R@1 over epochs; one line per run. Missing series (no MEA, no validation) stay empty."""
     import matplotlib

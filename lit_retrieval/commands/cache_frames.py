@@ -43,7 +43,9 @@ class WindowSampler:
     seek_threshold: float
 
     def __call__(self, job: CacheJob) -> FrameSample:
-        return sample_video(job.video, self.spec, job.start, job.end, seek_threshold=self.seek_threshold, duration=job.duration)
+        return sample_video(
+            job.video, self.spec, job.start, job.end, seek_threshold=self.seek_threshold, duration=job.duration
+        )
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,9 @@ def load_config(paths: list[str]) -> Any:
             pass
 
     args = [item for path in paths for item in ("--config", path)]
-    with warnings.catch_warnings():  # Lightning warns that sys.argv holds arguments besides `args`: they are this command's
+    with (
+        warnings.catch_warnings()
+    ):  # Lightning warns that sys.argv holds arguments besides `args`: they are this command's
         warnings.filterwarnings("ignore", message=".*args parameter is intended to run from within Python")
         return ConfigOnly(args=args, run=False).config
 
@@ -96,7 +100,9 @@ def build_datamodule(config: Any) -> Any:
 
 def _sorted_unique(jobs: list[CacheJob]) -> list[CacheJob]:
     unique = {job.key: job for job in reversed(jobs)}  # the first job of each key wins
-    return sorted(unique.values(), key=lambda j: (j.video, j.start is not None, j.start or 0.0, j.end is not None, j.end or 0.0))
+    return sorted(
+        unique.values(), key=lambda j: (j.video, j.start is not None, j.start or 0.0, j.end is not None, j.end or 0.0)
+    )
 
 
 def video_text_plan(datamodule: Any, splits: list[str]) -> Plan:
@@ -114,7 +120,13 @@ def video_text_plan(datamodule: Any, splits: list[str]) -> Plan:
             jobs.append(CacheJob(video_key(dataset.video_root / record.path), None, end, record.duration))
     spec = SamplingSpec(datamodule.num_frames, datamodule.image_size, sampling=datamodule.sampling)
     params = MultiEventDataset.cache_params(spec, datamodule.trim_to_annotation)
-    return Plan(params, WindowSampler(spec, datamodule.seek_threshold), _sorted_unique(jobs), datamodule.on_bad_video, datamodule.frame_cache)
+    return Plan(
+        params,
+        WindowSampler(spec, datamodule.seek_threshold),
+        _sorted_unique(jobs),
+        datamodule.on_bad_video,
+        datamodule.frame_cache,
+    )
 
 
 def gve_plan(datamodule: Any, config: Any, splits: list[str]) -> Plan:
@@ -125,7 +137,9 @@ def gve_plan(datamodule: Any, config: Any, splits: list[str]) -> Plan:
 
     embedder = config.model.init_args.get("embedder") if config.model else None
     if embedder is None:
-        raise ConfigError("cache-frames: a MultiTaskDataModule config needs model.init_args.embedder (model_path, inputs)")
+        raise ConfigError(
+            "cache-frames: a MultiTaskDataModule config needs model.init_args.embedder (model_path, inputs)"
+        )
     inputs = InputConfig(**(embedder.inputs.as_dict() if embedder.get("inputs") else {}))
     temporal_patch = int(AutoProcessor.from_pretrained(str(embedder.model_path)).video_processor.temporal_patch_size)
     specs = (datamodule.specs if "train" in splits else []) + (datamodule.val_specs if "val" in splits else [])
@@ -137,7 +151,9 @@ def gve_plan(datamodule: Any, config: Any, splits: list[str]) -> Plan:
                     jobs.append(CacheJob(video_key(item.video), item.start, item.end))
     on_bad_video = "raise" if datamodule.on_bad_video == "raise" else "skip"
     sampler = ClipSampler(inputs, temporal_patch)
-    return Plan(clip_cache_params(inputs, temporal_patch), sampler, _sorted_unique(jobs), on_bad_video, datamodule.frame_cache)
+    return Plan(
+        clip_cache_params(inputs, temporal_patch), sampler, _sorted_unique(jobs), on_bad_video, datamodule.frame_cache
+    )
 
 
 def _decode(task: tuple[WindowSampler | ClipSampler, CacheJob, FrameFormat, int | None]) -> tuple:
@@ -152,12 +168,18 @@ def _decode(task: tuple[WindowSampler | ClipSampler, CacheJob, FrameFormat, int 
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="lit-retrieval cache-frames", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", action="append", required=True, help="training YAML (repeat to compose, as for fit)")
+    parser = argparse.ArgumentParser(
+        prog="lit-retrieval cache-frames", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--config", action="append", required=True, help="training YAML (repeat to compose, as for fit)"
+    )
     parser.add_argument("--out", help="cache folder (default: the config's data.init_args.frame_cache)")
     parser.add_argument("--splits", nargs="+", default=["train", "val", "test"], choices=["train", "val", "test"])
     parser.add_argument("--workers", type=int, default=1, help="decoding processes")
-    parser.add_argument("--format", choices=["raw", "jpeg"], default="raw", help="raw uint8 frames (lossless) or JPEG per frame")
+    parser.add_argument(
+        "--format", choices=["raw", "jpeg"], default="raw", help="raw uint8 frames (lossless) or JPEG per frame"
+    )
     parser.add_argument("--quality", type=int, default=90, help="JPEG quality (--format jpeg)")
     add_shard_arguments(parser)
     args = parser.parse_args(argv)
@@ -203,5 +225,8 @@ def run(argv: list[str]) -> int:
         + (f", quality {quality})" if quality else ")")
     )
     if failed:
-        print(f"undecodable videos are listed in {writer.failed_path}; the data module's on_bad_video ({plan.on_bad_video}) applies to them")
+        print(
+            f"undecodable videos are listed in {writer.failed_path}; "
+            f"the data module's on_bad_video ({plan.on_bad_video}) applies to them"
+        )
     return 1 if failed and plan.on_bad_video == "raise" else 0

@@ -19,7 +19,11 @@ from lit_retrieval.checkpoint_io import read_checkpoint
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="lit-retrieval convert-checkpoint", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="lit-retrieval convert-checkpoint",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("source", help="DeepSpeed checkpoint directory (e.g. .../last.ckpt/)")
     parser.add_argument("out", help="single-file checkpoint to write")
     parser.add_argument("--tag", help="checkpoint tag inside the directory (default: its `latest` file)")
@@ -30,6 +34,7 @@ def run(argv: list[str]) -> int:
     if importlib.util.find_spec("deepspeed") is None:
         parser.error("converting needs DeepSpeed: pip install -e '.[gpu]'")
     from lightning.pytorch.utilities.deepspeed import convert_zero_checkpoint_to_fp32_state_dict
+
     convert_zero_checkpoint_to_fp32_state_dict(str(source), args.out, tag=args.tag)
     checkpoint = read_checkpoint(args.out, map_location="cpu")
     print(f"wrote {args.out}: {len(checkpoint['state_dict'])} tensors, global step {checkpoint.get('global_step')}")

@@ -15,7 +15,9 @@ def _history_file(path: Path) -> Path:
         return path
     found = sorted(path.rglob("training_curves.json"))
     if not found:
-        raise FileNotFoundError(f"{path}: no training_curves.json (written by the TrainingCurves callback at the end of fit)")
+        raise FileNotFoundError(
+            f"{path}: no training_curves.json (written by the TrainingCurves callback at the end of fit)"
+        )
     return found[-1]
 
 

@@ -62,8 +62,9 @@ def module_from_config(config: str, ckpt: str):
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="lit-retrieval export-gve", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="lit-retrieval export-gve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("ckpt", help="GVE training checkpoint (a file; LoRA weights only, as training writes)")
     parser.add_argument("out", help="output model directory (must not exist or be empty)")
     parser.add_argument("--config", help="the training config (default: the hyper-parameters stored in the checkpoint)")

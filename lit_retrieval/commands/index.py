@@ -1,7 +1,8 @@
 """`lit-retrieval index`: embed a folder (or list) of videos and build a faiss index.
 
     lit-retrieval index --model /models/GVE-3B --videos /data/my_videos --out runs/index/my_videos
-    lit-retrieval index --config configs/quickstart.yaml --ckpt runs/quickstart/checkpoints/last.ckpt --videos list.txt --out idx --kind hnsw
+    lit-retrieval index --config configs/quickstart.yaml --ckpt runs/quickstart/checkpoints/last.ckpt \
+        --videos list.txt --out idx --kind hnsw
 
 Interrupted runs resume: finished chunks are kept and their videos skipped. Videos that fail to
 decode are listed in OUT/failed.json with their size and modification time; a rerun retries those
@@ -30,22 +31,34 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="lit-retrieval index", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="lit-retrieval index", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_model_arguments(parser)
     parser.add_argument("--videos", required=True, help="folder of videos, or a text file with one path per line")
     parser.add_argument("--out", required=True, help="index folder")
-    parser.add_argument("--kind", choices=["flat", "ivf", "hnsw"], default="flat", help="exact inner product, IVF-Flat or HNSW")
+    parser.add_argument(
+        "--kind", choices=["flat", "ivf", "hnsw"], default="flat", help="exact inner product, IVF-Flat or HNSW"
+    )
     parser.add_argument("--nlist", type=int, help="IVF lists (default 4 sqrt(N))")
     parser.add_argument("--nprobe", type=int, default=32, help="IVF lists searched per query")
     parser.add_argument("--chunk", type=int, default=16, help="videos per saved chunk")
     parser.add_argument(
-        "--sampling", choices=["exact", "keyframe"], default="exact",
+        "--sampling",
+        choices=["exact", "keyframe"],
+        default="exact",
         help="video frames: exact, or the key frame at or before each (faster, approximate); search uses the index's",
     )
     parser.add_argument("--gpu", action="store_true", help="build/search with faiss-gpu")
     add_shard_arguments(parser)
-    parser.add_argument("--embed-only", action="store_true", help="embed this shard's videos, do not build the index (array jobs)")
-    parser.add_argument("--retry-failed", action="store_true", help="retry every video listed in OUT/failed*.json (changed files are retried anyway)")
+    parser.add_argument(
+        "--embed-only", action="store_true", help="embed this shard's videos, do not build the index (array jobs)"
+    )
+    parser.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="retry every video listed in OUT/failed*.json (changed files are retried anyway)",
+    )
     args = parser.parse_args(argv)
     if args.model is None and args.config is None:
         parser.error("one of --model or --config is required")
@@ -57,10 +70,21 @@ def run(argv: list[str]) -> int:
     settings = IndexSettings(kind=args.kind, nlist=args.nlist, nprobe=args.nprobe, gpu=args.gpu)
     shard = (args.shard, args.num_shards) if args.num_shards > 1 else None
     with OutputLock(args.out, name=f"index-s{args.shard}" if shard else "index"):  # before the (slow) model load
-        meta = build_video_index(load_item_embedder(spec), spec, videos, args.out, settings, chunk=args.chunk, shard=shard,
-                                 embed_only=args.embed_only, retry_failed=args.retry_failed)
+        meta = build_video_index(
+            load_item_embedder(spec),
+            spec,
+            videos,
+            args.out,
+            settings,
+            chunk=args.chunk,
+            shard=shard,
+            embed_only=args.embed_only,
+            retry_failed=args.retry_failed,
+        )
     if meta is None:
         print(f"embedded shard {args.shard} of {args.num_shards} into {args.out}/parts")
     else:
-        print(f"indexed {meta['count']} videos ({meta['failed']} failed, listed in {args.out}/failed*.json) -> {args.out}")
+        print(
+            f"indexed {meta['count']} videos ({meta['failed']} failed, listed in {args.out}/failed*.json) -> {args.out}"
+        )
     return 0

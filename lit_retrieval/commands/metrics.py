@@ -43,7 +43,10 @@ def load_ids(matrix: Path, shape: tuple[int, ...]) -> dict[str, list] | None:
         raise ValueError(f"{path}: needs the lists {list(ID_KEYS)}")
     sizes = (len(ids["text_ids"]), len(ids["video_ids"]))
     if len(ids["targets"]) != sizes[0] or sizes != tuple(shape):
-        raise ValueError(f"{path}: {sizes[0]} text ids, {len(ids['targets'])} targets and {sizes[1]} video ids do not fit {matrix}'s shape {tuple(shape)}")
+        raise ValueError(
+            f"{path}: {sizes[0]} text ids, {len(ids['targets'])} targets and {sizes[1]} video ids "
+            f"do not fit {matrix}'s shape {tuple(shape)}"
+        )
     if any(not isinstance(t, int) or isinstance(t, bool) for t in ids["targets"]):
         raise ValueError(f"{path}: targets must be integers (video columns)")
     return ids
@@ -55,7 +58,9 @@ def load_array(path: Path) -> np.ndarray:
     try:
         array = np.load(path, allow_pickle=False)
     except (ValueError, EOFError, pickle.UnpicklingError):
-        raise UsageError(str(path), "not a .npy array (unreadable, or pickled objects, which are never loaded)") from None
+        raise UsageError(
+            str(path), "not a .npy array (unreadable, or pickled objects, which are never loaded)"
+        ) from None
     if not isinstance(array, np.ndarray):  # an .npz archive
         array.close()
         raise UsageError(str(path), "an .npz archive; give one .npy array (np.save)")
@@ -67,7 +72,9 @@ def load_targets(path: Path) -> torch.Tensor:
     truncated: 2.7 is not a video column)."""
     targets = load_array(path)
     if not np.issubdtype(targets.dtype, np.integer):
-        raise UsageError(str(path), f"targets must be an integer array, got {targets.dtype} (save them with .astype(int))")
+        raise UsageError(
+            str(path), f"targets must be an integer array, got {targets.dtype} (save them with .astype(int))"
+        )
     return torch.from_numpy(targets.astype(np.int64))
 
 
@@ -102,17 +109,28 @@ def ensemble(paths: list[Path], weights: list[float]) -> tuple[np.ndarray, dict[
             for key in ID_KEYS:
                 if ids[key] != first_ids[key]:
                     at = next(i for i, (a, b) in enumerate(zip(first_ids[key], ids[key])) if a != b)
-                    raise ValueError(f"{key} differ between {ids_file(paths[0])} and {ids_file(path)} (first at position {at})")
+                    raise ValueError(
+                        f"{key} differ between {ids_file(paths[0])} and {ids_file(path)} (first at position {at})"
+                    )
         total += weight * scores.astype(np.float64)
     return total, first_ids
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="lit-retrieval metrics", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="lit-retrieval metrics", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("sim", nargs="?", help=".npy score matrix, rows = texts, columns = videos")
-    parser.add_argument("--ensemble", nargs="+", type=Path, metavar="NPY", help="score the weighted sum of these matrices instead")
-    parser.add_argument("--weights", nargs="+", type=float, help="one weight per --ensemble matrix (default: equal, summing to 1)")
-    parser.add_argument("--text-video", help=".npy int array: video column of each text row (default: the ids file's targets, else the diagonal)")
+    parser.add_argument(
+        "--ensemble", nargs="+", type=Path, metavar="NPY", help="score the weighted sum of these matrices instead"
+    )
+    parser.add_argument(
+        "--weights", nargs="+", type=float, help="one weight per --ensemble matrix (default: equal, summing to 1)"
+    )
+    parser.add_argument(
+        "--text-video",
+        help=".npy int array: video column of each text row (default: the ids file's targets, else the diagonal)",
+    )
     parser.add_argument("--ties", choices=["optimistic", "pessimistic", "average"], default="optimistic")
     args = parser.parse_args(argv)
     if (args.sim is None) == (args.ensemble is None):
@@ -137,5 +155,7 @@ def run(argv: list[str]) -> int:
             raise
         inputs = [str(p) for p in (*(args.ensemble or [args.sim]), *([args.text_video] if args.text_video else []))]
         named = any(path in str(err) for path in inputs)
-        raise InputError(str(err) if named else f"{', '.join(inputs)}: {err}") from None  # one line from `lit-retrieval`
+        raise InputError(
+            str(err) if named else f"{', '.join(inputs)}: {err}"
+        ) from None  # one line from `lit-retrieval`
     return 0

@@ -49,7 +49,9 @@ def read_corpus(paths: list[str], target_format: str) -> list[MediaItem]:
                 if line.strip():
                     item = item_from_json(json.loads(line), f"{path}:{number}", root)
                     if item.modality != target_format:
-                        raise ValueError(f"{path}:{number}: corpus item is {item.modality}, the task's targets are {target_format}")
+                        raise ValueError(
+                            f"{path}:{number}: corpus item is {item.modality}, the task's targets are {target_format}"
+                        )
                     items.append(item)
     return items
 
@@ -64,7 +66,9 @@ def mine(queries: np.ndarray, corpus: np.ndarray, positives: list[set[int]], k: 
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="lit-retrieval mine-negatives", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="lit-retrieval mine-negatives", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", help="prober model directory (embedded as is)")
     source.add_argument("--config", help="a GVE training config (its embedder settings)")
@@ -72,7 +76,9 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--task", required=True, help="task JSONL file")
     parser.add_argument("--format", required=True, help="the task's format, e.g. T->V")
     parser.add_argument("--out", required=True, help="output JSONL with negatives")
-    parser.add_argument("--corpus", nargs="*", default=[], help="extra JSONL files of candidate targets (one item per line)")
+    parser.add_argument(
+        "--corpus", nargs="*", default=[], help="extra JSONL files of candidate targets (one item per line)"
+    )
     parser.add_argument("--k", type=int, default=3, help="negatives per query")
     parser.add_argument("--instruction", help="query instruction")
     parser.add_argument("--target-instruction", help="target instruction")
@@ -95,13 +101,18 @@ def run(argv: list[str]) -> int:
     base = Path(args.out).resolve().parent
     rows = []
     for record, negatives in zip(records, found):
-        rows.append({
-            "id": record.record_id,
-            "query": item_to_json(record.query, base),
-            "positive": item_to_json(record.positive, base),
-            "negatives": [item_to_json(items[j], base) for j in negatives],
-        })
+        rows.append(
+            {
+                "id": record.record_id,
+                "query": item_to_json(record.query, base),
+                "positive": item_to_json(record.positive, base),
+                "negatives": [item_to_json(items[j], base) for j in negatives],
+            }
+        )
     short = sum(len(n) < args.k for n in found)
     write_task(args.out, rows)
-    print(f"wrote {len(rows)} pairs with up to {args.k} negatives each to {args.out}" + (f" ({short} have fewer: small corpus)" if short else ""))
+    print(
+        f"wrote {len(rows)} pairs with up to {args.k} negatives each to {args.out}"
+        + (f" ({short} have fewer: small corpus)" if short else "")
+    )
     return 0

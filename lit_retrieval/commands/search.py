@@ -34,7 +34,9 @@ def queries_from(args: argparse.Namespace) -> list[MediaItem]:
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="lit-retrieval search", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="lit-retrieval search", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("index", help="index folder written by `lit-retrieval index`")
     parser.add_argument("queries", nargs="*", help="text queries")
     parser.add_argument("--event", action="append", help="one event of a multi-event query (repeat, in order)")

@@ -58,7 +58,9 @@ def _videos(args: argparse.Namespace) -> list[str]:
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="lit-retrieval shots", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="lit-retrieval shots", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("videos", nargs="*", help="video files")
     parser.add_argument("--dir", help="every video under this folder")
     parser.add_argument("--list", help="a text file with one video path per line")
@@ -69,9 +71,15 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--min-scene-len", type=float, help="shortest shot in seconds (0.6)")
     parser.add_argument("--downscale", type=int, help="frame-width divisor (default: automatic, about 256 px)")
     parser.add_argument("--workers", type=int, help="detection processes (default 1)")
-    parser.add_argument("--on-error", choices=["raise", "skip"], default="skip", help="undecodable videos: stop or list and go on")
+    parser.add_argument(
+        "--on-error", choices=["raise", "skip"], default="skip", help="undecodable videos: stop or list and go on"
+    )
     parser.add_argument("--out", help="write all shots as JSON here")
-    parser.add_argument("--retry-failed", action="store_true", help="detect again videos that failed before (changed files are retried anyway)")
+    parser.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="detect again videos that failed before (changed files are retried anyway)",
+    )
     add_shard_arguments(parser)
     args = parser.parse_args(argv)
     check_shard(parser, args)
@@ -81,7 +89,12 @@ def run(argv: list[str]) -> int:
         raise ConfigError(f"{args.config}: not valid YAML ({' '.join(str(err).split())})") from None
     except (ValueError, TypeError) as err:
         raise ConfigError(str(err) if str(err).startswith(str(args.config)) else f"{args.config}: {err}") from None
-    overrides = {"detector": args.detector, "threshold": args.threshold, "min_scene_len": args.min_scene_len, "downscale": args.downscale}
+    overrides = {
+        "detector": args.detector,
+        "threshold": args.threshold,
+        "min_scene_len": args.min_scene_len,
+        "downscale": args.downscale,
+    }
     try:
         detector = replace(options.detector, **{k: v for k, v in overrides.items() if v is not None})
     except ValueError as err:
@@ -102,9 +115,12 @@ def run(argv: list[str]) -> int:
     median = sorted(counts)[len(counts) // 2] if counts else 0
     print(
         f"{len(found.shots)} videos ({found.cached} cached, {len(found.shots) - found.cached} detected, "
-        f"{len(found.failed)} failed, {found.known_failures} of them unchanged since they failed before) in {seconds:.1f} s; "
+        f"{len(found.failed)} failed, {found.known_failures} of them unchanged since they failed before) "
+        f"in {seconds:.1f} s; "
         f"median {median} shots; cache {cache}; settings {asdict(detector)}"
     )
     if args.out:
-        Path(args.out).write_text(json.dumps({p: [list(s) for s in shots] for p, shots in found.shots.items()}, indent=1))
+        Path(args.out).write_text(
+            json.dumps({p: [list(s) for s in shots] for p, shots in found.shots.items()}, indent=1)
+        )
     return 1 if found.failed and args.on_error == "raise" else 0

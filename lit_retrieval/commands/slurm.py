@@ -57,7 +57,9 @@ def render_template(text: str, values: dict[str, str]) -> str:
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="lit-retrieval slurm", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="lit-retrieval slurm", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("template", help="an sbatch template, e.g. slurm/fit.sbatch")
     parser.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE", help="template variables")
     parser.add_argument("--out", help="write the job script here (default: print it)")

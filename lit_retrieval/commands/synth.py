@@ -15,10 +15,20 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--seed", type=int, default=SynthConfig.seed)
     parser.add_argument("--size", type=int, default=SynthConfig.size, help="frame width and height in pixels")
     parser.add_argument("--fps", type=int, default=SynthConfig.fps)
-    parser.add_argument("--relational-fraction", type=float, default=SynthConfig.relational_fraction,
-                        help="share of events that are two-character shot/reverse-shot scenes (SALI)")
-    parser.add_argument("--events", type=int, nargs=2, default=SynthConfig.events_per_video, metavar=("MIN", "MAX"),
-                        help="events per video")
+    parser.add_argument(
+        "--relational-fraction",
+        type=float,
+        default=SynthConfig.relational_fraction,
+        help="share of events that are two-character shot/reverse-shot scenes (SALI)",
+    )
+    parser.add_argument(
+        "--events",
+        type=int,
+        nargs=2,
+        default=SynthConfig.events_per_video,
+        metavar=("MIN", "MAX"),
+        help="events per video",
+    )
     parser.add_argument("--workers", type=int, default=None, help="encoding processes (default: all cores)")
     args = parser.parse_args(argv)
     if args.num_videos < 1:
@@ -27,8 +37,12 @@ def run(argv: list[str]) -> int:
     if not 0 <= args.relational_fraction <= 1:
         parser.error("--relational-fraction must lie in [0, 1]")
     cfg = SynthConfig(
-        num_videos=args.num_videos, seed=args.seed, size=args.size, fps=args.fps,
-        events_per_video=tuple(args.events), relational_fraction=args.relational_fraction,
+        num_videos=args.num_videos,
+        seed=args.seed,
+        size=args.size,
+        fps=args.fps,
+        events_per_video=tuple(args.events),
+        relational_fraction=args.relational_fraction,
     )
     path = generate_corpus(args.out, cfg, workers=args.workers)
     print(f"wrote {args.num_videos} videos and {path} in {time.perf_counter() - start:.1f} s")

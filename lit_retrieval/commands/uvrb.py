@@ -40,7 +40,11 @@ def read_task_list(path: str, root: str | None, only: list[str] | None) -> list[
     base = Path(root or raw.get("root", "."))
     specs = []
     for k, entry in enumerate(raw.get("tasks", [])):
-        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not isinstance(entry.get("fields", {}), dict):
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("name"), str)
+            or not isinstance(entry.get("fields", {}), dict)
+        ):
             raise ConfigError(f"{path}: task {k}: expected a mapping with a 'name' (and optional 'fields' mapping)")
         entry = dict(entry)
         entry["dir"] = str(base / entry.get("dir", entry["name"]))
@@ -79,7 +83,9 @@ def read_scores(path: str) -> dict[str, float]:
 
 
 def report(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="lit-retrieval uvrb report", description="UVRB ability table from per-dataset scores.")
+    parser = argparse.ArgumentParser(
+        prog="lit-retrieval uvrb report", description="UVRB ability table from per-dataset scores."
+    )
     parser.add_argument("results", help="results.json of `lit-retrieval uvrb`, or a JSON object {dataset: score}")
     parser.add_argument("--json", action="store_true", help="print only the JSON object")
     args = parser.parse_args(argv)
@@ -101,12 +107,16 @@ def report(argv: list[str]) -> int:
 def run(argv: list[str]) -> int:
     if argv and argv[0] == "report":
         return report(argv[1:])
-    parser = argparse.ArgumentParser(prog="lit-retrieval uvrb", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="lit-retrieval uvrb", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", help="model directory (GVE / Qwen2.5-VL), embedded as is")
     source.add_argument("--config", help="training config of a GVE or dual-encoder model")
     parser.add_argument("--ckpt", help="checkpoint to load with --config")
-    parser.add_argument("--tasks", default="configs/uvrb/uvrb.yaml", help="task list YAML (default: the 16 UVRB datasets)")
+    parser.add_argument(
+        "--tasks", default="configs/uvrb/uvrb.yaml", help="task list YAML (default: the 16 UVRB datasets)"
+    )
     parser.add_argument("--root", help="folder the task dirs are relative to (overrides the YAML's root)")
     parser.add_argument("--only", nargs="*", help="evaluate only these tasks")
     parser.add_argument("--out", required=True, help="output folder: results.json, results.md, results.png")
@@ -117,7 +127,10 @@ def run(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     specs = read_task_list(args.tasks, args.root, args.only)
     cache = Path(args.cache) if args.cache else Path(args.out) / "cache"
-    with OutputLock(args.out, name="uvrb"), OutputLock(cache, name="uvrb-cache"):  # one writer of results and of the cache
+    with (
+        OutputLock(args.out, name="uvrb"),
+        OutputLock(cache, name="uvrb-cache"),
+    ):  # one writer of results and of the cache
         embedder = load_item_embedder(ModelSpec(args.model, args.config, args.ckpt, args.device))
         results = run_benchmark(embedder, specs, args.out, cache, args.batch_size, args.memory_mb)
     sys.stdout.write(markdown_table(results))

@@ -38,7 +38,9 @@ class MultimodalInfoNCE(nn.Module):
     cosine over all query-candidate pairs) and `margin` (mean over queries of the positive cosine
     minus the hardest negative's)."""
 
-    def __init__(self, temperature: float = 0.03, hard_negatives: HardNegatives = "own", cross_device: bool = True) -> None:
+    def __init__(
+        self, temperature: float = 0.03, hard_negatives: HardNegatives = "own", cross_device: bool = True
+    ) -> None:
         super().__init__()
         if temperature <= 0:
             raise ValueError(f"temperature must be positive, got {temperature}")
@@ -58,7 +60,9 @@ class MultimodalInfoNCE(nn.Module):
         """`query`, `target`: `[B, d]`; `negatives`: `[B, K, d]`; `target_keys`: `[B]` int ids of
         the targets' content (equal keys are the same item). Embeddings are normalised here."""
         if query.shape != target.shape or query.ndim != 2:
-            raise ValueError(f"query and target must both be [B, d], got {tuple(query.shape)} and {tuple(target.shape)}")
+            raise ValueError(
+                f"query and target must both be [B, d], got {tuple(query.shape)} and {tuple(target.shape)}"
+            )
         world = distributed_world() if self.cross_device else 1
         gather = gather_global if world > 1 else (lambda t: t)
         q = gather(F.normalize(query.float(), dim=-1))

@@ -44,7 +44,9 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (values * weights).sum() / weights.sum().clamp_min(1.0)
 
 
-def threshold_statistics(sim: torch.Tensor, partial_sim: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def threshold_statistics(
+    sim: torch.Tensor, partial_sim: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(delta, xi) of Eqs. 4 and 5 from one step's similarities."""
     positive = sim.diagonal()
     delta = masked_mean(positive.unsqueeze(1) - partial_sim, mask)
@@ -67,9 +69,18 @@ class MEALoss(nn.Module):
         self.register_buffer("prev_xi", torch.zeros(()))
         self.register_buffer("has_prev", torch.zeros((), dtype=torch.bool))
 
-    def forward(self, sim: torch.Tensor, partial_sim: torch.Tensor, partial_mask: torch.Tensor | None = None) -> MEAOutput:
-        if sim.ndim != 2 or sim.shape[0] != sim.shape[1] or partial_sim.ndim != 2 or partial_sim.shape[0] != sim.shape[0]:
-            raise ValueError(f"expected sim [B, B] and partial_sim [B, L], got {tuple(sim.shape)} and {tuple(partial_sim.shape)}")
+    def forward(
+        self, sim: torch.Tensor, partial_sim: torch.Tensor, partial_mask: torch.Tensor | None = None
+    ) -> MEAOutput:
+        if (
+            sim.ndim != 2
+            or sim.shape[0] != sim.shape[1]
+            or partial_sim.ndim != 2
+            or partial_sim.shape[0] != sim.shape[0]
+        ):
+            raise ValueError(
+                f"expected sim [B, B] and partial_sim [B, L], got {tuple(sim.shape)} and {tuple(partial_sim.shape)}"
+            )
         mask = torch.ones_like(partial_sim, dtype=torch.bool) if partial_mask is None else partial_mask.bool()
         if mask.shape != partial_sim.shape:
             raise ValueError(f"partial_mask {tuple(mask.shape)} must match partial_sim {tuple(partial_sim.shape)}")

@@ -24,7 +24,9 @@ from torch import nn
 
 
 class MeVTRLoss(nn.Module):
-    def __init__(self, v2t: Literal["balanced", "disjoint"] = "balanced", alpha: float = 1.0, dynamic_alpha: bool = False) -> None:
+    def __init__(
+        self, v2t: Literal["balanced", "disjoint"] = "balanced", alpha: float = 1.0, dynamic_alpha: bool = False
+    ) -> None:
         super().__init__()
         if v2t not in ("balanced", "disjoint"):
             raise ValueError(f"v2t must be 'balanced' or 'disjoint', got {v2t!r}")

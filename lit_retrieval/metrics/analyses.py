@@ -60,11 +60,15 @@ def length_bucket_names(edges: list[float]) -> list[str]:
     return [*names, f"{bounds[-1]:g}s+"]
 
 
-def sliced_metrics(ranks: torch.Tensor, num_events: torch.Tensor, durations: torch.Tensor, edges: list[float]) -> dict[str, float]:
+def sliced_metrics(
+    ranks: torch.Tensor, num_events: torch.Tensor, durations: torch.Tensor, edges: list[float]
+) -> dict[str, float]:
     """Text-to-video metrics per number of events and per length bucket, with query counts."""
     out: dict[str, float] = {}
     groups = {f"events_{int(k)}": num_events == k for k in torch.unique(num_events).tolist()}
-    bucket = torch.bucketize(durations.double(), torch.tensor(edges, dtype=torch.float64, device=durations.device), right=True)
+    bucket = torch.bucketize(
+        durations.double(), torch.tensor(edges, dtype=torch.float64, device=durations.device), right=True
+    )
     for b, name in enumerate(length_bucket_names(edges)):
         groups[f"length_{name}"] = bucket == b
     for name, chosen in groups.items():

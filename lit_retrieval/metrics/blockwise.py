@@ -110,7 +110,9 @@ def ranked_metrics(result: BlockwiseResult, ks: tuple[int, ...] = (1, 5, 10)) ->
         within = torch.zeros(n, dtype=torch.float64).index_add_(0, owners, (result.ranks <= k).double())
         out[f"R@{k}"] = float((within[keep] / counts[keep]).mean())
         out[f"hit@{k}"] = float((within[keep] > 0).double().mean())
-    best = torch.full((n,), float("inf"), dtype=torch.float64).scatter_reduce(0, owners, result.ranks, reduce="amin")[keep]
+    best = torch.full((n,), float("inf"), dtype=torch.float64).scatter_reduce(0, owners, result.ranks, reduce="amin")[
+        keep
+    ]
     out["P@1"] = out["hit@1"] if 1 in ks else float((best == 1).double().mean())
     out["MdR"] = float(torch.quantile(best.double(), 0.5))
     out["MnR"] = float(best.double().mean())

@@ -32,7 +32,9 @@ def tie_rank(greater: torch.Tensor, equal_negatives: torch.Tensor, ties: Ties) -
     return 1.0 + greater + extra
 
 
-def text_to_video_ranks(scores: torch.Tensor, targets: torch.Tensor, ties: Ties = "optimistic", chunk: int = 4096) -> torch.Tensor:
+def text_to_video_ranks(
+    scores: torch.Tensor, targets: torch.Tensor, ties: Ties = "optimistic", chunk: int = 4096
+) -> torch.Tensor:
     """Rank of video `targets[i]` in row i of `scores` [Q, V], as float [Q]."""
     ranks = []
     for rows, tgt in zip(scores.split(chunk), targets.split(chunk)):
@@ -43,7 +45,9 @@ def text_to_video_ranks(scores: torch.Tensor, targets: torch.Tensor, ties: Ties 
     return torch.cat(ranks) if ranks else scores.new_zeros(0, dtype=torch.float64)
 
 
-def video_to_text_ranks(scores: torch.Tensor, targets: torch.Tensor, ties: Ties = "optimistic", chunk: int = 4096) -> torch.Tensor:
+def video_to_text_ranks(
+    scores: torch.Tensor, targets: torch.Tensor, ties: Ties = "optimistic", chunk: int = 4096
+) -> torch.Tensor:
     """Per video with at least one caption, the rank of its best caption in column `v`, as float."""
     num_videos = scores.shape[1]
     positive = scores.gather(1, targets.unsqueeze(1)).squeeze(1)
@@ -73,7 +77,9 @@ def summarize_ranks(ranks: torch.Tensor, ks: tuple[int, ...] = RECALL_KS) -> dic
     return out
 
 
-def retrieval_metrics(scores: torch.Tensor, targets: torch.Tensor | None = None, ties: Ties = "optimistic") -> dict[str, float]:
+def retrieval_metrics(
+    scores: torch.Tensor, targets: torch.Tensor | None = None, ties: Ties = "optimistic"
+) -> dict[str, float]:
     """Both directions from a text x video matrix; `targets[i]` is text i's video (default: i).
 
     Keys: `t2v/R@1`, ..., `t2v/MnR`, `v2t/R@1`, ..., `v2t/MnR`.

@@ -40,7 +40,9 @@ def _summary(prefix: str, ranks: torch.Tensor, chosen: torch.Tensor) -> dict[str
     return out
 
 
-def relational_metrics(ranks: torch.Tensor, relational: torch.Tensor, num_shots: torch.Tensor, config: RelationalEval) -> dict[str, float]:
+def relational_metrics(
+    ranks: torch.Tensor, relational: torch.Tensor, num_shots: torch.Tensor, config: RelationalEval
+) -> dict[str, float]:
     """Relational, non-relational and Rel-Multi metrics (and the quartile diagnosis) from the
     text-to-video rank of every query, its relational flag and its video's shot count."""
     shots = num_shots.double()
@@ -54,7 +56,9 @@ def relational_metrics(ranks: torch.Tensor, relational: torch.Tensor, num_shots:
         edges = torch.quantile(shots, torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64, device=shots.device))
         quartile = torch.bucketize(shots, edges, right=True)
         for q in range(4):
-            out[f"diagnosis/q{q + 1}/max_shots"] = float(shots[quartile == q].max()) if (quartile == q).any() else float("nan")
+            out[f"diagnosis/q{q + 1}/max_shots"] = (
+                float(shots[quartile == q].max()) if (quartile == q).any() else float("nan")
+            )
             for name, kind in (("relational", relational), ("non_relational", ~relational)):
                 chosen = kind & (quartile == q)
                 out[f"diagnosis/q{q + 1}/{name}/n"] = float(chosen.sum())

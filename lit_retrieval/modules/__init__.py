@@ -6,4 +6,13 @@ from lit_retrieval.modules.multi_event import MEAConfig
 from lit_retrieval.modules.optim import OptimConfig
 from lit_retrieval.modules.sali import SALIRetrieval
 
-__all__ = ["DualEncoderRetrieval", "EmbedderConfig", "EvalAnalyses", "GVERetrieval", "MEAConfig", "OptimConfig", "RelationalEval", "SALIRetrieval"]
+__all__ = [
+    "DualEncoderRetrieval",
+    "EmbedderConfig",
+    "EvalAnalyses",
+    "GVERetrieval",
+    "MEAConfig",
+    "OptimConfig",
+    "RelationalEval",
+    "SALIRetrieval",
+]

@@ -34,7 +34,9 @@ from lit_retrieval.modules.query_encoding import encode_multi_event
 from lit_retrieval.modules.rng import rng_states, set_rng_states
 
 # Config dataclasses in the checkpoint's hyper-parameters load under torch.load's weights_only=True.
-torch.serialization.add_safe_globals([OptimConfig, MEAConfig, EvalAnalyses, RelationalEval, SpanSplitter, NonFinitePolicy])
+torch.serialization.add_safe_globals(
+    [OptimConfig, MEAConfig, EvalAnalyses, RelationalEval, SpanSplitter, NonFinitePolicy]
+)
 
 
 class DualEncoderRetrieval(L.LightningModule):
@@ -87,7 +89,9 @@ class DualEncoderRetrieval(L.LightningModule):
         self.head.bind(encoder)
         self.optim = optim or OptimConfig()
         self.objectives = TrainingObjectives(head, average_directions, mea, event_loss, cross_device)
-        self.evaluator = RetrievalEvaluator(EvaluationConfig(analyses, relational_eval, ties, score_chunk, eval_memory_mb, save_scores))
+        self.evaluator = RetrievalEvaluator(
+            EvaluationConfig(analyses, relational_eval, ties, score_chunk, eval_memory_mb, save_scores)
+        )
         self.spans = spans or SpanSplitter()
         self.nonfinite = NonFiniteGuard(nonfinite)
         self.skipped_videos = 0
@@ -120,7 +124,9 @@ class DualEncoderRetrieval(L.LightningModule):
 
     def item_embedder(self, identity: Any, frames: FrameInput) -> ItemEmbedder:
         """This model as the `ItemEmbedder` of index, search and UVRB (indexable heads only)."""
-        return DualEncoderEmbedder(self, identity, frames.num_frames, frames.image_size, frames.mean, frames.std, frames.sampling)
+        return DualEncoderEmbedder(
+            self, identity, frames.num_frames, frames.image_size, frames.mean, frames.std, frames.sampling
+        )
 
     def _count_skipped(self, batch: dict[str, Any]) -> int:
         for message in batch["skipped"]:

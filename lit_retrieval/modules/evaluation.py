@@ -158,8 +158,14 @@ class RetrievalEvaluator:
 
     # ---- shared by every module -----------------------------------------------------------------
     def rank(
-        self, score: ScoreFn, text: Any, gallery: Any, targets: torch.Tensor, query_ids: torch.Tensor,
-        synced: bool = True, keep_scores: bool = False,
+        self,
+        score: ScoreFn,
+        text: Any,
+        gallery: Any,
+        targets: torch.Tensor,
+        query_ids: torch.Tensor,
+        synced: bool = True,
+        keep_scores: bool = False,
     ) -> RankedQueries:
         """Score `text` against `gallery`, `query_rows` queries at a time, and compute the
         retrieval metrics. With `synced` the rows of every process are merged (by `query_ids`)
@@ -183,20 +189,30 @@ class RetrievalEvaluator:
     def evaluate(self, model: L.LightningModule, stage: str) -> dict[str, float]:
         """Metrics and analyses of `stage` from the batches collected since the last call."""
         batches, skipped = self._batches.pop(stage, []), self._skipped.pop(stage, 0)
-        totals = gather_variable(model, torch.tensor([[sum(len(b.index) for b in batches), skipped]], device=model.device)).sum(0)
+        totals = gather_variable(
+            model, torch.tensor([[sum(len(b.index) for b in batches), skipped]], device=model.device)
+        ).sum(0)
         queries, skipped = int(totals[0]), int(totals[1])
         if queries == 0:
-            reason = f"all {skipped} videos were skipped as undecodable (data.on_bad_video: skip)" if skipped else "the split has no videos"
+            reason = (
+                f"all {skipped} videos were skipped as undecodable (data.on_bad_video: skip)"
+                if skipped
+                else "the split has no videos"
+            )
             raise NothingToEvaluateError(f"{stage} split: nothing could be evaluated: {reason}")
         if not batches:
             return {}
         head: SimilarityHead = model.head
         split = self.gather(model, batches)
         if head.calibration_bank:
-            split.gallery = head.calibrate(self.query_bank(model, head.calibration_bank), split.gallery, self.config.budget_bytes)
+            split.gallery = head.calibrate(
+                self.query_bank(model, head.calibration_bank), split.gallery, self.config.budget_bytes
+            )
         head.before_evaluation(stage)
         save = self.config.save_scores and stage == "test"
-        ranked = self.rank(self.head_score(head), split.text, split.gallery, split.targets, split.index, keep_scores=save)
+        ranked = self.rank(
+            self.head_score(head), split.text, split.gallery, split.targets, split.index, keep_scores=save
+        )
         results = ranked.metrics
         if stage == "val" and type(head).fit_on_validation is not SimilarityHead.fit_on_validation:
             # every process's queries, in gallery order: query i belongs to gallery video i
@@ -206,8 +222,12 @@ class RetrievalEvaluator:
         if self.wants(stage, self.config.analyses):
             results.update(self.analyses(model, split, ranked.ranks))
         if self.wants(stage, self.config.relational):
-            merged = {k: self.merge_queries(model, split, v) for k, v in {"rank": ranked.ranks, **split.attributes}.items()}
-            results.update(relational_metrics(merged["rank"], merged["relational"], merged["num_shots"], self.config.relational))
+            merged = {
+                k: self.merge_queries(model, split, v) for k, v in {"rank": ranked.ranks, **split.attributes}.items()
+            }
+            results.update(
+                relational_metrics(merged["rank"], merged["relational"], merged["num_shots"], self.config.relational)
+            )
         if save:
             save_score_matrix(model, split, ranked.scores)
         if skipped:
@@ -274,9 +294,12 @@ class RetrievalEvaluator:
         if config.avg_event:
             singles = [[d] for e in events for d in e]
             owner = torch.repeat_interleave(torch.arange(len(events), device=device), num_events)
-            single_ranks = torch.cat([
-                text_to_video_ranks(scores.float(), targets[owner[rows]], ties) for rows, scores in self.encoded_rows(model, singles, split.gallery)
-            ])
+            single_ranks = torch.cat(
+                [
+                    text_to_video_ranks(scores.float(), targets[owner[rows]], ties)
+                    for rows, scores in self.encoded_rows(model, singles, split.gallery)
+                ]
+            )
             per_query["avg_event"] = avg_event_hits(single_ranks.to(device), owner, len(events))
         merged = self.merge_queries(model, split, per_query)
         if config.slices:
@@ -285,7 +308,10 @@ class RetrievalEvaluator:
             out.update(avg_event_metrics(merged["avg_event"], merged["num_events"]))
         variants: dict[str, tuple[list[list[str]], QueryMode | None]] = {}
         for order in config.event_orders:
-            reordered = [reorder_events(e, order, np.random.default_rng([config.seed, int(i)])) for e, i in zip(events, split.index)]
+            reordered = [
+                reorder_events(e, order, np.random.default_rng([config.seed, int(i)]))
+                for e, i in zip(events, split.index)
+            ]
             variants[f"order/{order}"] = (reordered, None)
         for mode in config.query_modes:
             variants[f"query_mode/{mode}"] = (events, mode)
@@ -314,5 +340,9 @@ def save_score_matrix(model: L.LightningModule, split: EvalSplit, scores: torch.
         return
     run_dir.mkdir(parents=True, exist_ok=True)
     np.save(run_dir / SCORES_FILE, rows.cpu().numpy().astype(np.float32))
-    ids = {"text_ids": [split.video_ids[t] for t in targets.tolist()], "video_ids": split.video_ids, "targets": targets.tolist()}
+    ids = {
+        "text_ids": [split.video_ids[t] for t in targets.tolist()],
+        "video_ids": split.video_ids,
+        "targets": targets.tolist(),
+    }
     (run_dir / SCORE_IDS_FILE).write_text(json.dumps(ids))

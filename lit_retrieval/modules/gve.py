@@ -45,7 +45,15 @@ class EmbedderConfig:
     attn_implementation: str = "auto"
 
     def build(self) -> GVEEmbedder:
-        return GVEEmbedder(self.model_path, self.lora, self.adapter_path, self.inputs, self.gradient_checkpointing, self.dtype, self.attn_implementation)
+        return GVEEmbedder(
+            self.model_path,
+            self.lora,
+            self.adapter_path,
+            self.inputs,
+            self.gradient_checkpointing,
+            self.dtype,
+            self.attn_implementation,
+        )
 
 
 def gve_optim() -> OptimConfig:
@@ -121,9 +129,14 @@ class GVERetrieval(L.LightningModule):
     # ---- evaluation --------------------------------------------------------------------------
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         embeddings = self.embedder(batch["inputs"])
-        self._eval_parts.append({
-            "embeddings": embeddings, "task": batch["task_index"], "is_query": batch["is_query"], "position": batch["position"],
-        })
+        self._eval_parts.append(
+            {
+                "embeddings": embeddings,
+                "task": batch["task_index"],
+                "is_query": batch["is_query"],
+                "position": batch["position"],
+            }
+        )
 
     def on_validation_epoch_start(self) -> None:
         self._eval_parts = []

@@ -33,7 +33,9 @@ def load_warm_start(encoder: nn.Module, logit_scale: nn.Parameter, path: str) ->
     state = checkpoint.get("state_dict", checkpoint)
     head_keys = sorted(k for k in state if k.startswith("head.") and k != "head.logit_scale")
     if head_keys:
-        raise ValueError(f"{path}: warm_start expects a CLIP4Clip-meanP checkpoint (parameter-free head), found {head_keys[:3]}")
+        raise ValueError(
+            f"{path}: warm_start expects a CLIP4Clip-meanP checkpoint (parameter-free head), found {head_keys[:3]}"
+        )
     encoder_state = {k[len("encoder.") :]: v for k, v in state.items() if k.startswith("encoder.")}
     try:
         encoder.load_state_dict(encoder_state, strict=True)

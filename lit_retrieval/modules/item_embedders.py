@@ -86,7 +86,9 @@ class DualEncoderEmbedder:
         self, module, identity: Any, num_frames: int, image_size: int, mean=None, std=None, sampling: Sampling = "exact"
     ) -> None:
         if not module.head.indexable:
-            raise ValueError(f"{type(module.head).__name__} is not indexable (its score is not a dot product of one vector per side)")
+            raise ValueError(
+                f"{type(module.head).__name__} is not indexable (its score is not a dot product of one vector per side)"
+            )
         self.module = module.eval()
         self.spec = SamplingSpec(num_frames, image_size, sampling=sampling)
         self.normalize = NormalizeFrames(**{k: v for k, v in (("mean", mean), ("std", std)) if v is not None})

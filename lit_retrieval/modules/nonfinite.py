@@ -42,10 +42,13 @@ class NonFiniteGuard:
             return True
         self.skipped += 1
         where = f"epoch {module.current_epoch}, global step {module.global_step}"
-        message = f"non-finite loss ({float(loss.detach().float().mean())}) at {where}; samples on rank {module.global_rank}: {ids[:32]}"
+        value = float(loss.detach().float().mean())
+        message = f"non-finite loss ({value}) at {where}; samples on rank {module.global_rank}: {ids[:32]}"
         if self.policy.action == "raise":
             raise FloatingPointError(message)
         if self.skipped > self.policy.max_skipped:
-            raise FloatingPointError(f"{message}; {self.skipped} steps skipped, more than nonfinite.max_skipped={self.policy.max_skipped}")
+            raise FloatingPointError(
+                f"{message}; {self.skipped} steps skipped, more than nonfinite.max_skipped={self.policy.max_skipped}"
+            )
         log.warning("%s: step skipped (%d so far)", message, self.skipped)
         return False

@@ -87,7 +87,9 @@ class HeadAuxiliaryObjective(nn.Module):
     def forward(self, step: ScoredBatch) -> ObjectiveTerm:
         terms = step.head.auxiliary_losses(step.text, step.video, step.similarity)
         loss = sum(terms.values(), step.similarity.new_zeros(()))
-        return ObjectiveTerm(loss, {f"aux_{k}": v.detach() for k, v in terms.items()}, {f"aux/{k}": v.detach() for k, v in terms.items()})
+        return ObjectiveTerm(
+            loss, {f"aux_{k}": v.detach() for k, v in terms.items()}, {f"aux/{k}": v.detach() for k, v in terms.items()}
+        )
 
 
 class EventCaptionObjective(nn.Module):
@@ -111,7 +113,9 @@ class MultiEventObjective(nn.Module):
     def __init__(self, config: MEAConfig) -> None:
         super().__init__()
         self.config = config
-        self.sampler = PartialQuerySampler(config.drop, config.num_partial, config.source, config.replace_prob, config.seed)
+        self.sampler = PartialQuerySampler(
+            config.drop, config.num_partial, config.source, config.replace_prob, config.seed
+        )
         self.loss = MEALoss(use_xi=config.use_xi, use_pull=config.use_pull)
 
     def partial_queries(self, events: list[list[str]], *stream: int) -> PartialBatch:
@@ -172,13 +176,21 @@ class TrainingObjectives(nn.Module):
             if mea is not None:
                 raise ValueError("event_loss (MeVTR) and mea are exclusive: MeVTR trains with its own loss only")
             if cross_device:
-                raise ValueError("event_loss (MeVTR) is computed per process: cross_device applies to InfoNCE and MEA only")
+                raise ValueError(
+                    "event_loss (MeVTR) is computed per process: cross_device applies to InfoNCE and MEA only"
+                )
             if average_directions:
-                raise ValueError("average_directions scales InfoNCE, which event_loss (MeVTR) replaces: drop one of them")
+                raise ValueError(
+                    "average_directions scales InfoNCE, which event_loss (MeVTR) replaces: drop one of them"
+                )
             if has_auxiliary_losses(head):
-                raise ValueError(f"event_loss (MeVTR) trains with its own loss only; {type(head).__name__} adds auxiliary losses")
+                raise ValueError(
+                    f"event_loss (MeVTR) trains with its own loss only; {type(head).__name__} adds auxiliary losses"
+                )
         if cross_device and not head.indexable:
-            raise ValueError(f"cross_device needs an indexable head (one vector per text and video); {type(head).__name__} is not")
+            raise ValueError(
+                f"cross_device needs an indexable head (one vector per text and video); {type(head).__name__} is not"
+            )
         self.cross_device = cross_device
         self.infonce = InfoNCEObjective(average_directions) if event_loss is None else None
         self.auxiliary = HeadAuxiliaryObjective() if event_loss is None else None
@@ -187,7 +199,9 @@ class TrainingObjectives(nn.Module):
 
     def texts(self, events: list[list[str]], *stream: int) -> StepTexts:
         """What the step encodes; `stream` (epoch, batch index, rank) seeds MEA's partial queries."""
-        owner = [i for i, e in enumerate(events) for _ in e] if self.event_loss is not None else list(range(len(events)))
+        owner = (
+            [i for i, e in enumerate(events) for _ in e] if self.event_loss is not None else list(range(len(events)))
+        )
         if self.event_loss is not None:
             return StepTexts(captions=[d for e in events for d in e], owner=owner)
         partial = self.mea.partial_queries(events, *stream) if self.mea is not None else None
@@ -206,9 +220,15 @@ class TrainingObjectives(nn.Module):
         else:
             contrast = similarity = head.score(text, video)
         return ScoredBatch(
-            head=head, text=text, video=video, similarity=similarity, contrast=contrast,
-            owner=torch.tensor(texts.owner, device=similarity.device), world=world,
-            partial=texts.partial, partial_text=map_rep(text_reps, lambda t: t[size:]) if texts.partial is not None else None,
+            head=head,
+            text=text,
+            video=video,
+            similarity=similarity,
+            contrast=contrast,
+            owner=torch.tensor(texts.owner, device=similarity.device),
+            world=world,
+            partial=texts.partial,
+            partial_text=map_rep(text_reps, lambda t: t[size:]) if texts.partial is not None else None,
         )
 
     def forward(self, step: ScoredBatch) -> tuple[torch.Tensor, ObjectiveTerm]:
@@ -217,7 +237,11 @@ class TrainingObjectives(nn.Module):
         loss = terms[0].loss
         for term in terms[1:]:
             loss = loss + term.loss
-        merged = ObjectiveTerm(loss, {k: v for t in terms for k, v in t.outputs.items()}, {k: v for t in terms for k, v in t.logged.items()})
+        merged = ObjectiveTerm(
+            loss,
+            {k: v for t in terms for k, v in t.outputs.items()},
+            {k: v for t in terms for k, v in t.logged.items()},
+        )
         return loss, merged
 
 

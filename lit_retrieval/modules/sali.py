@@ -58,7 +58,9 @@ class SALIRetrieval(DualEncoderRetrieval):
     def encode_queries(self, events: list[list[str]], mode: QueryMode | None = None) -> SpanTextFeatures:
         """Full query, subject and object features; one text-tower call for all of them."""
         if mode not in (None, "concat"):
-            raise ValueError(f"SALI encodes whole queries; query mode {mode!r} is not available (drop it from analyses.query_modes)")
+            raise ValueError(
+                f"SALI encodes whole queries; query mode {mode!r} is not available (drop it from analyses.query_modes)"
+            )
         spans = self.split_queries(events)
         with_verb = [i for i, s in enumerate(spans) if s.verb is not None]
         texts = [s.full for s in spans] + [spans[i].subject for i in with_verb] + [spans[i].object for i in with_verb]
@@ -78,9 +80,10 @@ class SALIRetrieval(DualEncoderRetrieval):
 
     def encode_videos(self, batch: dict[str, Any]) -> Any:
         if "frame_shots" not in batch:
-            raise ValueError("SALI needs shots: set `data.shots` so the data module detects them and indexes frames by shot")
+            raise ValueError(
+                "SALI needs shots: set `data.shots` so the data module detects them and indexes frames by shot"
+            )
         return super().encode_videos(batch)
-
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         """Log SALI's learned scalars, so their curves show in the logger (SALI Sec. 4
@@ -94,6 +97,9 @@ class SALIRetrieval(DualEncoderRetrieval):
             values = {
                 "gate/without_verb" if head.gate_by == "verb" else "gate/non_relational": gates[0],
                 "gate/with_verb" if head.gate_by == "verb" else "gate/relational": gates[1],
-                "capacity": head.capacity, "eps": head.eps, "penalty/same_shot": weights[0], "penalty/distance": weights[1],
+                "capacity": head.capacity,
+                "eps": head.eps,
+                "penalty/same_shot": weights[0],
+                "penalty/distance": weights[1],
             }
         self.log_dict({f"train/sali/{k}": v for k, v in values.items()}, on_step=True, on_epoch=False)

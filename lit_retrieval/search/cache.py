@@ -26,7 +26,9 @@ class EmbeddingCache:
         self.root = Path(root) if root else None
         self.hits = self.misses = 0
 
-    def embed(self, embedder: ItemEmbedder, items: list[MediaItem], instruction: str | None, batch_size: int, label: str) -> torch.Tensor:
+    def embed(
+        self, embedder: ItemEmbedder, items: list[MediaItem], instruction: str | None, batch_size: int, label: str
+    ) -> torch.Tensor:
         if self.root is None:
             return embedder.embed(items, instruction, batch_size)
         key = digest(embedder.fingerprint, items_identity(items), instruction)
@@ -40,5 +42,7 @@ class EmbeddingCache:
         partial = path.with_suffix(f".{os.getpid()}.tmp.npy")  # two processes never write one temporary file
         np.save(partial, vectors.numpy())
         os.replace(partial, path)
-        path.with_suffix(".json").write_text(json.dumps({"fingerprint": embedder.fingerprint, "items": len(items), "instruction": instruction}))
+        path.with_suffix(".json").write_text(
+            json.dumps({"fingerprint": embedder.fingerprint, "items": len(items), "instruction": instruction})
+        )
         return vectors

@@ -31,7 +31,14 @@ from lit_retrieval.modules.item_embedders import (
 )
 
 __all__ = [
-    "DualEncoderEmbedder", "FrameInput", "GVEItemEmbedder", "ItemEmbedder", "MTEBEncoderEmbedder", "check_modalities", "digest", "file_identity",
+    "DualEncoderEmbedder",
+    "FrameInput",
+    "GVEItemEmbedder",
+    "ItemEmbedder",
+    "MTEBEncoderEmbedder",
+    "check_modalities",
+    "digest",
+    "file_identity",
 ]
 
 
@@ -52,7 +59,9 @@ class MTEBEncoderEmbedder:
             batch["image"] = [Image.open(i.image).convert("RGB") if i.image else None for i in items]
         if any(i.video is not None for i in items):
             batch["video"] = [
-                torch.from_numpy(sample_frames(i.video, self.num_frames, i.start, i.end).frames).permute(0, 3, 1, 2) if i.video else None
+                torch.from_numpy(sample_frames(i.video, self.num_frames, i.start, i.end).frames).permute(0, 3, 1, 2)
+                if i.video
+                else None
                 for i in items
             ]
         return batch
@@ -62,5 +71,7 @@ class MTEBEncoderEmbedder:
         batches = [self._batch(items[i : i + batch_size]) for i in range(0, len(items), batch_size)]
         prompt_type = "query" if instruction else "document"
         metadata = {"prompt": {"query": instruction}} if instruction else None
-        out = self.model.encode(batches, task_metadata=metadata, hf_split="test", hf_subset="default", prompt_type=prompt_type)
+        out = self.model.encode(
+            batches, task_metadata=metadata, hf_split="test", hf_subset="default", prompt_type=prompt_type
+        )
         return F.normalize(torch.as_tensor(np.asarray(out), dtype=torch.float32), dim=-1)

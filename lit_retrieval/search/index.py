@@ -59,7 +59,9 @@ def list_videos(source: str | Path) -> list[str]:
         return sorted(str(p.resolve()) for p in source.rglob("*") if p.suffix.lower() in VIDEO_SUFFIXES)
     if source.is_file():
         if source.suffix.lower() in VIDEO_SUFFIXES:
-            raise UsageError(str(source), "a video file, where a folder of videos or a list file (one path per line) is expected")
+            raise UsageError(
+                str(source), "a video file, where a folder of videos or a list file (one path per line) is expected"
+            )
         base = source.parent
         lines = [line.strip() for line in read_text(source).splitlines() if line.strip() and not line.startswith("#")]
         return [str((base / line).resolve()) if not os.path.isabs(line) else line for line in lines]
@@ -139,9 +141,19 @@ def _done_parts(parts: Path) -> tuple[list[str], list[np.ndarray]]:
     return videos, vectors
 
 
-def build_video_index(embedder: ItemEmbedder, spec: ModelSpec, videos: list[str], out: str | Path,
-                      settings: IndexSettings | None = None, chunk: int = 16, batch_size: int = 8, progress: bool = True,
-                      shard: tuple[int, int] | None = None, embed_only: bool = False, retry_failed: bool = False) -> dict | None:
+def build_video_index(
+    embedder: ItemEmbedder,
+    spec: ModelSpec,
+    videos: list[str],
+    out: str | Path,
+    settings: IndexSettings | None = None,
+    chunk: int = 16,
+    batch_size: int = 8,
+    progress: bool = True,
+    shard: tuple[int, int] | None = None,
+    embed_only: bool = False,
+    retry_failed: bool = False,
+) -> dict | None:
     """Embed `videos` (this shard's share when `shard` = (k, n): every n-th from k) and, unless
     `embed_only`, build the index over everything embedded so far. Shards of an array job write
     their own chunk and failure files, so they never race. A video that failed before is skipped
@@ -160,7 +172,9 @@ def build_video_index(embedder: ItemEmbedder, spec: ModelSpec, videos: list[str]
     known_failures = _failed(out)
     mine = videos[shard[0] :: shard[1]] if shard else videos
     done = set(done_videos)
-    todo = [v for v in mine if v not in done and (retry_failed or v not in known_failures or _changed(v, known_failures[v]))]
+    todo = [
+        v for v in mine if v not in done and (retry_failed or v not in known_failures or _changed(v, known_failures[v]))
+    ]
     retried = set(todo)  # listed again only if they fail again
     failed = _failed_file(failed_path)
     if retried & set(failed):
@@ -185,7 +199,9 @@ def build_video_index(embedder: ItemEmbedder, spec: ModelSpec, videos: list[str]
             bar.advance(task, len(group))
             if names:
                 stem = parts / f"part-{tag}{len(list(parts.glob(f'part-{tag}*.npy'))):05d}"
-                _write_atomic(stem.with_suffix(".npy"), lambda p: _save_array(p, np.concatenate(vectors).astype(np.float32)))
+                _write_atomic(
+                    stem.with_suffix(".npy"), lambda p: _save_array(p, np.concatenate(vectors).astype(np.float32))
+                )
                 _write_atomic(stem.with_suffix(".json"), lambda p: p.write_text(json.dumps(names)))
     if embed_only:
         return None
@@ -197,8 +213,14 @@ def build_video_index(embedder: ItemEmbedder, spec: ModelSpec, videos: list[str]
     vectors = np.ascontiguousarray(np.concatenate(arrays), dtype=np.float32)
     index = make_index(vectors, settings)
     faiss.write_index(index, str(out / "index.faiss"))
-    meta = {"fingerprint": embedder.fingerprint, "model": asdict(spec.resolved()), "settings": asdict(settings),
-            "dim": int(vectors.shape[1]), "count": len(all_videos), "failed": len(failed)}
+    meta = {
+        "fingerprint": embedder.fingerprint,
+        "model": asdict(spec.resolved()),
+        "settings": asdict(settings),
+        "dim": int(vectors.shape[1]),
+        "count": len(all_videos),
+        "failed": len(failed),
+    }
     (out / "videos.json").write_text(json.dumps(all_videos))
     (out / "meta.json").write_text(json.dumps(meta, indent=2))
     return meta
@@ -214,24 +236,35 @@ class VideoIndex:
     def load(cls, path: str | Path, gpu: bool = False) -> VideoIndex:
         path = Path(path)
         if not (path / "meta.json").is_file() or not (path / "index.faiss").is_file():
-            raise FileNotFoundError(f"{path}: not a finished index (no meta.json / index.faiss); run `lit-retrieval index` again")
+            raise FileNotFoundError(
+                f"{path}: not a finished index (no meta.json / index.faiss); run `lit-retrieval index` again"
+            )
         meta = read_json(path / "meta.json")
         videos = read_json(path / "videos.json")
         if not isinstance(meta, dict) or not isinstance(videos, list):
-            raise UsageError(str(path), "meta.json or videos.json is not what `lit-retrieval index` writes; run it again")
+            raise UsageError(
+                str(path), "meta.json or videos.json is not what `lit-retrieval index` writes; run it again"
+            )
         try:
             index = faiss.read_index(str(path / "index.faiss"))
         except RuntimeError:
-            raise UsageError(str(path / "index.faiss"), "not a readable faiss index (corrupt or partial); run `lit-retrieval index` again") from None
+            raise UsageError(
+                str(path / "index.faiss"),
+                "not a readable faiss index (corrupt or partial); run `lit-retrieval index` again",
+            ) from None
         return cls(to_gpu(index) if gpu else index, videos, meta)
 
     def check(self, embedder: ItemEmbedder) -> None:
         if embedder.fingerprint != self.meta["fingerprint"]:
             raise IndexMismatch(
                 "this index was built by another model or with other settings "
-                f"(index: {self.meta['model']}, fingerprint {self.meta['fingerprint']}; query model fingerprint {embedder.fingerprint})"
+                f"(index: {self.meta['model']}, fingerprint {self.meta['fingerprint']}; "
+                f"query model fingerprint {embedder.fingerprint})"
             )
 
     def search(self, queries: np.ndarray, k: int) -> list[list[tuple[str, float]]]:
         scores, found = self.index.search(np.ascontiguousarray(queries, dtype=np.float32), min(k, len(self.videos)))
-        return [[(self.videos[j], float(s)) for j, s in zip(row_ids, row_scores) if j >= 0] for row_ids, row_scores in zip(found, scores)]
+        return [
+            [(self.videos[j], float(s)) for j, s in zip(row_ids, row_scores) if j >= 0]
+            for row_ids, row_scores in zip(found, scores)
+        ]

@@ -28,7 +28,9 @@ class ModelSpec:
 
     def resolved(self) -> ModelSpec:
         """Absolute paths, so an index remembers its model wherever search runs from."""
-        absolute = {k: str(Path(v).resolve()) if v and k in ("model", "config", "ckpt") else v for k, v in asdict(self).items()}
+        absolute = {
+            k: str(Path(v).resolve()) if v and k in ("model", "config", "ckpt") else v for k, v in asdict(self).items()
+        }
         return ModelSpec(**absolute)
 
 
@@ -54,13 +56,17 @@ def load_item_embedder(spec: ModelSpec) -> ItemEmbedder:
         if not (Path(spec.model) / "config.json").is_file():
             raise FileNotFoundError(f"{spec.model}: not a model directory (no config.json)")
         inputs = InputConfig(sampling=spec.sampling)
-        return GVEItemEmbedder(GVEEmbedder(spec.model, lora=None, inputs=inputs).to(spec.device), file_identity(spec.model))
+        return GVEItemEmbedder(
+            GVEEmbedder(spec.model, lora=None, inputs=inputs).to(spec.device), file_identity(spec.model)
+        )
     module = instantiate_module(spec.config)
     identity = [Path(spec.config).read_text(), file_identity(spec.ckpt) if spec.ckpt else None]
     if spec.ckpt:
         load_checkpoint_weights(module, spec.ckpt)
     data = _data_settings(spec.config)
-    frames = FrameInput(data.get("num_frames", 12), data.get("image_size", 224), data.get("mean"), data.get("std"), spec.sampling)
+    frames = FrameInput(
+        data.get("num_frames", 12), data.get("image_size", 224), data.get("mean"), data.get("std"), spec.sampling
+    )
     return module.to(spec.device).item_embedder(identity, frames)
 
 

@@ -108,8 +108,15 @@ def _validation_message(errors) -> str:
 class SearchService:
     """The loaded model and index, and what each route does with them."""
 
-    def __init__(self, index: VideoIndex, embedder: ItemEmbedder, index_path: str | Path, cache_dir: str | Path,
-                 moment_segments: int = 4, limits: Limits | None = None) -> None:
+    def __init__(
+        self,
+        index: VideoIndex,
+        embedder: ItemEmbedder,
+        index_path: str | Path,
+        cache_dir: str | Path,
+        moment_segments: int = 4,
+        limits: Limits | None = None,
+    ) -> None:
         self.index = index
         self.ids = {path: i for i, path in enumerate(index.videos)}  # index id of each listed video
         self.embedder = embedder
@@ -121,10 +128,16 @@ class SearchService:
 
     def info(self) -> dict:
         meta = self.index.meta
-        return {"model": meta.get("model"), "fingerprint": meta.get("fingerprint"), "count": len(self.index.videos),
-                "dim": meta.get("dim"), "kind": (meta.get("settings") or {}).get("kind"),
-                "modalities": sorted(self.embedder.modalities), "moment_segments": self.moments.segments,
-                "limits": asdict(self.limits)}
+        return {
+            "model": meta.get("model"),
+            "fingerprint": meta.get("fingerprint"),
+            "count": len(self.index.videos),
+            "dim": meta.get("dim"),
+            "kind": (meta.get("settings") or {}).get("kind"),
+            "modalities": sorted(self.embedder.modalities),
+            "moment_segments": self.moments.segments,
+            "limits": asdict(self.limits),
+        }
 
     def video_path(self, video_id: str) -> str:
         """The file of index entry `video_id`, else 404: the listed path must still be (or link to) a
@@ -172,9 +185,17 @@ class SearchService:
             video_id = self.ids[path]
             moment = self.moments.best(path, vector)
             thumbnail = f"/thumbnail/{video_id}" + (f"?t={moment.time:.1f}" if moment else "")
-            results.append({"rank": rank, "id": video_id, "name": Path(path).name, "score": score,
-                            "moment": None if moment is None else {**asdict(moment), "time": moment.time},
-                            "thumbnail": thumbnail, "video": f"/video/{video_id}"})
+            results.append(
+                {
+                    "rank": rank,
+                    "id": video_id,
+                    "name": Path(path).name,
+                    "score": score,
+                    "moment": None if moment is None else {**asdict(moment), "time": moment.time},
+                    "thumbnail": thumbnail,
+                    "video": f"/video/{video_id}",
+                }
+            )
         return {"query": label, "k": k, "results": results, "took_ms": round(1000 * (time.perf_counter() - started), 2)}
 
     async def search_upload(self, request: Request) -> dict:
@@ -185,8 +206,11 @@ class SearchService:
         suffix = Path(upload.filename or "").suffix.lower()
         kind = "image" if suffix in IMAGE_SUFFIXES else "video" if suffix in VIDEO_SUFFIXES else None
         if kind is None:
-            raise HTTPException(422, f"uploaded file {upload.filename!r}: not an image or video file name "
-                                     f"({', '.join(sorted(IMAGE_SUFFIXES | VIDEO_SUFFIXES))})")
+            raise HTTPException(
+                422,
+                f"uploaded file {upload.filename!r}: not an image or video file name "
+                f"({', '.join(sorted(IMAGE_SUFFIXES | VIDEO_SUFFIXES))})",
+            )
         text = form.get("text") or None
         instruction = form.get("instruction") or None
         self.check_text(text)

@@ -14,8 +14,15 @@ from lit_retrieval.serve.thumbnails import default_cache_dir, index_cache_dir
 CONFIG_ENV = "LIT_RETRIEVAL_SERVE_CONFIG"  # how `--workers N` hands the settings to each worker process
 
 
-def load_service(index: str, cache_dir: str | None = None, device: str = "cpu", gpu: bool = False,
-                 moment_segments: int = 4, limits: Limits | None = None, threads: int | None = 1) -> SearchService:
+def load_service(
+    index: str,
+    cache_dir: str | None = None,
+    device: str = "cpu",
+    gpu: bool = False,
+    moment_segments: int = 4,
+    limits: Limits | None = None,
+    threads: int | None = 1,
+) -> SearchService:
     """The index, the model it was built with (refused if it changed since: `VideoIndex.check`) and
     the cache folder for thumbnails and moment embeddings. `threads`: CPU threads of torch and faiss
     in this process (None: their defaults)."""

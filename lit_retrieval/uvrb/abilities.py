@@ -25,7 +25,9 @@ def ability_scores(scores: dict[str, float]) -> dict[str, float]:
     unknown = set(scores) - set(UVRB_DATASETS)
     missing = set(UVRB_DATASETS) - set(scores)
     if unknown or missing:
-        raise ValueError(f"need a score for each of the 16 UVRB datasets; missing {sorted(missing)}, unknown {sorted(unknown)}")
+        raise ValueError(
+            f"need a score for each of the 16 UVRB datasets; missing {sorted(missing)}, unknown {sorted(unknown)}"
+        )
 
     def over(**match) -> float:
         return mean(scores[d.name] for d in UVRB_DATASETS.values() if all(getattr(d, k) == v for k, v in match.items()))

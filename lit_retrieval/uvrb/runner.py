@@ -21,7 +21,9 @@ from lit_retrieval.uvrb.tasks import RetrievalTaskSpec, load_retrieval_task
 log = logging.getLogger(__name__)
 
 
-def evaluate_task(embedder: ItemEmbedder, spec: RetrievalTaskSpec, cache: EmbeddingCache, batch_size: int = 8, memory_mb: float = 256) -> dict[str, Any]:
+def evaluate_task(
+    embedder: ItemEmbedder, spec: RetrievalTaskSpec, cache: EmbeddingCache, batch_size: int = 8, memory_mb: float = 256
+) -> dict[str, Any]:
     data = load_retrieval_task(spec)
     unsupported = {i.modality for i in data.queries + data.corpus} - embedder.modalities
     if unsupported:
@@ -30,18 +32,34 @@ def evaluate_task(embedder: ItemEmbedder, spec: RetrievalTaskSpec, cache: Embedd
     corpus = cache.embed(embedder, data.corpus, spec.corpus_instruction, batch_size, f"{spec.name}-corpus")
     result = blockwise_search(queries, corpus, Relevance.from_lists(data.relevant), k=10, memory_mb=memory_mb)
     metrics = ranked_metrics(result, ks=(1, 5, 10))
-    return {"score": metrics[spec.metric], "metric": spec.metric, "queries": len(data.queries), "corpus": len(data.corpus), **metrics}
+    return {
+        "score": metrics[spec.metric],
+        "metric": spec.metric,
+        "queries": len(data.queries),
+        "corpus": len(data.corpus),
+        **metrics,
+    }
 
 
-def run_benchmark(embedder: ItemEmbedder, specs: list[RetrievalTaskSpec], out_dir: str | Path, cache_dir: str | Path | None = None,
-                  batch_size: int = 8, memory_mb: float = 256) -> dict[str, Any]:
+def run_benchmark(
+    embedder: ItemEmbedder,
+    specs: list[RetrievalTaskSpec],
+    out_dir: str | Path,
+    cache_dir: str | Path | None = None,
+    batch_size: int = 8,
+    memory_mb: float = 256,
+) -> dict[str, Any]:
     cache = EmbeddingCache(cache_dir)
     datasets = {}
     for spec in specs:
         datasets[spec.name] = evaluate_task(embedder, spec, cache, batch_size, memory_mb)
         log.info("%s: %s", spec.name, datasets[spec.name])
     scores = {n: r["score"] for n, r in datasets.items() if "score" in r}
-    results: dict[str, Any] = {"fingerprint": embedder.fingerprint, "datasets": datasets, "cache": {"hits": cache.hits, "misses": cache.misses}}
+    results: dict[str, Any] = {
+        "fingerprint": embedder.fingerprint,
+        "datasets": datasets,
+        "cache": {"hits": cache.hits, "misses": cache.misses},
+    }
     if set(scores) == set(UVRB_DATASETS):
         results["abilities"] = ability_scores(scores)
     out = Path(out_dir)
@@ -56,12 +74,19 @@ def markdown_table(results: dict[str, Any]) -> str:
     lines = ["| dataset | metric | score | R@1 | R@10 | MnR |", "| --- | --- | --- | --- | --- | --- |"]
     for name, r in results["datasets"].items():
         if "score" in r:
-            lines.append(f"| {name} | {r['metric']} | {r['score']:.3f} | {r['R@1']:.3f} | {r['R@10']:.3f} | {r['MnR']:.1f} |")
+            lines.append(
+                f"| {name} | {r['metric']} | {r['score']:.3f} | {r['R@1']:.3f} | {r['R@10']:.3f} | {r['MnR']:.1f} |"
+            )
         else:
             lines.append(f"| {name} | {r['metric']} | — ({r['skipped']}) | | | |")
     if "abilities" in results:
         keys = ("AVG_datasets", "AVG_abilities", *ABILITIES)
-        lines += ["", "| " + " | ".join(keys) + " |", "|" + " --- |" * len(keys), "| " + " | ".join(f"{results['abilities'][k]:.3f}" for k in keys) + " |"]
+        lines += [
+            "",
+            "| " + " | ".join(keys) + " |",
+            "|" + " --- |" * len(keys),
+            "| " + " | ".join(f"{results['abilities'][k]:.3f}" for k in keys) + " |",
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -78,7 +78,13 @@ def _lines(path: Path):
 
 def _items(path: Path, fields: FieldMap, root: Path) -> tuple[list[str], list[MediaItem]]:
     ids, items, seen = [], [], set()
-    names = {"text": fields.text, "image": fields.image, "video": fields.video, "start": fields.start, "end": fields.end}
+    names = {
+        "text": fields.text,
+        "image": fields.image,
+        "video": fields.video,
+        "start": fields.start,
+        "end": fields.end,
+    }
     for number, raw in _lines(path):
         if not isinstance(raw, dict) or fields.id not in raw:
             raise AnnotationError(str(path), f"line {number}", f"needs an '{fields.id}' field")
@@ -107,7 +113,9 @@ def load_retrieval_task(spec: RetrievalTaskSpec) -> RetrievalData:
     for number, raw in _lines(qrels_path):
         where = f"line {number}"
         if not isinstance(raw, dict) or f.query_id not in raw or f.corpus_id not in raw:
-            raise AnnotationError(str(qrels_path), where, f"needs '{f.query_id}', '{f.corpus_id}' and a numeric '{f.score}'")
+            raise AnnotationError(
+                str(qrels_path), where, f"needs '{f.query_id}', '{f.corpus_id}' and a numeric '{f.score}'"
+            )
         q = record_id(raw[f.query_id], str(qrels_path), where, f"'{f.query_id}'")
         c = record_id(raw[f.corpus_id], str(qrels_path), where, f"'{f.corpus_id}'")
         score = finite_number(raw.get(f.score, 1), str(qrels_path), where, f"'{f.score}'")

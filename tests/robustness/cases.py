@@ -81,7 +81,9 @@ def canonical_case(name: str, reason: str, subprocess: bool = False, **file_args
     CASES.append(Case("annotations/canonical", name, build, subprocess))
 
 
-def raw_file_case(entry: str, name: str, content: bytes, reason: str, data_class: str, file_name: str, key: str, **init):
+def raw_file_case(
+    entry: str, name: str, content: bytes, reason: str, data_class: str, file_name: str, key: str, **init
+):
     """A case whose whole annotation file is `content` (bytes as they are on disk)."""
 
     def build(tmp: Path) -> Expect:
@@ -98,42 +100,108 @@ def raw_file_case(entry: str, name: str, content: bytes, reason: str, data_class
 NOT_UTF8 = '{"videos": ["caf\u00e9"]}'.encode("latin-1")
 GOOD_CANONICAL = json.dumps({"format": "lit-retrieval/multi-event", "version": 1, "videos": [canonical_video()]})
 
-raw_file_case("annotations/canonical", "not UTF-8", NOT_UTF8, "not UTF-8", "MultiEventDataModule", "ann.json", "annotation")
-raw_file_case("annotations/canonical", "truncated JSON", GOOD_CANONICAL[:40].encode(), "not valid JSON", "MultiEventDataModule", "ann.json", "annotation")
-raw_file_case("annotations/canonical", "duplicate key", GOOD_CANONICAL.replace('"version": 1', '"version": 1, "version": 1').encode(),
-              "duplicate key 'version'", "MultiEventDataModule", "ann.json", "annotation")
-raw_file_case("annotations/canonical", "NaN literal", GOOD_CANONICAL.replace('"duration": 10.0', '"duration": NaN').encode(),
-              "NaN", "MultiEventDataModule", "ann.json", "annotation")
-raw_file_case("annotations/canonical", "duration 1e400 (infinite)", GOOD_CANONICAL.replace('"duration": 10.0', '"duration": 1e400').encode(),
-              "finite", "MultiEventDataModule", "ann.json", "annotation")
+raw_file_case(
+    "annotations/canonical", "not UTF-8", NOT_UTF8, "not UTF-8", "MultiEventDataModule", "ann.json", "annotation"
+)
+raw_file_case(
+    "annotations/canonical",
+    "truncated JSON",
+    GOOD_CANONICAL[:40].encode(),
+    "not valid JSON",
+    "MultiEventDataModule",
+    "ann.json",
+    "annotation",
+)
+raw_file_case(
+    "annotations/canonical",
+    "duplicate key",
+    GOOD_CANONICAL.replace('"version": 1', '"version": 1, "version": 1').encode(),
+    "duplicate key 'version'",
+    "MultiEventDataModule",
+    "ann.json",
+    "annotation",
+)
+raw_file_case(
+    "annotations/canonical",
+    "NaN literal",
+    GOOD_CANONICAL.replace('"duration": 10.0', '"duration": NaN').encode(),
+    "NaN",
+    "MultiEventDataModule",
+    "ann.json",
+    "annotation",
+)
+raw_file_case(
+    "annotations/canonical",
+    "duration 1e400 (infinite)",
+    GOOD_CANONICAL.replace('"duration": 10.0', '"duration": 1e400').encode(),
+    "finite",
+    "MultiEventDataModule",
+    "ann.json",
+    "annotation",
+)
 
 
 @case("annotations/canonical", "missing file")
 def _(tmp: Path) -> Expect:
-    return Expect(fit(tmp, "MultiEventDataModule", {"annotation": str(tmp / "absent.json")}), str(tmp / "absent.json"), "annotation file not found")
+    return Expect(
+        fit(tmp, "MultiEventDataModule", {"annotation": str(tmp / "absent.json")}),
+        str(tmp / "absent.json"),
+        "annotation file not found",
+    )
 
 
 canonical_case("not the format", "multi-event", format="something-else")
 canonical_case("videos not a list", "'videos' must be a list", videos={"v1": canonical_video()})
 canonical_case("video not an object", "must be a JSON object", videos=["v1"])
-canonical_case("missing field", "missing field 'duration'", videos=[{k: v for k, v in canonical_video().items() if k != "duration"}])
+canonical_case(
+    "missing field",
+    "missing field 'duration'",
+    videos=[{k: v for k, v in canonical_video().items() if k != "duration"}],
+)
 canonical_case("duration zero", "duration must be positive", videos=[canonical_video(duration=0)])
 canonical_case("duration negative", "duration must be positive", videos=[canonical_video(duration=-3.0)])
 canonical_case("duration a string", "duration must be a finite number", videos=[canonical_video(duration="10")])
-canonical_case("end before start", "0 <= start < end", videos=[canonical_video(events=[{"description": "x", "start": 5.0, "end": 2.0}])])
-canonical_case("end equals start", "0 <= start < end", videos=[canonical_video(events=[{"description": "x", "start": 5.0, "end": 5.0}])])
-canonical_case("interval past the end", "past the duration", videos=[canonical_video(events=[{"description": "x", "start": 0.0, "end": 11.0}])])
+canonical_case(
+    "end before start",
+    "0 <= start < end",
+    videos=[canonical_video(events=[{"description": "x", "start": 5.0, "end": 2.0}])],
+)
+canonical_case(
+    "end equals start",
+    "0 <= start < end",
+    videos=[canonical_video(events=[{"description": "x", "start": 5.0, "end": 5.0}])],
+)
+canonical_case(
+    "interval past the end",
+    "past the duration",
+    videos=[canonical_video(events=[{"description": "x", "start": 0.0, "end": 11.0}])],
+)
 canonical_case("cuts a number", "'cuts' must be a list", videos=[canonical_video(cuts=3)])
 canonical_case("cut outside the video", "cut times must lie in", videos=[canonical_video(cuts=[12.0])])
-canonical_case("duplicate video_id", "duplicate video_id", videos=[canonical_video("v1"), canonical_video("v1", "test")])
-canonical_case("empty description", "description", videos=[canonical_video(events=[{"description": " ", "start": 0, "end": 1}])])
+canonical_case(
+    "duplicate video_id", "duplicate video_id", videos=[canonical_video("v1"), canonical_video("v1", "test")]
+)
+canonical_case(
+    "empty description", "description", videos=[canonical_video(events=[{"description": " ", "start": 0, "end": 1}])]
+)
 canonical_case("path not a string", "'path' must be a non-empty string", videos=[canonical_video(path=["v1.mp4"])])
 canonical_case("split not a string", "'split' must be a non-empty string", videos=[canonical_video(split=1)])
 canonical_case("events empty", "'events' must be a non-empty list", videos=[canonical_video(events=[])])
-canonical_case("theme a list", "'theme' must be a string", videos=[canonical_video(events=[{"description": "x", "start": 0, "end": 1, "theme": ["a"]}])])
-canonical_case("intervals a number", "'intervals' must be a non-empty list", videos=[canonical_video(events=[{"description": "x", "intervals": 4}])])
-canonical_case("video in train and test", "also in the training split",
-               videos=[canonical_video("v1"), canonical_video("v2", "test", path="v1.mp4")])
+canonical_case(
+    "theme a list",
+    "'theme' must be a string",
+    videos=[canonical_video(events=[{"description": "x", "start": 0, "end": 1, "theme": ["a"]}])],
+)
+canonical_case(
+    "intervals a number",
+    "'intervals' must be a non-empty list",
+    videos=[canonical_video(events=[{"description": "x", "intervals": 4}])],
+)
+canonical_case(
+    "video in train and test",
+    "also in the training split",
+    videos=[canonical_video("v1"), canonical_video("v2", "test", path="v1.mp4")],
+)
 
 # -- media (MultiEventDataModule, on_bad_video: raise) -------------------------------------------
 
@@ -142,7 +210,10 @@ def media_case(name: str, write: Callable[[Path], None], reason: str, subprocess
     def build(tmp: Path) -> Expect:
         write(tmp / "v1.mp4")
         events = [{"description": "x", "start": 0, "end": 1}]
-        videos = [canonical_video("v1", duration=2.0, events=events), canonical_video("v2", "test", duration=2.0, events=events)]
+        videos = [
+            canonical_video("v1", duration=2.0, events=events),
+            canonical_video("v2", "test", duration=2.0, events=events),
+        ]
         path = canonical_file(tmp / "ann.json", videos=videos)
         init_args = {"annotation": str(path), "num_frames": 2, "image_size": 16, "batch_size": 1, **init}
         return Expect(fit(tmp, "MultiEventDataModule", init_args), str(tmp / "v1.mp4"), reason)
@@ -161,7 +232,12 @@ media_case("empty file", lambda p: p.write_bytes(b""), "empty")
 media_case("missing file", lambda p: None, "not found")
 media_case("a text file", lambda p: p.write_text("hello\n" * 50), "undecodable")
 media_case("truncated mp4", truncated, "v1.mp4")
-media_case("garbage bytes, in a DataLoader worker", lambda p: p.write_bytes(b"\x00not a video" * 64), "undecodable", num_workers=1)
+media_case(
+    "garbage bytes, in a DataLoader worker",
+    lambda p: p.write_bytes(b"\x00not a video" * 64),
+    "undecodable",
+    num_workers=1,
+)
 
 # -- MELON ---------------------------------------------------------------------------------------
 
@@ -170,18 +246,37 @@ def melon_case(name: str, data, reason: str, **init):
     def build(tmp: Path) -> Expect:
         path = tmp / "melon.json"
         path.write_text(json.dumps(data))
-        return Expect(fit(tmp, "MELONDataModule", {"annotation": str(path), "probe_durations": False, **init}), str(path), reason)
+        return Expect(
+            fit(tmp, "MELONDataModule", {"annotation": str(path), "probe_durations": False, **init}), str(path), reason
+        )
 
     CASES.append(Case("annotations/melon", name, build))
 
 
-raw_file_case("annotations/melon", "not UTF-8", NOT_UTF8, "not UTF-8", "MELONDataModule", "melon.json", "annotation", probe_durations=False)
+raw_file_case(
+    "annotations/melon",
+    "not UTF-8",
+    NOT_UTF8,
+    "not UTF-8",
+    "MELONDataModule",
+    "melon.json",
+    "annotation",
+    probe_durations=False,
+)
 melon_case("a JSON string", "videos", "expected a list of videos or an object")
 melon_case("record not an object", [3], "must be an object or a list of events")
-melon_case("unreadable timestamp", [melon_record(events=[{"Description": "x", "Timestamp": "soon"}])], "bad 'timestamp'")
-melon_case("end before start", [melon_record(events=[{"Description": "x", "Timestamp": "01:00 - 00:30"}])], "0 <= start < end")
+melon_case(
+    "unreadable timestamp", [melon_record(events=[{"Description": "x", "Timestamp": "soon"}])], "bad 'timestamp'"
+)
+melon_case(
+    "end before start", [melon_record(events=[{"Description": "x", "Timestamp": "01:00 - 00:30"}])], "0 <= start < end"
+)
 melon_case("infinite clock duration", [melon_record(duration="9" * 400)], "positive and finite")
-melon_case("no duration, no probing", [{k: v for k, v in melon_record().items() if k != "duration"}], "missing field 'duration'")
+melon_case(
+    "no duration, no probing",
+    [{k: v for k, v in melon_record().items() if k != "duration"}],
+    "missing field 'duration'",
+)
 melon_case("duplicate video ids", [melon_record("a"), melon_record("a", "test")], "duplicate video_id")
 melon_case("missing split", [{k: v for k, v in melon_record().items() if k != "split"}], "missing field 'split'")
 melon_case("video id a list", [melon_record(video_id=["a"])], "must be a non-empty string")
@@ -202,21 +297,38 @@ def activitynet_raw(name: str, content: bytes, reason: str):
     def build(tmp: Path) -> Expect:
         root = activitynet_dir(tmp / "anet")
         (root / "train.json").write_bytes(content)
-        return Expect(fit(tmp, "ActivityNetDataModule", {"annotation_dir": str(root)}), str(root / "train.json"), reason)
+        return Expect(
+            fit(tmp, "ActivityNetDataModule", {"annotation_dir": str(root)}), str(root / "train.json"), reason
+        )
 
     CASES.append(Case("annotations/activitynet", name, build))
 
 
 activitynet_raw("not UTF-8", NOT_UTF8, "not UTF-8")
-activitynet_raw("duplicate video key", b'{"v_a": ' + json.dumps(activitynet_video()).encode() + b', "v_a": '
-                + json.dumps(activitynet_video()).encode() + b"}", "duplicate key 'v_a'")
+activitynet_raw(
+    "duplicate video key",
+    b'{"v_a": '
+    + json.dumps(activitynet_video()).encode()
+    + b', "v_a": '
+    + json.dumps(activitynet_video()).encode()
+    + b"}",
+    "duplicate key 'v_a'",
+)
 activitynet_case("not an object", "expected an object keyed by video id", train=[activitynet_video()])
 activitynet_case("record not an object", "must be an object", train={"v_a": 5})
-activitynet_case("more sentences than timestamps", "3 sentences but 2 timestamps", train={"v_a": activitynet_video(sentences=["a", "b", "c"])})
-activitynet_case("timestamp not a pair", "is not [start, end]", train={"v_a": activitynet_video(timestamps=[[0.0], [1.0, 2.0]])})
+activitynet_case(
+    "more sentences than timestamps",
+    "3 sentences but 2 timestamps",
+    train={"v_a": activitynet_video(sentences=["a", "b", "c"])},
+)
+activitynet_case(
+    "timestamp not a pair", "is not [start, end]", train={"v_a": activitynet_video(timestamps=[[0.0], [1.0, 2.0]])}
+)
 activitynet_case("duration zero", "duration must be positive", train={"v_a": activitynet_video(duration=0)})
 activitynet_case("duration a string", "finite number", train={"v_a": activitynet_video(duration="30")})
-activitynet_case("end before start", "0 <= start < end", train={"v_a": activitynet_video(timestamps=[[5.0, 1.0], [10.0, 30.0]])})
+activitynet_case(
+    "end before start", "0 <= start < end", train={"v_a": activitynet_video(timestamps=[[5.0, 1.0], [10.0, 30.0]])}
+)
 activitynet_case("empty video id", "empty video id", train={"": activitynet_video()})
 activitynet_case("video in train and test", "also in the training split", file="", test={"v_a": activitynet_video()})
 
@@ -226,7 +338,11 @@ activitynet_case("video in train and test", "also in the training split", file="
 def didemo_case(name: str, reason: str, file: str = "train_data.json", **files):
     def build(tmp: Path) -> Expect:
         root = didemo_dir(tmp / "didemo", **files)
-        return Expect(fit(tmp, "DiDeMoDataModule", {"annotation_dir": str(root), "split_files": DIDEMO_SPLITS}), str(root / file), reason)
+        return Expect(
+            fit(tmp, "DiDeMoDataModule", {"annotation_dir": str(root), "split_files": DIDEMO_SPLITS}),
+            str(root / file),
+            reason,
+        )
 
     CASES.append(Case("annotations/didemo", name, build))
 
@@ -236,7 +352,9 @@ didemo_case("moment not an object", "an annotation must be an object", train=["x
 didemo_case("chunks not integers", "(integers)", train=[didemo_moment(times=[[0.5, 1]])])
 didemo_case("chunk past the video", "past the video's 6 segments", train=[didemo_moment(times=[[0, 6]])])
 didemo_case("end chunk before start", "0 <= start <= end", train=[didemo_moment(times=[[3, 1]])])
-didemo_case("num_segments a boolean", "num_segments must be a positive integer", train=[didemo_moment(num_segments=True)])
+didemo_case(
+    "num_segments a boolean", "num_segments must be a positive integer", train=[didemo_moment(num_segments=True)]
+)
 didemo_case("duplicate annotation_id", "duplicate annotation_id", train=[didemo_moment(1), didemo_moment(1, "c.mp4")])
 didemo_case("video in train and test", "also in the training split", file="", test=[didemo_moment(2, "a.mp4")])
 
@@ -246,8 +364,13 @@ didemo_case("video in train and test", "also in the training split", file="", te
 def cmd_case(name: str, file: str, reason: str, **tables):
     def build(tmp: Path) -> Expect:
         root = cmd_dir(tmp / "cmd", **tables)
-        return Expect(fit(tmp, "CondensedMoviesDataModule", {"metadata_dir": str(root), "require_video": False, "val_split": None}),
-                      str(root / file), reason)
+        return Expect(
+            fit(
+                tmp, "CondensedMoviesDataModule", {"metadata_dir": str(root), "require_video": False, "val_split": None}
+            ),
+            str(root / file),
+            reason,
+        )
 
     CASES.append(Case("annotations/condensed_movies", name, build))
 
@@ -256,20 +379,48 @@ def cmd_raw(name: str, file: str, content: bytes, reason: str):
     def build(tmp: Path) -> Expect:
         root = cmd_dir(tmp / "cmd")
         (root / file).write_bytes(content)
-        return Expect(fit(tmp, "CondensedMoviesDataModule", {"metadata_dir": str(root), "require_video": False, "val_split": None}),
-                      str(root / file), reason)
+        return Expect(
+            fit(
+                tmp, "CondensedMoviesDataModule", {"metadata_dir": str(root), "require_video": False, "val_split": None}
+            ),
+            str(root / file),
+            reason,
+        )
 
     CASES.append(Case("annotations/condensed_movies", name, build))
 
 
-cmd_raw("not UTF-8", "descriptions.csv", "imdbid,videoid,description\ntt1,c1,caf\u00e9\n".encode("latin-1"), "not UTF-8")
+cmd_raw(
+    "not UTF-8", "descriptions.csv", "imdbid,videoid,description\ntt1,c1,caf\u00e9\n".encode("latin-1"), "not UTF-8"
+)
 cmd_case("short row", "durations.csv", "fewer fields", durations=[["videoid", "duration"], ["c1"]])
 cmd_case("long row", "split.csv", "more fields", split=[["imdbid", "split"], ["tt1", "train", "extra"]])
-cmd_case("missing column", "durations.csv", "missing column(s) ['duration']", durations=[["videoid", "length"], ["c1", "3"]])
-cmd_case("infinite duration", "descriptions.csv", "positive and finite", durations=[["videoid", "duration"], ["c1", "inf"], ["c2", "98"]])
-cmd_case("NaN duration", "descriptions.csv", "positive and finite", durations=[["videoid", "duration"], ["c1", "nan"], ["c2", "98"]])
-cmd_case("clip listed twice, differently", "clips.csv", "repeated videoid",
-         clips=[["videoid", "upload_year", "imdbid"], ["c1", "2011.0", "tt1"], ["c1", "2013.0", "tt1"], ["c2", "2012.0", "tt2"]])
+cmd_case(
+    "missing column", "durations.csv", "missing column(s) ['duration']", durations=[["videoid", "length"], ["c1", "3"]]
+)
+cmd_case(
+    "infinite duration",
+    "descriptions.csv",
+    "positive and finite",
+    durations=[["videoid", "duration"], ["c1", "inf"], ["c2", "98"]],
+)
+cmd_case(
+    "NaN duration",
+    "descriptions.csv",
+    "positive and finite",
+    durations=[["videoid", "duration"], ["c1", "nan"], ["c2", "98"]],
+)
+cmd_case(
+    "clip listed twice, differently",
+    "clips.csv",
+    "repeated videoid",
+    clips=[
+        ["videoid", "upload_year", "imdbid"],
+        ["c1", "2011.0", "tt1"],
+        ["c1", "2013.0", "tt1"],
+        ["c2", "2012.0", "tt2"],
+    ],
+)
 
 # -- MSR-VTT -------------------------------------------------------------------------------------------
 
@@ -277,24 +428,53 @@ cmd_case("clip listed twice, differently", "clips.csv", "repeated videoid",
 def msrvtt_case(name: str, file: str, reason: str, **files):
     def build(tmp: Path) -> Expect:
         root = msrvtt_dir(tmp / "msrvtt", **files)
-        return Expect(fit(tmp, "MSRVTTDataModule", {"annotation_dir": str(root), "val_fraction": 0.0, "val_split": None}), str(root / file), reason)
+        return Expect(
+            fit(tmp, "MSRVTTDataModule", {"annotation_dir": str(root), "val_fraction": 0.0, "val_split": None}),
+            str(root / file),
+            reason,
+        )
 
     CASES.append(Case("annotations/msrvtt", name, build))
 
 
 TEST_HEADER = ["key", "vid_key", "video_id", "sentence"]
-msrvtt_case("duplicate test rows", "MSRVTT_JSFUSION_test.csv", "listed again",
-            test=[TEST_HEADER, ["ret0", "msr3", "video3", "a cat"], ["ret1", "msr3", "video3", "a cat"]])
-msrvtt_case("end time before start time", "MSRVTT_data.json", "need 0 <= start < end",
-            data=msrvtt_data(videos=[{"video_id": "video0", "start time": 5.0, "end time": 2.0}]))
-msrvtt_case("video entry not an object", "MSRVTT_data.json", "a video entry must be an object", data=msrvtt_data(videos=["video0"]))
-msrvtt_case("sentence entry not an object", "MSRVTT_data.json", "a sentence entry must be an object", data=msrvtt_data(sentences=[7]))
-msrvtt_case("videos not a list", "MSRVTT_data.json", "'videos' and 'sentences' lists", data={"videos": {}, "sentences": []})
+msrvtt_case(
+    "duplicate test rows",
+    "MSRVTT_JSFUSION_test.csv",
+    "listed again",
+    test=[TEST_HEADER, ["ret0", "msr3", "video3", "a cat"], ["ret1", "msr3", "video3", "a cat"]],
+)
+msrvtt_case(
+    "end time before start time",
+    "MSRVTT_data.json",
+    "need 0 <= start < end",
+    data=msrvtt_data(videos=[{"video_id": "video0", "start time": 5.0, "end time": 2.0}]),
+)
+msrvtt_case(
+    "video entry not an object",
+    "MSRVTT_data.json",
+    "a video entry must be an object",
+    data=msrvtt_data(videos=["video0"]),
+)
+msrvtt_case(
+    "sentence entry not an object",
+    "MSRVTT_data.json",
+    "a sentence entry must be an object",
+    data=msrvtt_data(sentences=[7]),
+)
+msrvtt_case(
+    "videos not a list", "MSRVTT_data.json", "'videos' and 'sentences' lists", data={"videos": {}, "sentences": []}
+)
 msrvtt_case("short test row", "MSRVTT_JSFUSION_test.csv", "fewer fields", test=[TEST_HEADER, ["ret0", "msr3"]])
-msrvtt_case("duplicate video_id in the data file", "MSRVTT_data.json", "duplicate video_id",
-            data=msrvtt_data(videos=[{"video_id": "video0", "start time": 0.0, "end time": 2.0}] * 2))
-msrvtt_case("video in train and test", "", "also in the training split",
-            test=[TEST_HEADER, ["ret0", "msr0", "video0", "a cat"]])
+msrvtt_case(
+    "duplicate video_id in the data file",
+    "MSRVTT_data.json",
+    "duplicate video_id",
+    data=msrvtt_data(videos=[{"video_id": "video0", "start time": 0.0, "end time": 2.0}] * 2),
+)
+msrvtt_case(
+    "video in train and test", "", "also in the training split", test=[TEST_HEADER, ["ret0", "msr0", "video0", "a cat"]]
+)
 
 # -- configs ---------------------------------------------------------------------------------------------
 
@@ -317,7 +497,6 @@ config_case("min_events 0", {"min_events": 0}, "data.min_events must be an integ
 config_case("holdout_val 1.5", {"holdout_val": 1.5}, "holdout_val must lie in [0, 1)")
 config_case("misspelled key", {"batchsize": 4}, "valid: batch_size")
 config_case("on_bad_video unknown", {"on_bad_video": "ignore"}, "on_bad_video")
-
 
 
 def gve_config_case(name: str, task_changes: dict, init_changes: dict, reason: str):
@@ -375,7 +554,9 @@ def ckpt_case(kind: str):
     def build(tmp: Path) -> Expect:
         ckpt = tmp / "model.ckpt"
         ckpt.write_bytes(content())
-        argv = fit(tmp, "MultiEventDataModule", {"annotation": str(canonical_file(tmp / "ann.json"))}, "--ckpt_path", str(ckpt))
+        argv = fit(
+            tmp, "MultiEventDataModule", {"annotation": str(canonical_file(tmp / "ann.json"))}, "--ckpt_path", str(ckpt)
+        )
         return Expect(argv, str(ckpt), reason)
 
     CASES.append(Case("checkpoints", f"fit --ckpt_path {kind}", build))
@@ -389,8 +570,20 @@ def index_ckpt_case(kind: str):
         ckpt.write_bytes(content())
         (tmp / "videos").mkdir()
         write_noise_video(tmp / "videos" / "a.mp4", 1.0)
-        config = fit_config(tmp / "fit.yaml", "MultiEventDataModule", {"annotation": str(canonical_file(tmp / "ann.json"))})
-        argv = ["index", "--config", str(config), "--ckpt", str(ckpt), "--videos", str(tmp / "videos"), "--out", str(tmp / "idx")]
+        config = fit_config(
+            tmp / "fit.yaml", "MultiEventDataModule", {"annotation": str(canonical_file(tmp / "ann.json"))}
+        )
+        argv = [
+            "index",
+            "--config",
+            str(config),
+            "--ckpt",
+            str(ckpt),
+            "--videos",
+            str(tmp / "videos"),
+            "--out",
+            str(tmp / "idx"),
+        ]
         return Expect(argv, str(ckpt), reason)
 
     CASES.append(Case("checkpoints", f"index --ckpt {kind}", build))
@@ -404,7 +597,15 @@ for _kind in ("garbage", "plain zip"):
 # -- metrics --------------------------------------------------------------------------------------------
 
 
-def metrics_case(name: str, reason: str, scores=None, targets=None, raw: bytes | None = None, file: str = "scores.npy", subprocess=False):
+def metrics_case(
+    name: str,
+    reason: str,
+    scores=None,
+    targets=None,
+    raw: bytes | None = None,
+    file: str = "scores.npy",
+    subprocess=False,
+):
     def build(tmp: Path) -> Expect:
         path = tmp / file
         if raw is not None:
@@ -452,7 +653,9 @@ report_case("null", b"null", "expected a JSON object")
 report_case("a list", b"[0.5, 0.6]", "expected a JSON object")
 report_case("NaN score", b'{"MSRVTT": NaN}', "dataset 'MSRVTT': the score must be a finite number")
 report_case("null score", b'{"MSRVTT": null}', "dataset 'MSRVTT': the score must be a finite number")
-report_case("string score", b'{"datasets": {"MSRVTT": {"score": "0.5"}}}', "dataset 'MSRVTT': the score must be a finite number")
+report_case(
+    "string score", b'{"datasets": {"MSRVTT": {"score": "0.5"}}}', "dataset 'MSRVTT': the score must be a finite number"
+)
 report_case("datasets a list", b'{"datasets": [1, 2]}', "'datasets' must be an object")
 report_case("dataset entry a list", b'{"datasets": {"MSRVTT": [0.5]}}', "dataset 'MSRVTT': expected an object")
 report_case("datasets missing", b'{"MSRVTT": 0.5}', "need a score for each of the 16 UVRB datasets")
@@ -485,7 +688,11 @@ uvrb_tasks_case("--only an unknown task", "tasks:\n  - name: mine\n", "unknown t
 def index_case(name: str, make_videos: Callable[[Path], Path], reason: str, subprocess: bool = False):
     def build(tmp: Path) -> Expect:
         videos = make_videos(tmp)
-        return Expect(["index", "--model", str(tmp / "no-model"), "--videos", str(videos), "--out", str(tmp / "idx")], str(videos), reason)
+        return Expect(
+            ["index", "--model", str(tmp / "no-model"), "--videos", str(videos), "--out", str(tmp / "idx")],
+            str(videos),
+            reason,
+        )
 
     CASES.append(Case("index", name, build, subprocess))
 
@@ -503,7 +710,9 @@ index_case("--videos a video file", one_video, "a video file, where a folder of 
 index_case("--videos an empty list", lambda tmp: text(tmp, "list.txt", b"\n# nothing\n"), "no videos found")
 index_case("--videos an empty folder", lambda tmp: (tmp / "empty").mkdir() or tmp / "empty", "no videos found")
 index_case("--videos missing", lambda tmp: tmp / "absent.txt", "neither a folder of videos nor a list file")
-index_case("--videos list not UTF-8", lambda tmp: text(tmp, "list.txt", "caf\u00e9.mp4\n".encode("latin-1")), "not UTF-8")
+index_case(
+    "--videos list not UTF-8", lambda tmp: text(tmp, "list.txt", "caf\u00e9.mp4\n".encode("latin-1")), "not UTF-8"
+)
 
 # -- search ------------------------------------------------------------------------------------------
 
@@ -526,10 +735,20 @@ def index_folder(tmp: Path, meta: bytes, videos: bytes, faiss_bytes: bytes) -> P
 
 
 search_case("index folder missing", lambda tmp: tmp / "absent", "not a finished index", subprocess=True)
-search_case("meta.json garbage", lambda tmp: index_folder(tmp, b"{garbage", b"[]", b"x"), "not valid JSON", file="meta.json")
-search_case("index.faiss garbage", lambda tmp: index_folder(tmp, b'{"model": {}}', b'["a.mp4"]', b"\x00garbage" * 20),
-            "not a readable faiss index", file="index.faiss")
-search_case("videos.json an object", lambda tmp: index_folder(tmp, b"{}", b'{"a": 1}', b"x"), "is not what `lit-retrieval index` writes")
+search_case(
+    "meta.json garbage", lambda tmp: index_folder(tmp, b"{garbage", b"[]", b"x"), "not valid JSON", file="meta.json"
+)
+search_case(
+    "index.faiss garbage",
+    lambda tmp: index_folder(tmp, b'{"model": {}}', b'["a.mp4"]', b"\x00garbage" * 20),
+    "not a readable faiss index",
+    file="index.faiss",
+)
+search_case(
+    "videos.json an object",
+    lambda tmp: index_folder(tmp, b"{}", b'{"a": 1}', b"x"),
+    "is not what `lit-retrieval index` writes",
+)
 
 # -- shots -------------------------------------------------------------------------------------------
 
@@ -547,14 +766,34 @@ def shots_config(tmp: Path, content: str) -> tuple[list[str], Path]:
     return ["--config", str(tmp / "train.yaml"), str(one_video(tmp))], tmp / "train.yaml"
 
 
-shots_case("--list a video file", lambda tmp: (["--list", str(one_video(tmp))], tmp / "clip.mp4"), "a video file, where a list file", subprocess=True)
-shots_case("--list not UTF-8", lambda tmp: (["--list", str(text(tmp, "l.txt", b"\xff\xfe\n"))], tmp / "l.txt"), "not UTF-8")
-shots_case("--config missing", lambda tmp: (["--config", str(tmp / "absent.yaml"), str(one_video(tmp))], tmp / "absent.yaml"), "No such file")
+shots_case(
+    "--list a video file",
+    lambda tmp: (["--list", str(one_video(tmp))], tmp / "clip.mp4"),
+    "a video file, where a list file",
+    subprocess=True,
+)
+shots_case(
+    "--list not UTF-8", lambda tmp: (["--list", str(text(tmp, "l.txt", b"\xff\xfe\n"))], tmp / "l.txt"), "not UTF-8"
+)
+shots_case(
+    "--config missing",
+    lambda tmp: (["--config", str(tmp / "absent.yaml"), str(one_video(tmp))], tmp / "absent.yaml"),
+    "No such file",
+)
 shots_case("--config not YAML", lambda tmp: shots_config(tmp, "data: [unclosed\n"), "not valid YAML")
-shots_case("--config without data.shots", lambda tmp: shots_config(tmp, "data: {init_args: {}}\n"), "no data.shots section")
-shots_case("--config unknown shots key", lambda tmp: shots_config(tmp, "data: {shots: {detectr: {}}}\n"), "unknown data.shots keys")
-shots_case("--on-error raise, garbage video",
-           lambda tmp: (["--on-error", "raise", str(text(tmp, "bad.mp4", b"\x00garbage" * 64))], tmp / "bad.mp4"), "shot detection failed")
+shots_case(
+    "--config without data.shots", lambda tmp: shots_config(tmp, "data: {init_args: {}}\n"), "no data.shots section"
+)
+shots_case(
+    "--config unknown shots key",
+    lambda tmp: shots_config(tmp, "data: {shots: {detectr: {}}}\n"),
+    "unknown data.shots keys",
+)
+shots_case(
+    "--on-error raise, garbage video",
+    lambda tmp: (["--on-error", "raise", str(text(tmp, "bad.mp4", b"\x00garbage" * 64))], tmp / "bad.mp4"),
+    "shot detection failed",
+)
 
 
 def by_entry() -> dict[str, int]:

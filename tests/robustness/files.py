@@ -17,8 +17,14 @@ BORING_MODEL = "lightning.pytorch.demos.boring_classes.BoringModel"  # no encode
 
 def canonical_video(video_id: str = "v1", split: str = "train", **changes: Any) -> dict:
     video = {
-        "video_id": video_id, "path": f"{video_id}.mp4", "duration": 10.0, "split": split,
-        "events": [{"description": "a dog runs", "start": 0.0, "end": 5.0}, {"description": "it sits", "start": 5.0, "end": 10.0}],
+        "video_id": video_id,
+        "path": f"{video_id}.mp4",
+        "duration": 10.0,
+        "split": split,
+        "events": [
+            {"description": "a dog runs", "start": 0.0, "end": 5.0},
+            {"description": "it sits", "start": 5.0, "end": 10.0},
+        ],
     }
     video.update(changes)
     return video
@@ -36,9 +42,15 @@ def canonical_file(path: Path, videos: Any = None, **top: Any) -> Path:
 
 
 def melon_record(video_id: str = "yt1", split: str = "train", **changes: Any) -> dict:
-    record = {"video_id": video_id, "duration": "02:00", "split": split,
-              "events": [{"Theme": "Sports", "Description": "a man kicks", "Timestamp": "00:00 - 00:40"},
-                         {"Theme": "Sports", "Description": "he scores", "Timestamp": "00:40 - 01:30"}]}
+    record = {
+        "video_id": video_id,
+        "duration": "02:00",
+        "split": split,
+        "events": [
+            {"Theme": "Sports", "Description": "a man kicks", "Timestamp": "00:00 - 00:40"},
+            {"Theme": "Sports", "Description": "he scores", "Timestamp": "00:40 - 01:30"},
+        ],
+    }
     record.update(changes)
     return record
 
@@ -63,7 +75,13 @@ def activitynet_dir(root: Path, train: Any = None, test: Any = None) -> Path:
 
 
 def didemo_moment(annotation_id: int = 1, video: str = "a.mp4", **changes: Any) -> dict:
-    moment = {"annotation_id": annotation_id, "description": "a dog jumps", "video": video, "times": [[0, 1], [0, 2]], "num_segments": 6}
+    moment = {
+        "annotation_id": annotation_id,
+        "description": "a dog jumps",
+        "video": video,
+        "times": [[0, 1], [0, 2]],
+        "num_segments": 6,
+    }
     moment.update(changes)
     return moment
 
@@ -81,7 +99,11 @@ DIDEMO_SPLITS = {"train": "train_data.json", "test": "test_data.json"}
 
 CMD_TABLES = {
     "clips.csv": [["videoid", "upload_year", "imdbid"], ["c1", "2011.0", "tt1"], ["c2", "2012.0", "tt2"]],
-    "descriptions.csv": [["imdbid", "videoid", "description"], ["tt1", "c1", "A man opens a door."], ["tt2", "c2", "A car drives."]],
+    "descriptions.csv": [
+        ["imdbid", "videoid", "description"],
+        ["tt1", "c1", "A man opens a door."],
+        ["tt2", "c2", "A car drives."],
+    ],
     "durations.csv": [["videoid", "duration"], ["c1", "120.5"], ["c2", "98.0"]],
     "split.csv": [["imdbid", "split"], ["tt1", "train"], ["tt2", "test"]],
 }
@@ -106,16 +128,25 @@ def cmd_dir(root: Path, **tables: list[list[str]]) -> Path:
 
 def msrvtt_data(videos: Any = None, sentences: Any = None) -> dict:
     return {
-        "videos": [{"video_id": f"video{i}", "start time": 1.0, "end time": 11.0} for i in range(4)] if videos is None else videos,
-        "sentences": [{"video_id": f"video{i}", "caption": f"caption {i}"} for i in range(4)] if sentences is None else sentences,
+        "videos": [{"video_id": f"video{i}", "start time": 1.0, "end time": 11.0} for i in range(4)]
+        if videos is None
+        else videos,
+        "sentences": [{"video_id": f"video{i}", "caption": f"caption {i}"} for i in range(4)]
+        if sentences is None
+        else sentences,
     }
 
 
-def msrvtt_dir(root: Path, data: Any = None, train: list[list[str]] | None = None, test: list[list[str]] | None = None) -> Path:
+def msrvtt_dir(
+    root: Path, data: Any = None, train: list[list[str]] | None = None, test: list[list[str]] | None = None
+) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     (root / "MSRVTT_data.json").write_text(json.dumps(msrvtt_data() if data is None else data))
     write_csv(root / "MSRVTT_train.9k.csv", train or [["video_id"], ["video0"], ["video1"], ["video2"]])
-    write_csv(root / "MSRVTT_JSFUSION_test.csv", test or [["key", "vid_key", "video_id", "sentence"], ["ret0", "msr3", "video3", "a cat"]])
+    write_csv(
+        root / "MSRVTT_JSFUSION_test.csv",
+        test or [["key", "vid_key", "video_id", "sentence"], ["ret0", "msr3", "video3", "a cat"]],
+    )
     return root
 
 
@@ -128,8 +159,18 @@ def fit_config(path: Path, data_class: str, init_args: dict, **trainer: Any) -> 
         "seed_everything": 0,
         "model": {"class_path": BORING_MODEL},
         "data": {"class_path": f"lit_retrieval.data.{data_class}", "init_args": init_args},
-        "trainer": {"accelerator": "cpu", "devices": 1, "logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
-                    "enable_model_summary": False, "max_epochs": 1, "limit_train_batches": 1, "limit_val_batches": 0, **trainer},
+        "trainer": {
+            "accelerator": "cpu",
+            "devices": 1,
+            "logger": False,
+            "enable_checkpointing": False,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+            "max_epochs": 1,
+            "limit_train_batches": 1,
+            "limit_val_batches": 0,
+            **trainer,
+        },
     }
     path.write_text(yaml.safe_dump(config))
     return path

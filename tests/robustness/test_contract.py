@@ -16,9 +16,23 @@ from lit_retrieval.cli import main
 from .cases import CASES, Case, by_entry
 
 pytestmark = pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")  # in-process runs pass argv
-ENTRY_POINTS = {"media", "annotations/canonical", "annotations/melon", "annotations/activitynet", "annotations/didemo",
-                "annotations/condensed_movies", "annotations/msrvtt", "configs", "checkpoints", "metrics", "uvrb report", "uvrb",
-                "index", "search", "shots"}
+ENTRY_POINTS = {
+    "media",
+    "annotations/canonical",
+    "annotations/melon",
+    "annotations/activitynet",
+    "annotations/didemo",
+    "annotations/condensed_movies",
+    "annotations/msrvtt",
+    "configs",
+    "checkpoints",
+    "metrics",
+    "uvrb report",
+    "uvrb",
+    "index",
+    "search",
+    "shots",
+}
 
 
 def error_line(stderr: str, command: str) -> str:
@@ -63,7 +77,14 @@ SUBPROCESS_CASES = [c for c in CASES if c.subprocess]
 def test_lit_retrieval_process_prints_one_line(bad: Case, tmp_path):
     expect = bad.build(tmp_path)
     env = {k: v for k, v in os.environ.items() if k != "LIT_RETRIEVAL_DEBUG"}
-    out = subprocess.run([sys.executable, "-m", "lit_retrieval", *expect.argv], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "lit_retrieval", *expect.argv],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert out.returncode == 2, out.stderr[-3000:]
     line = error_line(out.stderr, expect.argv[0])
     check(line, expect.path, expect.reason)
@@ -72,7 +93,15 @@ def test_lit_retrieval_process_prints_one_line(bad: Case, tmp_path):
 
 
 def test_each_entry_point_has_a_process_case():
-    assert {c.entry for c in SUBPROCESS_CASES} == {"media", "configs", "metrics", "uvrb report", "index", "search", "shots"}
+    assert {c.entry for c in SUBPROCESS_CASES} == {
+        "media",
+        "configs",
+        "metrics",
+        "uvrb report",
+        "index",
+        "search",
+        "shots",
+    }
 
 
 @pytest.mark.parametrize("how", ["flag", "environment"])

@@ -11,6 +11,7 @@ import io
 import json
 import math
 import tempfile
+from functools import partial
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -29,10 +30,22 @@ from lit_retrieval.uvrb.tasks import RetrievalTaskSpec, load_retrieval_task
 
 from .files import CMD_TABLES, activitynet_video, canonical_video, didemo_moment, melon_record, msrvtt_data
 
-FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 
-scalars = st.none() | st.booleans() | st.integers(-10, 10**6) | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=8)
-json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4), max_leaves=16)
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-10, 10**6)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=8)
+)
+json_values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=16,
+)
 policies = st.sampled_from(["raise", "skip"])
 
 
@@ -44,7 +57,9 @@ def near(template: dict) -> st.SearchStrategy:
     or holds any JSON value (1 in 20): mostly valid records with a few faults each."""
 
     def field(value):
-        return st.tuples(st.integers(0, 19), json_values).map(lambda t: value if t[0] < 18 else MISSING if t[0] == 18 else t[1])
+        return st.tuples(st.integers(0, 19), json_values).map(
+            lambda t: value if t[0] < 18 else MISSING if t[0] == 18 else t[1]
+        )
 
     return st.fixed_dictionaries({key: field(value) for key, value in template.items()}).map(
         lambda raw: {key: value for key, value in raw.items() if value is not MISSING}
@@ -64,7 +79,11 @@ def check_records(records: list[VideoRecord]) -> None:
         assert isinstance(record.duration, float) and math.isfinite(record.duration) and record.duration > 0
         assert record.events
         for event in record.events:
-            assert isinstance(event.description, str) and event.description and event.description == event.description.strip()
+            assert (
+                isinstance(event.description, str)
+                and event.description
+                and event.description == event.description.strip()
+            )
             assert event.intervals
             for start, end in event.intervals:
                 assert math.isfinite(start) and math.isfinite(end) and 0 <= start < end <= record.duration + 1e-3
@@ -89,8 +108,12 @@ def written(folder: str, name: str, content: bytes | str) -> Path:
 
 # -- canonical -------------------------------------------------------------------------------------
 
-event_shapes = near({"description": "a dog", "start": 0.0, "end": 5.0, "intervals": [[0.0, 5.0]], "theme": "x", "event_id": "e"})
-with_events = st.builds(lambda events, base: {**base, "events": events}, st.lists(event_shapes, max_size=3), near(canonical_video()))
+event_shapes = near(
+    {"description": "a dog", "start": 0.0, "end": 5.0, "intervals": [[0.0, 5.0]], "theme": "x", "event_id": "e"}
+)
+with_events = st.builds(
+    lambda events, base: {**base, "events": events}, st.lists(event_shapes, max_size=3), near(canonical_video())
+)
 canonical_videos = near({**canonical_video(), "cuts": [1.0]}) | with_events
 
 
@@ -106,7 +129,9 @@ def test_canonical_any_file(content, policy):
 @given(videos=st.lists(canonical_videos, max_size=4), policy=policies)
 def test_canonical_near_miss_records(videos, policy):
     with tempfile.TemporaryDirectory() as folder:
-        path = written(folder, "ann.json", as_text({"format": "lit-retrieval/multi-event", "version": 1, "videos": videos}))
+        path = written(
+            folder, "ann.json", as_text({"format": "lit-retrieval/multi-event", "version": 1, "videos": videos})
+        )
         parses_or_refuses(lambda: load_annotations(path, RecordCollector(policy)), path)
 
 
@@ -116,7 +141,9 @@ melon_events = near({"Theme": "x", "Description": "a man", "Timestamp": "00:00 -
     lambda stamp: {"Description": "a man", "Timestamp": stamp},
     st.text(alphabet="0123456789:.-,; to", max_size=16) | json_values,
 )
-melon_records = st.builds(lambda base, events: {**base, "events": events}, near(melon_record()), st.lists(melon_events, max_size=3))
+melon_records = st.builds(
+    lambda base, events: {**base, "events": events}, near(melon_record()), st.lists(melon_events, max_size=3)
+)
 
 
 @FUZZ
@@ -128,7 +155,10 @@ def test_melon_any_file(content, policy):
 
 
 @FUZZ
-@given(records=st.lists(melon_records, max_size=4) | st.dictionaries(st.text(max_size=5), melon_records, max_size=3), policy=policies)
+@given(
+    records=st.lists(melon_records, max_size=4) | st.dictionaries(st.text(max_size=5), melon_records, max_size=3),
+    policy=policies,
+)
 def test_melon_near_miss_records(records, policy):
     with tempfile.TemporaryDirectory() as folder:
         path = written(folder, "melon.json", as_text(records))
@@ -139,21 +169,31 @@ def test_melon_near_miss_records(records, policy):
 
 
 @FUZZ
-@given(content=st.binary(max_size=300) | json_values.map(as_text).map(str.encode)
-       | st.dictionaries(st.text(max_size=6), near(activitynet_video()), max_size=4).map(as_text).map(str.encode),
-       policy=policies, fix=st.booleans())
+@given(
+    content=st.binary(max_size=300)
+    | json_values.map(as_text).map(str.encode)
+    | st.dictionaries(st.text(max_size=6), near(activitynet_video()), max_size=4).map(as_text).map(str.encode),
+    policy=policies,
+    fix=st.booleans(),
+)
 def test_activitynet_any_file(content, policy, fix):
     with tempfile.TemporaryDirectory() as folder:
         path = written(folder, "train.json", content)
-        parses_or_refuses(lambda: ActivityNetParser(folder, fix_timestamps=fix).load(path, "train", RecordCollector(policy)), path)
+        parses_or_refuses(
+            lambda: ActivityNetParser(folder, fix_timestamps=fix).load(path, "train", RecordCollector(policy)), path
+        )
 
 
 # -- DiDeMo --------------------------------------------------------------------------------------------
 
 
 @FUZZ
-@given(content=st.binary(max_size=300) | json_values.map(as_text).map(str.encode)
-       | st.lists(near(didemo_moment()), max_size=5).map(as_text).map(str.encode), policy=policies)
+@given(
+    content=st.binary(max_size=300)
+    | json_values.map(as_text).map(str.encode)
+    | st.lists(near(didemo_moment()), max_size=5).map(as_text).map(str.encode),
+    policy=policies,
+)
 def test_didemo_any_file(content, policy):
     with tempfile.TemporaryDirectory() as folder:
         path = written(folder, "train_data.json", content)
@@ -173,15 +213,24 @@ def csv_text(rows: list[list[str]]) -> str:
 
 
 @FUZZ
-@given(table=st.sampled_from(sorted(CMD_TABLES)), content=st.binary(max_size=200) | csv_rows.map(csv_text).map(str.encode)
-       | csv_rows.map(lambda rows: csv_text([["videoid", "upload_year", "imdbid", "duration", "split", "description"], *rows])).map(str.encode),
-       policy=policies)
+@given(
+    table=st.sampled_from(sorted(CMD_TABLES)),
+    content=st.binary(max_size=200)
+    | csv_rows.map(csv_text).map(str.encode)
+    | csv_rows.map(
+        lambda rows: csv_text([["videoid", "upload_year", "imdbid", "duration", "split", "description"], *rows])
+    ).map(str.encode),
+    policy=policies,
+)
 def test_condensed_movies_any_table(table, content, policy):
     with tempfile.TemporaryDirectory() as folder:
         for name, rows in CMD_TABLES.items():
             written(folder, name, csv_text(rows))
         written(folder, table, content)
-        parses_or_refuses(lambda: CondensedMoviesParser(folder, require_video=False).load(folder, RecordCollector(policy)), Path(folder))
+        parses_or_refuses(
+            lambda: CondensedMoviesParser(folder, require_video=False).load(folder, RecordCollector(policy)),
+            Path(folder),
+        )
 
 
 # -- MSR-VTT -------------------------------------------------------------------------------------------------
@@ -191,28 +240,38 @@ msrvtt_sentences = st.lists(near({"video_id": "video0", "caption": "a cat"}), ma
 
 
 @FUZZ
-@given(data=json_values | st.builds(msrvtt_data, msrvtt_videos, msrvtt_sentences) | st.builds(msrvtt_data),
-       test=st.binary(max_size=120) | csv_rows.map(lambda rows: csv_text([["key", "vid_key", "video_id", "sentence"], *rows])).map(str.encode),
-       policy=policies)
+@given(
+    data=json_values | st.builds(msrvtt_data, msrvtt_videos, msrvtt_sentences) | st.builds(msrvtt_data),
+    test=st.binary(max_size=120)
+    | csv_rows.map(lambda rows: csv_text([["key", "vid_key", "video_id", "sentence"], *rows])).map(str.encode),
+    policy=policies,
+)
 def test_msrvtt_any_files(data, test, policy):
     with tempfile.TemporaryDirectory() as folder:
         written(folder, "MSRVTT_data.json", as_text(data))
         written(folder, "MSRVTT_train.9k.csv", csv_text([["video_id"], ["video0"], ["video1"]]))
         written(folder, "MSRVTT_JSFUSION_test.csv", test)
         parser = MSRVTTParser(val_fraction=0.0)
-        load = lambda: parser.load(folder, "MSRVTT_data.json", "MSRVTT_train.9k.csv", "MSRVTT_JSFUSION_test.csv", RecordCollector(policy))  # noqa: E731
-        parses_or_refuses(load, Path(folder))
+        files = ("MSRVTT_data.json", "MSRVTT_train.9k.csv", "MSRVTT_JSFUSION_test.csv")
+        parses_or_refuses(partial(parser.load, folder, *files, RecordCollector(policy)), Path(folder))
 
 
 # -- GVE task files (JSONL) ----------------------------------------------------------------------------------
 
 task_items = json_values | near({"text": "a dog", "video": "a.mp4", "start": 1.0, "end": 2.0})
-task_lines = st.lists(json_values | near({"id": "q", "query": "a dog", "positive": {"video": "a.mp4"}, "negatives": [{"video": "b.mp4"}]})
-                      | st.builds(lambda q, p: {"query": q, "positive": p}, task_items, task_items), max_size=4)
+task_lines = st.lists(
+    json_values
+    | near({"id": "q", "query": "a dog", "positive": {"video": "a.mp4"}, "negatives": [{"video": "b.mp4"}]})
+    | st.builds(lambda q, p: {"query": q, "positive": p}, task_items, task_items),
+    max_size=4,
+)
 
 
 @FUZZ
-@given(content=st.binary(max_size=300) | task_lines.map(lambda lines: "\n".join(as_text(x) for x in lines).encode()), policy=policies)
+@given(
+    content=st.binary(max_size=300) | task_lines.map(lambda lines: "\n".join(as_text(x) for x in lines).encode()),
+    policy=policies,
+)
 def test_gve_task_any_file(content, policy):
     with tempfile.TemporaryDirectory() as folder:
         path = written(folder, "task.jsonl", content)
@@ -221,19 +280,27 @@ def test_gve_task_any_file(content, policy):
         except AnnotationError as err:
             assert str(err).startswith(str(path)), str(err)
             return
-        assert records and all(isinstance(r, TaskRecord) and r.query.text is not None and r.positive.video is not None for r in records)
+        assert records and all(
+            isinstance(r, TaskRecord) and r.query.text is not None and r.positive.video is not None for r in records
+        )
         assert all(isinstance(r.record_id, str) and r.record_id for r in records)
 
 
 # -- UVRB retrieval tasks (corpus / queries / qrels JSONL) ---------------------------------------------------
 
-uvrb_lines = st.lists(json_values | near({"id": "v1", "text": "a dog", "video": "v1.mp4"})
-                      | near({"query_id": "q1", "corpus_id": "v1", "score": 1}), max_size=4)
+uvrb_lines = st.lists(
+    json_values
+    | near({"id": "v1", "text": "a dog", "video": "v1.mp4"})
+    | near({"query_id": "q1", "corpus_id": "v1", "score": 1}),
+    max_size=4,
+)
 
 
 @FUZZ
-@given(which=st.sampled_from(["corpus.jsonl", "queries.jsonl", "qrels.jsonl"]),
-       content=st.binary(max_size=200) | uvrb_lines.map(lambda lines: "\n".join(as_text(x) for x in lines).encode()))
+@given(
+    which=st.sampled_from(["corpus.jsonl", "queries.jsonl", "qrels.jsonl"]),
+    content=st.binary(max_size=200) | uvrb_lines.map(lambda lines: "\n".join(as_text(x) for x in lines).encode()),
+)
 def test_uvrb_task_any_file(which, content):
     with tempfile.TemporaryDirectory() as folder:
         written(folder, "corpus.jsonl", as_text({"id": "v1", "video": "v1.mp4"}))

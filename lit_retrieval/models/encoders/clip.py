@@ -32,7 +32,9 @@ def extend_text_positions(clip: CLIPModel, max_len: int, keep: int = 20) -> None
         return
     stretched = stretch_position_embedding(embeddings.position_embedding.weight.data, keep=keep)
     if max_len > stretched.shape[0]:
-        raise ValueError(f"max_text_len {max_len} exceeds the {stretched.shape[0]} positions Long-CLIP stretching gives")
+        raise ValueError(
+            f"max_text_len {max_len} exceeds the {stretched.shape[0]} positions Long-CLIP stretching gives"
+        )
     embeddings.position_embedding = nn.Embedding.from_pretrained(stretched[:max_len].clone(), freeze=False)
     embeddings.position_ids = torch.arange(max_len).unsqueeze(0)
     clip.config.text_config.max_position_embeddings = max_len
@@ -95,7 +97,9 @@ class CLIPEncoder(VideoTextEncoder):
             )
         else:
             extend_text_positions(clip, max_text_len)
-            self.text = CLIPTextTower(clip.text_model, clip.text_projection, self._clip_tokenizer(pretrained, tokenizer), max_text_len)
+            self.text = CLIPTextTower(
+                clip.text_model, clip.text_projection, self._clip_tokenizer(pretrained, tokenizer), max_text_len
+            )
 
     @staticmethod
     def _clip_tokenizer(pretrained: str | None, tokenizer: str | None):
@@ -112,13 +116,16 @@ class CLIPEncoder(VideoTextEncoder):
     def encode_video(self, frames: torch.Tensor, mask: torch.Tensor, with_patches: bool = False) -> VideoFeatures:
         if frames.shape[-2:] != (self.image_size, self.image_size):
             raise ValueError(
-                f"frames are {tuple(frames.shape[-2:])} but the vision tower expects {self.image_size}x{self.image_size}: "
+                f"frames are {tuple(frames.shape[-2:])} but the vision tower expects "
+                f"{self.image_size}x{self.image_size}: "
                 "set the data module's image_size to match the encoder"
             )
         batch, length = mask.shape
         mask = mask.bool()
         if with_patches and self.vision_forward is not None:
-            raise ValueError("patch tokens are not available while a vision forward (e.g. TempMe's token merging) is set")
+            raise ValueError(
+                "patch tokens are not available while a vision forward (e.g. TempMe's token merging) is set"
+            )
         chunks = []
         for chunk, lengths in self._frame_chunks(frames[mask], mask.sum(1)):
             self._chunk_lengths = lengths

@@ -41,7 +41,12 @@ def _split_qkv(prefix: str, sd: dict, out: dict, dst: str) -> None:
         out[f"{dst}.self_attn.{name}.bias"] = bi
     out[f"{dst}.self_attn.out_proj.weight"] = sd[f"{prefix}.attn.out_proj.weight"]
     out[f"{dst}.self_attn.out_proj.bias"] = sd[f"{prefix}.attn.out_proj.bias"]
-    for src, tgt in (("ln_1", "layer_norm1"), ("ln_2", "layer_norm2"), ("mlp.c_fc", "mlp.fc1"), ("mlp.c_proj", "mlp.fc2")):
+    for src, tgt in (
+        ("ln_1", "layer_norm1"),
+        ("ln_2", "layer_norm2"),
+        ("mlp.c_fc", "mlp.fc1"),
+        ("mlp.c_proj", "mlp.fc2"),
+    ):
         out[f"{dst}.{tgt}.weight"] = sd[f"{prefix}.{src}.weight"]
         out[f"{dst}.{tgt}.bias"] = sd[f"{prefix}.{src}.bias"]
 
@@ -119,5 +124,7 @@ def load_longclip_checkpoint(path: str | Path, keep: int = 20) -> CLIPModel:
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.endswith("position_ids")]
     if missing or unexpected:
-        raise ValueError(f"{path}: converted checkpoint does not fit CLIPModel (missing {missing}, unexpected {unexpected})")
+        raise ValueError(
+            f"{path}: converted checkpoint does not fit CLIPModel (missing {missing}, unexpected {unexpected})"
+        )
     return model

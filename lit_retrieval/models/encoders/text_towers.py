@@ -36,7 +36,9 @@ class CLIPTextTower(nn.Module):
     the last attended position (CLIP tokenisation ends every sequence with EOT), so it does not
     depend on the EOT id having the largest id (the argmax rule of OpenAI CLIP's `encode_text`)."""
 
-    def __init__(self, text_model: nn.Module, projection: nn.Linear, tokenizer: PreTrainedTokenizerBase, max_len: int) -> None:
+    def __init__(
+        self, text_model: nn.Module, projection: nn.Linear, tokenizer: PreTrainedTokenizerBase, max_len: int
+    ) -> None:
         super().__init__()
         self.text_model = text_model
         self.projection = projection
@@ -45,7 +47,9 @@ class CLIPTextTower(nn.Module):
 
     def forward(self, texts: list[str]) -> TextFeatures:
         device = self.projection.weight.device
-        batch = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_len, return_tensors="pt").to(device)
+        batch = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_len, return_tensors="pt").to(
+            device
+        )
         hidden = self.text_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
         tokens = self.projection(hidden)
         mask = batch["attention_mask"].bool()
@@ -63,7 +67,12 @@ class AutoTextTower(nn.Module):
     """
 
     def __init__(
-        self, path: str, embed_dim: int, max_len: int = 256, pooling: Literal["mean", "cls"] = "mean", cache_size: int = 0
+        self,
+        path: str,
+        embed_dim: int,
+        max_len: int = 256,
+        pooling: Literal["mean", "cls"] = "mean",
+        cache_size: int = 0,
     ) -> None:
         super().__init__()
         path = resolve_model_path(path)
@@ -77,11 +86,17 @@ class AutoTextTower(nn.Module):
         self._cache: dict[str, torch.Tensor] = {}
 
     def _cacheable(self) -> bool:
-        return self.cache_size > 0 and not self.model.training and not any(p.requires_grad for p in self.model.parameters())
+        return (
+            self.cache_size > 0
+            and not self.model.training
+            and not any(p.requires_grad for p in self.model.parameters())
+        )
 
     def _hidden(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         device = self.projection.weight.device
-        batch = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_len, return_tensors="pt").to(device)
+        batch = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_len, return_tensors="pt").to(
+            device
+        )
         hidden = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
         return hidden, batch["attention_mask"].bool()
 

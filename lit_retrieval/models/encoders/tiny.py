@@ -23,18 +23,35 @@ def char_clip_tokenizer() -> CLIPTokenizer:
     return CLIPTokenizer(vocab=vocab, merges=[])
 
 
-def tiny_clip_config(image_size: int = 32, patch_size: int = 8, width: int = 64, layers: int = 2, embed_dim: int = 64, max_positions: int = 77) -> CLIPConfig:
+def tiny_clip_config(
+    image_size: int = 32,
+    patch_size: int = 8,
+    width: int = 64,
+    layers: int = 2,
+    embed_dim: int = 64,
+    max_positions: int = 77,
+) -> CLIPConfig:
     """A small `CLIPConfig` sized for the character tokenizer above."""
     vocab_size = len(char_clip_tokenizer())
     return CLIPConfig(
         text_config=dict(
-            vocab_size=vocab_size, hidden_size=width, intermediate_size=2 * width, num_hidden_layers=layers,
-            num_attention_heads=max(1, width // 64), max_position_embeddings=max_positions,
-            bos_token_id=vocab_size - 2, eos_token_id=vocab_size - 1, pad_token_id=vocab_size - 1,
+            vocab_size=vocab_size,
+            hidden_size=width,
+            intermediate_size=2 * width,
+            num_hidden_layers=layers,
+            num_attention_heads=max(1, width // 64),
+            max_position_embeddings=max_positions,
+            bos_token_id=vocab_size - 2,
+            eos_token_id=vocab_size - 1,
+            pad_token_id=vocab_size - 1,
         ),
         vision_config=dict(
-            hidden_size=width, intermediate_size=2 * width, num_hidden_layers=layers,
-            num_attention_heads=max(1, width // 64), image_size=image_size, patch_size=patch_size,
+            hidden_size=width,
+            intermediate_size=2 * width,
+            num_hidden_layers=layers,
+            num_attention_heads=max(1, width // 64),
+            image_size=image_size,
+            patch_size=patch_size,
         ),
         projection_dim=embed_dim,
     )

@@ -37,13 +37,17 @@ class LoRASettings:
     r: int = 16
     alpha: int = 32
     dropout: float = 0.1
-    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "up_proj", "down_proj", "gate_proj"])
+    target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "up_proj", "down_proj", "gate_proj"]
+    )
     scope: str = "language_model"
 
     def peft_config(self) -> LoraConfig:
         names = "|".join(self.target_modules)
         return LoraConfig(
-            r=self.r, lora_alpha=self.alpha, lora_dropout=self.dropout,
+            r=self.r,
+            lora_alpha=self.alpha,
+            lora_dropout=self.dropout,
             target_modules=rf".*{self.scope}.*\.({names})$",
         )
 
@@ -97,7 +101,9 @@ class GVEEmbedder(nn.Module):
         super().__init__()
         path = Path(model_path)
         if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"{model_path}: not a model directory (no config.json); give a local Qwen2.5-VL or GVE path")
+            raise FileNotFoundError(
+                f"{model_path}: not a model directory (no config.json); give a local Qwen2.5-VL or GVE path"
+            )
         model = AutoModelForImageTextToText.from_pretrained(
             str(path), dtype=resolve_dtype(dtype), attn_implementation=resolve_attention(attn_implementation)
         )
@@ -127,8 +133,12 @@ class GVEEmbedder(nn.Module):
     def positions(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The batch's M-RoPE positions by the release-era rule GVE was trained with (see `positions`)."""
         return release_mrope_positions(
-            batch["input_ids"], batch.get("attention_mask"), self.rope_layout,
-            batch.get("image_grid_thw"), batch.get("video_grid_thw"), batch.get("second_per_grid_ts"),
+            batch["input_ids"],
+            batch.get("attention_mask"),
+            self.rope_layout,
+            batch.get("image_grid_thw"),
+            batch.get("video_grid_thw"),
+            batch.get("second_per_grid_ts"),
         )
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:

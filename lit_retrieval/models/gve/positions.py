@@ -44,8 +44,12 @@ class MRopeLayout:
     def from_config(cls, config) -> MRopeLayout:
         """From a Qwen2-VL / Qwen2.5-VL model config (any transformers version)."""
         vision = config.vision_config
-        return cls(int(config.image_token_id), int(config.video_token_id), int(vision.spatial_merge_size),
-                   getattr(vision, "tokens_per_second", None))
+        return cls(
+            int(config.image_token_id),
+            int(config.video_token_id),
+            int(vision.spatial_merge_size),
+            getattr(vision, "tokens_per_second", None),
+        )
 
 
 def _vision_block(grid: list[int], seconds: torch.Tensor | float, layout: MRopeLayout, start: int) -> torch.Tensor:

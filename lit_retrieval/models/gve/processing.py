@@ -78,7 +78,10 @@ class InputConfig:
                 f"impossible input settings: fps {self.fps}, max_frames {self.max_frames}, "
                 f"min_frames {self.min_frames}, max_tokens {self.max_tokens}"
             )
-        if not 0 < self.video_min_pixels <= self.video_max_pixels or not 0 < self.image_min_pixels <= self.image_max_pixels:
+        if (
+            not 0 < self.video_min_pixels <= self.video_max_pixels
+            or not 0 < self.image_min_pixels <= self.image_max_pixels
+        ):
             raise ValueError("pixel bounds must satisfy 0 < min_pixels <= max_pixels")
         if self.padding_side not in ("left", "right"):
             raise ValueError(f"padding_side must be 'left' or 'right', got {self.padding_side!r}")
@@ -95,7 +98,9 @@ def clip_frame_count(seconds: float, config: InputConfig, temporal_patch: int) -
     return max(temporal_patch, math.floor(min(max(seconds * config.fps, low), high) / temporal_patch) * temporal_patch)
 
 
-def sample_clip(path: str, start: float | None, end: float | None, config: InputConfig, temporal_patch: int) -> FrameSample:
+def sample_clip(
+    path: str, start: float | None, end: float | None, config: InputConfig, temporal_patch: int
+) -> FrameSample:
     """The frames GVE embeds of `path` over `[start, end)` seconds (None: the video's start/end)."""
     duration = video_duration(path)
     first = start or 0.0
@@ -103,15 +108,26 @@ def sample_clip(path: str, start: float | None, end: float | None, config: Input
     if last <= first:
         raise VideoDecodeError(path, f"window [{first}, {end}] is outside the {duration:.2f} s video")
     return sample_frames(
-        path, clip_frame_count(last - first, config, temporal_patch), first, last,
-        targets="linspace_frames", frame_multiple=temporal_patch, sampling=config.sampling,
+        path,
+        clip_frame_count(last - first, config, temporal_patch),
+        first,
+        last,
+        targets="linspace_frames",
+        frame_multiple=temporal_patch,
+        sampling=config.sampling,
     )
 
 
 def clip_cache_params(config: InputConfig, temporal_patch: int) -> dict[str, Any]:
     """What decides a clip's frames, as a frame cache records it (`lit_retrieval.data.frame_cache`)."""
-    return {"consumer": "gve", "fps": config.fps, "max_frames": config.max_frames, "min_frames": config.min_frames,
-            "sampling": config.sampling, "temporal_patch": temporal_patch}
+    return {
+        "consumer": "gve",
+        "fps": config.fps,
+        "max_frames": config.max_frames,
+        "min_frames": config.min_frames,
+        "sampling": config.sampling,
+        "temporal_patch": temporal_patch,
+    }
 
 
 @dataclass
@@ -150,7 +166,11 @@ class GVEProcessing:
         path = item.video
         assert path is not None
         sample = cached_or_sampled(
-            self.frame_cache, path, item.start, item.end, lambda: sample_clip(path, item.start, item.end, self.config, self.temporal_patch)
+            self.frame_cache,
+            path,
+            item.start,
+            item.end,
+            lambda: sample_clip(path, item.start, item.end, self.config, self.temporal_patch),
         )
         frames = sample.frames[sample.mask]
         fps = sample.sampled_fps
@@ -196,7 +216,9 @@ class GVEProcessing:
         tokenizes the templated text (`add_generation_prompt=True`, `processor.py`) to `max_length - 1`
         and appends the `<|endoftext|>` id with attention 1 to every sequence; GVE A.7 pools "the EOS
         token in left-padded sequences". (The model card's usage section was not readable here.)"""
-        rendered = self.processor.apply_chat_template([self.messages(item, text, instruction)], tokenize=False, add_generation_prompt=True)
+        rendered = self.processor.apply_chat_template(
+            [self.messages(item, text, instruction)], tokenize=False, add_generation_prompt=True
+        )
         return rendered[0] + END_OF_TEXT
 
     def fit_text(self, item: MediaItem, instruction: str | None, visual: int) -> str:
@@ -213,11 +235,14 @@ class GVEProcessing:
         keep = len(text_ids) - (length - cap)
         if keep < 1:
             raise ItemError(
-                f"{item.video or item.image or 'text item'}: {length} tokens exceed max_tokens {cap} even without its text; "
+                f"{item.video or item.image or 'text item'}: {length} tokens exceed max_tokens {cap} "
+                "even without its text; "
                 "lower the pixel budget or max_frames, or raise max_tokens"
             )
         self.truncated += 1
-        warnings.warn(f"input truncated from {length} to {cap} tokens ({self.truncated} truncated so far)", stacklevel=3)
+        warnings.warn(
+            f"input truncated from {length} to {cap} tokens ({self.truncated} truncated so far)", stacklevel=3
+        )
         return self.prompt(item, self.tokenizer.decode(text_ids[:keep]), instruction)
 
     # ---- batch -------------------------------------------------------------------------------
@@ -229,7 +254,9 @@ class GVEProcessing:
             if item.image is not None:
                 image = self.load_image(item.image)
                 images.append(image)
-                visual += self.vision_tokens(*image.shape[:2], self.temporal_patch, cfg.image_min_pixels, cfg.image_max_pixels)
+                visual += self.vision_tokens(
+                    *image.shape[:2], self.temporal_patch, cfg.image_min_pixels, cfg.image_max_pixels
+                )
             if item.video is not None:
                 video = self.load_video(item)
                 videos.append(video.frames)
@@ -240,7 +267,9 @@ class GVEProcessing:
         kwargs: dict[str, Any] = {}
         if images:
             kwargs["images"] = images
-            kwargs["images_kwargs"] = {"size": {"shortest_edge": cfg.image_min_pixels, "longest_edge": cfg.image_max_pixels}}
+            kwargs["images_kwargs"] = {
+                "size": {"shortest_edge": cfg.image_min_pixels, "longest_edge": cfg.image_max_pixels}
+            }
         if videos:
             kwargs["videos"] = videos
             kwargs["videos_kwargs"] = {

@@ -25,8 +25,14 @@ from transformers import (
 )
 
 SPECIAL_TOKENS = [
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
-    "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>",
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
 ]
 CHAT_TEMPLATE = (
     "{% for m in messages %}{% if loop.first and m['role'] != 'system' %}"
@@ -46,7 +52,10 @@ def tiny_processor(min_pixels: int = 4 * 28 * 28, max_pixels: int = 16 * 28 * 28
     backend.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
     backend.decoder = decoders.Fuse()
     tokenizer = Qwen2TokenizerFast(
-        tokenizer_object=backend, unk_token="[UNK]", eos_token="<|im_end|>", pad_token="<|endoftext|>",
+        tokenizer_object=backend,
+        unk_token="[UNK]",
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
         additional_special_tokens=SPECIAL_TOKENS,
     )
     size = {"shortest_edge": min_pixels, "longest_edge": max_pixels}
@@ -65,22 +74,46 @@ def tiny_config(processor: Qwen2_5_VLProcessor, hidden_size: int = 32, layers: i
     head_dim = hidden_size // heads
     quarter = head_dim // 2 // 4
     return Qwen2_5_VLConfig(
-        vocab_size=len(processor.tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=2, max_position_embeddings=16384,
+        vocab_size=len(processor.tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=2,
+        max_position_embeddings=16384,
         rope_scaling={"type": "mrope", "mrope_section": [head_dim // 2 - 2 * quarter, quarter, quarter]},
         vision_config=dict(
-            depth=2, hidden_size=32, intermediate_size=64, num_heads=4, out_hidden_size=hidden_size, patch_size=14,
-            spatial_merge_size=2, temporal_patch_size=2, window_size=112, fullatt_block_indexes=[1], tokens_per_second=2,
+            depth=2,
+            hidden_size=32,
+            intermediate_size=64,
+            num_heads=4,
+            out_hidden_size=hidden_size,
+            patch_size=14,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+            window_size=112,
+            fullatt_block_indexes=[1],
+            tokens_per_second=2,
         ),
-        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
-        bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"],
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        bos_token_id=ids["<|endoftext|>"],
+        eos_token_id=ids["<|im_end|>"],
+        pad_token_id=ids["<|endoftext|>"],
         tie_word_embeddings=False,
     )
 
 
-def save_tiny_qwen25vl(out_dir: str | Path, seed: int = 0, hidden_size: int = 32, layers: int = 2,
-                       min_pixels: int = 4 * 28 * 28, max_pixels: int = 16 * 28 * 28) -> Path:
+def save_tiny_qwen25vl(
+    out_dir: str | Path,
+    seed: int = 0,
+    hidden_size: int = 32,
+    layers: int = 2,
+    min_pixels: int = 4 * 28 * 28,
+    max_pixels: int = 16 * 28 * 28,
+) -> Path:
     """Write a random tiny Qwen2.5-VL and its processor to `out_dir`; returns the directory."""
     out = Path(out_dir)
     processor = tiny_processor(min_pixels, max_pixels)

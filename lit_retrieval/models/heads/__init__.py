@@ -12,6 +12,17 @@ from lit_retrieval.models.heads.ucofia import UCoFiAHead
 from lit_retrieval.models.heads.xclip import XCLIPHead
 
 __all__ = [
-    "MeVTRHead", "MeanPHead", "PAUHead", "SALIHead", "SeqLSTMHead", "SeqTransfHead", "SimilarityHead", "TS2NetHead",
-    "TempMeHead", "TightTransfHead", "UATVRHead", "UCoFiAHead", "XCLIPHead",
+    "MeVTRHead",
+    "MeanPHead",
+    "PAUHead",
+    "SALIHead",
+    "SeqLSTMHead",
+    "SeqTransfHead",
+    "SimilarityHead",
+    "TS2NetHead",
+    "TempMeHead",
+    "TightTransfHead",
+    "UATVRHead",
+    "UCoFiAHead",
+    "XCLIPHead",
 ]

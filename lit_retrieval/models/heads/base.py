@@ -61,7 +61,12 @@ class SimilarityHead(nn.Module, ABC):
     needs_patches: bool = False
     calibration_bank: int | None = None  # training-split queries `calibrate` wants at evaluation
 
-    def __init__(self, logit_scale_init: float = math.log(100.0), learn_logit_scale: bool = True, max_logit_scale: float = math.log(100.0)) -> None:
+    def __init__(
+        self,
+        logit_scale_init: float = math.log(100.0),
+        learn_logit_scale: bool = True,
+        max_logit_scale: float = math.log(100.0),
+    ) -> None:
         super().__init__()
         self.logit_scale = nn.Parameter(torch.tensor(float(logit_scale_init)), requires_grad=learn_logit_scale)
         self.max_logit_scale = max_logit_scale

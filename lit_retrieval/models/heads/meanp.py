@@ -17,7 +17,9 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * weights).sum(1) / weights.sum(1).clamp_min(1.0)
 
 
-def shot_means(frames: torch.Tensor, frame_shots: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def shot_means(
+    frames: torch.Tensor, frame_shots: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean frame feature per shot: `frames [B, T, D]`, `frame_shots [B, T]` (shot of each frame,
     -1 where padded; shots numbered 0..S-1) -> `(shots [B, S_max, D], shot_mask [B, S_max])` with
     S_max the largest shot count of the batch (at least 1)."""

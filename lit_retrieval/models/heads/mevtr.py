@@ -20,7 +20,9 @@ from lit_retrieval.models.heads.meanp import MeanPHead
 
 
 @torch.no_grad()
-def kkz_kmedoids(frames: torch.Tensor, mask: torch.Tensor, k: int, iterations: int = 100) -> tuple[torch.Tensor, torch.Tensor]:
+def kkz_kmedoids(
+    frames: torch.Tensor, mask: torch.Tensor, k: int, iterations: int = 100
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Medoid frame indices [B, K] in temporal order and their validity [B, K] (False for the
     slots of a video with fewer than K valid frames)."""
     batch, length, _ = frames.shape
@@ -39,7 +41,9 @@ def kkz_kmedoids(frames: torch.Tensor, mask: torch.Tensor, k: int, iterations: i
         for chosen in medoids:
             candidate = candidate.scatter(1, chosen[:, None], -1)
         medoids.append(candidate.argmax(1))
-        nearest = torch.minimum(nearest, distance.gather(1, medoids[-1][:, None, None].expand(-1, 1, length)).squeeze(1))
+        nearest = torch.minimum(
+            nearest, distance.gather(1, medoids[-1][:, None, None].expand(-1, 1, length)).squeeze(1)
+        )
     medoids = torch.stack(medoids, 1)  # [B, K]
     slot_valid = torch.arange(k, device=frames.device)[None] < counts[:, None]
     for _ in range(iterations):
@@ -60,8 +64,8 @@ def kkz_kmedoids(frames: torch.Tensor, mask: torch.Tensor, k: int, iterations: i
 
 class MeVTRHead(MeanPHead):
     """Args:
-        num_events: K key-event frames per video (reference: 16 of 64 frames).
-        iterations: K-medoids rounds at most (reference: 100).
+    num_events: K key-event frames per video (reference: 16 of 64 frames).
+    iterations: K-medoids rounds at most (reference: 100).
     """
 
     def __init__(self, num_events: int = 16, iterations: int = 100, **kwargs) -> None:

@@ -45,7 +45,9 @@ from lit_retrieval.models.heads.meanp import masked_mean
 from lit_retrieval.models.heads.temporal import CROSS_LAYER_NORM_EPS, ClipStyleTransformer
 
 
-def certainty(features: torch.Tensor, prototypes: torch.Tensor, scale: torch.Tensor, temperature: float) -> torch.Tensor:
+def certainty(
+    features: torch.Tensor, prototypes: torch.Tensor, scale: torch.Tensor, temperature: float
+) -> torch.Tensor:
     """1 - U of each row of `features` [N, D] against `prototypes` [K, D] (PAU's evidence model):
     alpha = exp(scale * cos / temperature) + 1, U = K / sum(alpha). Lies in [0, 1)."""
     cos = F.normalize(features.float(), dim=-1) @ F.normalize(prototypes.float(), dim=-1).t()
@@ -127,7 +129,10 @@ class PAUHead(SimilarityHead):
 
     def encode_text(self, text: TextFeatures) -> dict[str, torch.Tensor]:
         sentence = F.normalize(text.pooled, dim=-1)
-        return {"sentence": sentence, "certainty": certainty(sentence, self.video_prototypes, self.logit_scale.exp(), self.evidence_temperature)}
+        return {
+            "sentence": sentence,
+            "certainty": certainty(sentence, self.video_prototypes, self.logit_scale.exp(), self.evidence_temperature),
+        }
 
     def encode_video(self, video: VideoFeatures) -> dict[str, torch.Tensor]:
         if self.temporal is None:
@@ -152,7 +157,9 @@ class PAUHead(SimilarityHead):
         best = torch.where(video_rep["mask"].any(-1)[None], best, torch.zeros_like(best))
         return 0.5 * (mean_term + best)
 
-    def rescale(self, scores: torch.Tensor, text_certainty: torch.Tensor, video_certainty: torch.Tensor, betas: torch.Tensor) -> torch.Tensor:
+    def rescale(
+        self, scores: torch.Tensor, text_certainty: torch.Tensor, video_certainty: torch.Tensor, betas: torch.Tensor
+    ) -> torch.Tensor:
         """S'_ab = S_ab exp(-beta_v c^v_b) exp(-beta_t c^t_a) (c = 1 - U)."""
         video_factor = torch.exp(-betas[0] * video_certainty.to(scores.dtype))
         text_factor = torch.exp(-betas[1] * text_certainty.to(scores.dtype))
@@ -166,17 +173,24 @@ class PAUHead(SimilarityHead):
 
     def before_evaluation(self, stage: str) -> None:
         if stage == "test" and self.rerank == "fit" and not bool(self.betas_fitted):
-            raise RuntimeError("PAU rerank: fit needs a validation run first (set data.val_split); beta is never fitted on the test split")
+            raise RuntimeError(
+                "PAU rerank: fit needs a validation run first (set data.val_split); "
+                "beta is never fitted on the test split"
+            )
 
     def auxiliary_losses(self, text_rep, video_rep, similarity) -> dict[str, torch.Tensor]:
         scale = self.logit_scale.exp()
         logits = similarity * scale
-        u_loss = 0.5 * (uncertainty_loss(logits, text_rep["certainty"]) + uncertainty_loss(logits.t(), video_rep["certainty"]))
+        u_loss = 0.5 * (
+            uncertainty_loss(logits, text_rep["certainty"]) + uncertainty_loss(logits.t(), video_rep["certainty"])
+        )
         d_loss = diversity_loss(self.video_prototypes, scale) + diversity_loss(self.text_prototypes, scale)
         return {"uncertainty": self.uncertainty_weight * u_loss, "diversity": self.diversity_weight * d_loss}
 
     @torch.no_grad()
-    def fit_on_validation(self, text_rep, video_rep, targets: torch.Tensor, metrics: RetrievalMetricsFn) -> dict[str, float]:
+    def fit_on_validation(
+        self, text_rep, video_rep, targets: torch.Tensor, metrics: RetrievalMetricsFn
+    ) -> dict[str, float]:
         """Fit (beta_v, beta_t) on the validation scores (`rerank: fit` only)."""
         if self.rerank != "fit":
             return {}
@@ -184,7 +198,9 @@ class PAUHead(SimilarityHead):
         text_c, video_c = text_rep["certainty"].float(), video_rep["certainty"].float()
 
         def hits(betas: np.ndarray) -> float:
-            rescaled = self.rescale(scores, text_c, video_c, torch.tensor(betas, dtype=scores.dtype, device=scores.device))
+            rescaled = self.rescale(
+                scores, text_c, video_c, torch.tensor(betas, dtype=scores.dtype, device=scores.device)
+            )
             found = metrics(rescaled, targets)
             return (found["t2v/R@1"] + found["v2t/R@1"]) / 2
 
@@ -197,5 +213,9 @@ class PAUHead(SimilarityHead):
         self.betas.copy_(torch.tensor(chosen, dtype=self.betas.dtype))
         self.betas_fitted.fill_(True)
         before = hits(np.zeros(2))
-        return {"pau/beta_video": float(chosen[0]), "pau/beta_text": float(chosen[1]), "pau/R@1_mean_before": before,
-                "pau/R@1_mean_after": hits(chosen)}
+        return {
+            "pau/beta_video": float(chosen[0]),
+            "pau/beta_text": float(chosen[1]),
+            "pau/R@1_mean_before": before,
+            "pau/R@1_mean_after": hits(chosen),
+        }

@@ -67,8 +67,12 @@ class SeqTransfHead(_TemporalMeanPHead):
     """
 
     def __init__(
-        self, layers: int = 4, max_frames: int = 77, init_from_text: bool = True,
-        layer_norm_eps: float = CROSS_LAYER_NORM_EPS, **kwargs,
+        self,
+        layers: int = 4,
+        max_frames: int = 77,
+        init_from_text: bool = True,
+        layer_norm_eps: float = CROSS_LAYER_NORM_EPS,
+        **kwargs,
     ) -> None:
         super().__init__(**kwargs)
         self.layers = layers

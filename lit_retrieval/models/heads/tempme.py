@@ -49,7 +49,9 @@ from lit_retrieval.models.heads.base import SimilarityHead
 from lit_retrieval.models.heads.meanp import masked_mean
 
 
-def bipartite_merge(x: torch.Tensor, size: torch.Tensor, metric: torch.Tensor, r: int, protect: int) -> tuple[torch.Tensor, torch.Tensor]:
+def bipartite_merge(
+    x: torch.Tensor, size: torch.Tensor, metric: torch.Tensor, r: int, protect: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """ToMe's bipartite soft matching as TempMe runs it: the first `protect` (class) tokens stay; the
     others alternate between sets A and B, each A token's most similar B token (cosine of `metric`)
     is its match, and the `r` best-matched A tokens are merged into their matches as size-weighted
@@ -72,7 +74,9 @@ def bipartite_merge(x: torch.Tensor, size: torch.Tensor, metric: torch.Tensor, r
     xa, xb, sa, sb = xs[:, first::2], xs[:, 1 - first :: 2], sizes[:, first::2], sizes[:, 1 - first :: 2]
     channels = x.shape[-1]
     target = match.gather(1, merged)
-    xb = xb.scatter_add(1, target[..., None].expand(-1, -1, channels), xa.gather(1, merged[..., None].expand(-1, -1, channels)))
+    xb = xb.scatter_add(
+        1, target[..., None].expand(-1, -1, channels), xa.gather(1, merged[..., None].expand(-1, -1, channels))
+    )
     sb = sb.scatter_add(1, target[..., None], sa.gather(1, merged[..., None]))
     keep_x = xa.gather(1, kept[..., None].expand(-1, -1, channels))
     keep_s = sa.gather(1, kept[..., None])
@@ -162,7 +166,9 @@ class TokenMerging(nn.Module):
                     metric = hidden.detach()
                     hidden, size = bipartite_merge(hidden + positions, size, metric, merge, cls_per_clip)
                 merging_started, table = True, table + 1
-            attended, keys = attention(block, block.layer_norm1(hidden), size if self.enabled and self.proportional_attention else None)
+            attended, keys = attention(
+                block, block.layer_norm1(hidden), size if self.enabled and self.proportional_attention else None
+            )
             hidden = hidden + attended
             if self.enabled:
                 if merging_started:
@@ -235,12 +241,19 @@ class TempMeHead(SimilarityHead):
         super().__init__(learn_logit_scale=learn_logit_scale, **kwargs)
         self.num_frames = num_frames
         self.schedule = {
-            "image_r": image_r, "cross_ratio": cross_ratio, "intra_ratio": intra_ratio,
-            "proportional_attention": proportional_attention, "enabled": merging,
+            "image_r": image_r,
+            "cross_ratio": cross_ratio,
+            "intra_ratio": intra_ratio,
+            "proportional_attention": proportional_attention,
+            "enabled": merging,
         }
         self.merge_layers, self.merge_frames = merge_layers, merge_frames or [2, 2, 3]
-        self.lora = LoraConfig(r=lora_rank, lora_alpha=lora_alpha, lora_dropout=lora_dropout,
-                               target_modules=lora_targets or ["q_proj", "k_proj", "v_proj", "query", "key", "value"])
+        self.lora = LoraConfig(
+            r=lora_rank,
+            lora_alpha=lora_alpha,
+            lora_dropout=lora_dropout,
+            target_modules=lora_targets or ["q_proj", "k_proj", "v_proj", "query", "key", "value"],
+        )
         self.train_backbone = train_backbone
         self.merger: TokenMerging | None = None
 
@@ -251,7 +264,12 @@ class TempMeHead(SimilarityHead):
         layers = len(vision.encoder.layers)
         merge_layers = self.merge_layers if self.merge_layers is not None else default_schedule(layers)
         self.merger = TokenMerging(
-            self.num_frames, layers, vision.config.hidden_size, merge_layers=merge_layers, merge_frames=self.merge_frames, **self.schedule
+            self.num_frames,
+            layers,
+            vision.config.hidden_size,
+            merge_layers=merge_layers,
+            merge_frames=self.merge_frames,
+            **self.schedule,
         )
         text = getattr(encoder, "text", None)
         text_model = getattr(text, "text_model", None) if hasattr(text, "text_model") else getattr(text, "model", None)

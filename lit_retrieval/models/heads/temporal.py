@@ -52,12 +52,22 @@ class ClipStyleTransformer(nn.Module):
     eps is replaced by `layer_norm_eps` (CLIP4Clip's 1e-12 by default, see the module notes)."""
 
     def __init__(
-        self, width: int, layers: int, max_len: int, dropout: float = 0.0, config: CLIPTextConfig | None = None,
+        self,
+        width: int,
+        layers: int,
+        max_len: int,
+        dropout: float = 0.0,
+        config: CLIPTextConfig | None = None,
         layer_norm_eps: float = CROSS_LAYER_NORM_EPS,
     ) -> None:
         super().__init__()
         if config is None:
-            config = CLIPTextConfig(hidden_size=width, intermediate_size=4 * width, num_attention_heads=max(1, width // 64), hidden_act="quick_gelu")
+            config = CLIPTextConfig(
+                hidden_size=width,
+                intermediate_size=4 * width,
+                num_attention_heads=max(1, width // 64),
+                hidden_act="quick_gelu",
+            )
         config._attn_implementation = "sdpa"
         config.layer_norm_eps = layer_norm_eps
         self.positions = nn.Embedding(max_len, width)
@@ -67,7 +77,12 @@ class ClipStyleTransformer(nn.Module):
 
     @classmethod
     def for_encoder(
-        cls, encoder: VideoTextEncoder, layers: int, max_len: int, dropout: float = 0.0, copy_text: bool = True,
+        cls,
+        encoder: VideoTextEncoder,
+        layers: int,
+        max_len: int,
+        dropout: float = 0.0,
+        copy_text: bool = True,
         layer_norm_eps: float = CROSS_LAYER_NORM_EPS,
     ) -> ClipStyleTransformer:
         """Blocks shaped like the encoder's text blocks when those have the joint width (and, with
@@ -97,7 +112,10 @@ class ClipStyleTransformer(nn.Module):
         word-position table of their own)."""
         if positions is None:
             if x.shape[1] > self.positions.num_embeddings:
-                raise ValueError(f"{x.shape[1]} positions but the temporal module has {self.positions.num_embeddings} (raise max_frames)")
+                raise ValueError(
+                    f"{x.shape[1]} positions but the temporal module has {self.positions.num_embeddings} "
+                    "(raise max_frames)"
+                )
             positions = self.positions.weight[: x.shape[1]]
         keys = mask.bool() | ~mask.bool().any(1, keepdim=True)
         attention = keys[:, None, None, :].expand(-1, 1, x.shape[1], -1)

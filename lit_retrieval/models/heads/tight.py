@@ -23,18 +23,22 @@ from lit_retrieval.models.heads.temporal import CROSS_LAYER_NORM_EPS, ClipStyleT
 
 class TightTransfHead(SimilarityHead):
     """Args:
-        layers: cross-encoder blocks (CLIP4Clip: 4, copied from CLIP text blocks 0-3).
-        max_frames: longest video; the position table holds 1 + max_frames rows.
-        dropout: on the input embeddings (CLIP4Clip: 0.1).
-        init_from_text: copy CLIP's text blocks and positions into the cross encoder.
-        layer_norm_eps: LayerNorm eps of the cross encoder and the pooler (CLIP4Clip's 1e-12; 1e-5
-            reproduces runs trained before this default).
+    layers: cross-encoder blocks (CLIP4Clip: 4, copied from CLIP text blocks 0-3).
+    max_frames: longest video; the position table holds 1 + max_frames rows.
+    dropout: on the input embeddings (CLIP4Clip: 0.1).
+    init_from_text: copy CLIP's text blocks and positions into the cross encoder.
+    layer_norm_eps: LayerNorm eps of the cross encoder and the pooler (CLIP4Clip's 1e-12; 1e-5
+        reproduces runs trained before this default).
     """
 
     indexable = False
 
     def __init__(
-        self, layers: int = 4, max_frames: int = 76, dropout: float = 0.1, init_from_text: bool = True,
+        self,
+        layers: int = 4,
+        max_frames: int = 76,
+        dropout: float = 0.1,
+        init_from_text: bool = True,
         layer_norm_eps: float = CROSS_LAYER_NORM_EPS,
     ) -> None:
         super().__init__(learn_logit_scale=False)
@@ -50,7 +54,11 @@ class TightTransfHead(SimilarityHead):
     def bind(self, encoder: VideoTextEncoder) -> None:
         width = encoder.embed_dim
         self.cross = ClipStyleTransformer.for_encoder(
-            encoder, self.layers, 1 + self.max_frames, self.dropout, copy_text=self.init_from_text,
+            encoder,
+            self.layers,
+            1 + self.max_frames,
+            self.dropout,
+            copy_text=self.init_from_text,
             layer_norm_eps=self.layer_norm_eps,
         )
         # the reference's CrossPooler: its ln_pool is CLIP4Clip's LayerNorm too

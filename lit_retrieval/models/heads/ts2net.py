@@ -57,7 +57,9 @@ class TokenShift:
         back = list(range(self.offsets[0], num_tokens, fold))
         ahead = list(range(self.offsets[1], num_tokens, fold))
         if set(back) & set(ahead):
-            raise ValueError(f"token shift: {num_tokens} tokens are too few for n_div={self.n_div} with offsets {self.offsets}")
+            raise ValueError(
+                f"token shift: {num_tokens} tokens are too few for n_div={self.n_div} with offsets {self.offsets}"
+            )
         return back, ahead
 
     def __call__(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -101,7 +103,12 @@ class TokenScorer(nn.Module):
     def __init__(self, width: int) -> None:
         super().__init__()
         self.local = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, width // 2, bias=False), nn.GELU())
-        self.joint = nn.Sequential(nn.Linear(width // 2 * 2, width // 2, bias=False), nn.GELU(), nn.Linear(width // 2, 1, bias=False), nn.Tanh())
+        self.joint = nn.Sequential(
+            nn.Linear(width // 2 * 2, width // 2, bias=False),
+            nn.GELU(),
+            nn.Linear(width // 2, 1, bias=False),
+            nn.Tanh(),
+        )
         init_new_layers(self)
 
     def forward(self, cls: torch.Tensor, patches: torch.Tensor) -> torch.Tensor:
@@ -126,7 +133,9 @@ class PatchSelectingHead(SimilarityHead):
     indexable = False
     needs_patches = True
 
-    def __init__(self, select: int = 3, samples: int = 500, sigma: float = 0.05, shift_blocks: int = 2, n_div: int = 7, **kwargs) -> None:
+    def __init__(
+        self, select: int = 3, samples: int = 500, sigma: float = 0.05, shift_blocks: int = 2, n_div: int = 7, **kwargs
+    ) -> None:
         super().__init__(**kwargs)
         self.select, self.samples, self.sigma = select, samples, sigma
         self.shift_blocks = shift_blocks
@@ -156,21 +165,27 @@ class PatchSelectingHead(SimilarityHead):
             indicators = F.one_hot(picks, scores.shape[-1]).to(patches.dtype)
         per_frame = torch.cat([cls.unsqueeze(1), indicators @ patches], 1)
         # mask interleaved per token (the reference's `repeat` tiles it)
-        return per_frame.reshape(batch, length * (1 + self.select), dim), video.mask.bool().repeat_interleave(1 + self.select, dim=1)
+        return per_frame.reshape(batch, length * (1 + self.select), dim), video.mask.bool().repeat_interleave(
+            1 + self.select, dim=1
+        )
 
 
 class TS2NetHead(PatchSelectingHead):
     """Args:
-        select, samples, sigma, shift_blocks, n_div: see `PatchSelectingHead`.
-        temporal_layers, max_frames, init_from_text: the seqTransf temporal module.
-        layer_norm_eps: LayerNorm eps of the temporal module (CLIP4Clip's 1e-12; 1e-5 reproduces
-            runs trained before this default). The token scorer keeps torch's 1e-5, as the
-            reference's `PredictorLG` does.
+    select, samples, sigma, shift_blocks, n_div: see `PatchSelectingHead`.
+    temporal_layers, max_frames, init_from_text: the seqTransf temporal module.
+    layer_norm_eps: LayerNorm eps of the temporal module (CLIP4Clip's 1e-12; 1e-5 reproduces
+        runs trained before this default). The token scorer keeps torch's 1e-5, as the
+        reference's `PredictorLG` does.
     """
 
     def __init__(
-        self, temporal_layers: int = 4, max_frames: int = 64, init_from_text: bool = True,
-        layer_norm_eps: float = CROSS_LAYER_NORM_EPS, **kwargs,
+        self,
+        temporal_layers: int = 4,
+        max_frames: int = 64,
+        init_from_text: bool = True,
+        layer_norm_eps: float = CROSS_LAYER_NORM_EPS,
+        **kwargs,
     ) -> None:
         super().__init__(**kwargs)
         self.layer_norm_eps = layer_norm_eps
@@ -182,7 +197,10 @@ class TS2NetHead(PatchSelectingHead):
     def bind(self, encoder: VideoTextEncoder) -> None:
         self.bind_patch_selection(encoder)
         self.temporal = ClipStyleTransformer.for_encoder(
-            encoder, self.temporal_layers, (1 + self.select) * self.max_frames, copy_text=self.init_from_text,
+            encoder,
+            self.temporal_layers,
+            (1 + self.select) * self.max_frames,
+            copy_text=self.init_from_text,
             layer_norm_eps=self.layer_norm_eps,
         )
 

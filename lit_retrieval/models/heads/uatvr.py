@@ -55,7 +55,9 @@ class ProbabilisticEmbedding(nn.Module):
         self.sigma_attended = nn.Linear(width, width)
         self.sigma_pooled = nn.Linear(width, width)
 
-    def forward(self, tokens: torch.Tensor, mask: torch.Tensor, pooled: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, tokens: torch.Tensor, mask: torch.Tensor, pooled: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         weights = masked_softmax(self.attention(tokens).squeeze(-1), mask)
         attended = (weights.unsqueeze(-1) * tokens).sum(1)
         mu = F.normalize(self.norm(pooled + torch.sigmoid(self.mean_fc(attended))), dim=-1)
@@ -136,7 +138,9 @@ class UATVRHead(SimilarityHead):
         for module in (self.word_positions, self.text_weights, self.video_weights, self.text_prob, self.video_prob):
             init_new_layers(module)
 
-    def _fuse(self, tokens: torch.Tensor, mask: torch.Tensor, extras: int, positions: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _fuse(
+        self, tokens: torch.Tensor, mask: torch.Tensor, extras: int, positions: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """[tokens; extras] through the shared transformer; residual on the originals; normalised."""
         if self.fusion is None:
             raise RuntimeError("UATVRHead is not bound to an encoder: call head.bind(encoder) first")
@@ -156,7 +160,9 @@ class UATVRHead(SimilarityHead):
 
     def encode_video(self, video: VideoFeatures) -> dict[str, torch.Tensor]:
         if video.frames.shape[1] + self.extra_video > self.max_frames:
-            raise ValueError(f"{video.frames.shape[1]} frames + {self.extra_video} extras exceed max_frames {self.max_frames}")
+            raise ValueError(
+                f"{video.frames.shape[1]} frames + {self.extra_video} extras exceed max_frames {self.max_frames}"
+            )
         tokens, mask = self._fuse(video.frames, video.mask, self.extra_video, None)
         return {"tokens": tokens, "mask": mask}
 
@@ -178,7 +184,9 @@ class UATVRHead(SimilarityHead):
     def auxiliary_losses(self, text_rep: dict, video_rep: dict, similarity: torch.Tensor) -> dict[str, torch.Tensor]:
         """The probabilistic branch (training only): MIL-NCE over sampled embeddings and KL."""
         if similarity.shape[0] != similarity.shape[1]:
-            raise ValueError(f"UATVR's probabilistic branch needs paired texts and videos, got {tuple(similarity.shape)}")
+            raise ValueError(
+                f"UATVR's probabilistic branch needs paired texts and videos, got {tuple(similarity.shape)}"
+            )
         frames = video_rep["tokens"].shape[1] - self.extra_video  # within a batch the extras come last
         v_tokens, v_mask = video_rep["tokens"][:, :frames], video_rep["mask"][:, :frames]
         words = text_rep["tokens"].shape[1] - self.extra_text
@@ -188,7 +196,15 @@ class UATVRHead(SimilarityHead):
         t_pooled = F.normalize(masked_mean(t_tokens, t_mask), dim=-1)
         v_mu, v_log_sigma = self.video_prob(v_tokens, v_mask, v_pooled)
         t_mu, t_log_sigma = self.text_prob(t_tokens, t_mask, t_pooled)
-        v_samples = v_mu[:, None] + torch.randn(len(v_mu), self.samples, v_mu.shape[-1], device=v_mu.device, dtype=v_mu.dtype) * v_log_sigma.exp()[:, None]
-        t_samples = t_mu[:, None] + torch.randn(len(t_mu), self.samples, t_mu.shape[-1], device=t_mu.device, dtype=t_mu.dtype) * t_log_sigma.exp()[:, None]
+        v_samples = (
+            v_mu[:, None]
+            + torch.randn(len(v_mu), self.samples, v_mu.shape[-1], device=v_mu.device, dtype=v_mu.dtype)
+            * v_log_sigma.exp()[:, None]
+        )
+        t_samples = (
+            t_mu[:, None]
+            + torch.randn(len(t_mu), self.samples, t_mu.shape[-1], device=t_mu.device, dtype=t_mu.dtype)
+            * t_log_sigma.exp()[:, None]
+        )
         kl = gaussian_kl(v_samples, v_log_sigma) + gaussian_kl(t_samples, t_log_sigma)
         return {"mil": self.mil_weight * mil_nce(v_samples, t_samples), "kl": self.kl_weight * kl}

@@ -118,7 +118,10 @@ class UCoFiAHead(PatchSelectingHead):
         self.max_words = self.max_words or encoder.max_text_len
         self.bind_patch_selection(encoder)
         self.temporal = ClipStyleTransformer.for_encoder(
-            encoder, self.temporal_layers, self.max_frames, copy_text=self.init_from_text,
+            encoder,
+            self.temporal_layers,
+            self.max_frames,
+            copy_text=self.init_from_text,
             layer_norm_eps=self.layer_norm_eps,
         )
         pixels = (1 + self.select) * self.max_frames
@@ -131,7 +134,11 @@ class UCoFiAHead(PatchSelectingHead):
     def encode_text(self, text: TextFeatures) -> dict[str, torch.Tensor]:
         if text.tokens.shape[1] > self.max_words:
             raise ValueError(f"{text.tokens.shape[1]} text tokens but UCoFiAHead.max_words is {self.max_words}")
-        return {"sentence": F.normalize(text.pooled, dim=-1), "words": F.normalize(text.tokens, dim=-1), "word_mask": text.mask.bool()}
+        return {
+            "sentence": F.normalize(text.pooled, dim=-1),
+            "words": F.normalize(text.tokens, dim=-1),
+            "word_mask": text.mask.bool(),
+        }
 
     def encode_video(self, video: VideoFeatures) -> dict[str, torch.Tensor]:
         if video.frames.shape[1] > self.max_frames:
@@ -140,7 +147,13 @@ class UCoFiAHead(PatchSelectingHead):
         mask = video.mask.bool()
         temporal = self.temporal(video.frames, mask) + video.frames
         mean = F.normalize(masked_mean(F.normalize(temporal, dim=-1), mask), dim=-1)
-        return {"mean": mean, "frames": F.normalize(video.frames, dim=-1), "frame_mask": mask, "pixels": pixels, "pixel_mask": pixel_mask}
+        return {
+            "mean": mean,
+            "frames": F.normalize(video.frames, dim=-1),
+            "frame_mask": mask,
+            "pixels": pixels,
+            "pixel_mask": pixel_mask,
+        }
 
     def levels(self, text_rep: dict, video_rep: dict) -> torch.Tensor:
         """The three level similarities `[3, N_text, N_video]` (S1, S2, S3 of the module notes)."""
@@ -155,7 +168,8 @@ class UCoFiAHead(PatchSelectingHead):
         per_pixel = isa(u.transpose(-1, -2), word_mask, self.word_weight)  # g [A, B, P]
         per_word = isa(u, pixel_mask, self.patch_weight)  # h [A, B, L]
         s3 = 0.5 * (
-            isa(per_pixel, video_rep["pixel_mask"][None], self.patch_weight2) + isa(per_word, text_rep["word_mask"][:, None], self.word_weight2)
+            isa(per_pixel, video_rep["pixel_mask"][None], self.patch_weight2)
+            + isa(per_word, text_rep["word_mask"][:, None], self.word_weight2)
         )
         return torch.stack([s1, s2, s3])
 
@@ -180,7 +194,9 @@ class UCoFiAHead(PatchSelectingHead):
         video_rep = {k: v for k, v in video_rep.items() if k != "sk_bias"}
         num_bank = len(bank_rep["sentence"])
         rows = max(1, budget_bytes // max(1, self.pair_bytes(bank_rep, video_rep) * len(video_rep["mean"])))
-        blocks = [self.level_logits(map_rep(bank_rep, lambda t: t[r : r + rows]), video_rep) for r in range(0, num_bank, rows)]
+        blocks = [
+            self.level_logits(map_rep(bank_rep, lambda t: t[r : r + rows]), video_rep) for r in range(0, num_bank, rows)
+        ]
         logits = torch.cat(blocks, 1)
         bias = torch.stack([sk_norm_bias(logits[level], self.sk_norm_iters) for level in range(3)], 1)
         return {**video_rep, "sk_bias": bias}

@@ -48,19 +48,24 @@ def aosm(x: torch.Tensor, mask: torch.Tensor, weight: torch.Tensor) -> torch.Ten
 
 class XCLIPHead(SimilarityHead):
     """Args:
-        max_words: rows of the word-sized matrices (the text length used in training).
-        max_frames: rows of the frame-sized matrices and the temporal module's positions.
-        temporal_layers: seqTransf blocks for the video-level feature (0: plain meanP).
-        init_from_text: copy CLIP text blocks into the temporal module (CLIP4Clip init).
-        layer_norm_eps: LayerNorm eps of the temporal module (CLIP4Clip's 1e-12; 1e-5 reproduces
-            runs trained before this default).
+    max_words: rows of the word-sized matrices (the text length used in training).
+    max_frames: rows of the frame-sized matrices and the temporal module's positions.
+    temporal_layers: seqTransf blocks for the video-level feature (0: plain meanP).
+    init_from_text: copy CLIP text blocks into the temporal module (CLIP4Clip init).
+    layer_norm_eps: LayerNorm eps of the temporal module (CLIP4Clip's 1e-12; 1e-5 reproduces
+        runs trained before this default).
     """
 
     indexable = False
 
     def __init__(
-        self, max_words: int = 77, max_frames: int = 64, temporal_layers: int = 4, init_from_text: bool = True,
-        layer_norm_eps: float = CROSS_LAYER_NORM_EPS, **kwargs,
+        self,
+        max_words: int = 77,
+        max_frames: int = 64,
+        temporal_layers: int = 4,
+        init_from_text: bool = True,
+        layer_norm_eps: float = CROSS_LAYER_NORM_EPS,
+        **kwargs,
     ) -> None:
         super().__init__(**kwargs)
         self.layer_norm_eps = layer_norm_eps
@@ -75,20 +80,33 @@ class XCLIPHead(SimilarityHead):
         width = encoder.embed_dim
         if self.temporal_layers:
             self.temporal = ClipStyleTransformer.for_encoder(
-                encoder, self.temporal_layers, self.max_frames, copy_text=self.init_from_text,
+                encoder,
+                self.temporal_layers,
+                self.max_frames,
+                copy_text=self.init_from_text,
                 layer_norm_eps=self.layer_norm_eps,
             )
         self.global_mat = nn.Parameter(torch.eye(width))
         self.local_mat = nn.Parameter(torch.eye(width))
-        for name, size in (("word_logit", self.max_words), ("word_mat", self.max_words), ("word_mat2", self.max_words),
-                           ("frame_logit", self.max_frames), ("frame_mat", self.max_frames), ("frame_mat2", self.max_frames)):
+        for name, size in (
+            ("word_logit", self.max_words),
+            ("word_mat", self.max_words),
+            ("word_mat2", self.max_words),
+            ("frame_logit", self.max_frames),
+            ("frame_mat", self.max_frames),
+            ("frame_mat2", self.max_frames),
+        ):
             self.register_parameter(name, nn.Parameter(torch.eye(size)))
         self.bound = True
 
     def encode_text(self, text: TextFeatures) -> dict[str, torch.Tensor]:
         if text.tokens.shape[1] > self.max_words:
             raise ValueError(f"{text.tokens.shape[1]} text tokens but XCLIPHead.max_words is {self.max_words}")
-        return {"sentence": F.normalize(text.pooled, dim=-1), "words": F.normalize(text.tokens, dim=-1), "word_mask": text.mask.bool()}
+        return {
+            "sentence": F.normalize(text.pooled, dim=-1),
+            "words": F.normalize(text.tokens, dim=-1),
+            "word_mask": text.mask.bool(),
+        }
 
     def encode_video(self, video: VideoFeatures) -> dict[str, torch.Tensor]:
         if not self.bound:
@@ -110,13 +128,22 @@ class XCLIPHead(SimilarityHead):
         words, word_mask = text["words"], text["word_mask"]
         frames, frame_mask = video["frames"], video["frame_mask"]
         video_sentence = torch.einsum(f"{t}d,de,{v}e->{out}", text["sentence"], self.global_mat, video["video"])
-        video_word = aosm(torch.einsum(f"{t}md,{v}d->{out}m", words, video["video"]), text_side(word_mask), self.word_logit)
-        sentence_frame = aosm(torch.einsum(f"{t}d,{v}kd->{out}k", text["sentence"], frames), video_side(frame_mask), self.frame_logit)
+        video_word = aosm(
+            torch.einsum(f"{t}md,{v}d->{out}m", words, video["video"]), text_side(word_mask), self.word_logit
+        )
+        sentence_frame = aosm(
+            torch.einsum(f"{t}d,{v}kd->{out}k", text["sentence"], frames), video_side(frame_mask), self.frame_logit
+        )
         local = torch.einsum(f"{t}md,de,{v}ke->{out}mk", words, self.local_mat, frames)
         word_mask_mk, frame_mask_mk = text_side(word_mask).unsqueeze(-1), video_side(frame_mask).unsqueeze(-2)
-        per_frame = aosm(local.transpose(-1, -2), word_mask_mk.transpose(-1, -2), self.word_mat)  # over words -> [.., k]
+        per_frame = aosm(
+            local.transpose(-1, -2), word_mask_mk.transpose(-1, -2), self.word_mat
+        )  # over words -> [.., k]
         per_word = aosm(local, frame_mask_mk, self.frame_mat)  # over frames -> [.., m]
-        frame_word = (aosm(per_frame, video_side(frame_mask), self.frame_mat2) + aosm(per_word, text_side(word_mask), self.word_mat2)) / 2
+        frame_word = (
+            aosm(per_frame, video_side(frame_mask), self.frame_mat2)
+            + aosm(per_word, text_side(word_mask), self.word_mat2)
+        ) / 2
         return (video_sentence + video_word + sentence_frame + frame_word) / 4
 
     def score(self, text_rep: dict[str, torch.Tensor], video_rep: dict[str, torch.Tensor]) -> torch.Tensor:
