@@ -99,7 +99,7 @@ def clip4clip_mea(root: Path, cpu: bool, steps: int) -> dict:
 def small_gve(root: Path, cpu: bool, steps: int) -> dict:
     from lit_retrieval.data.gve_synthetic import make_gve_tasks
     from lit_retrieval.data.multitask import MultiTaskDataModule
-    from lit_retrieval.models.gve import InputConfig, LoRASettings
+    from lit_retrieval.models.gve import InputConfig, AdapterConfig
     from lit_retrieval.models.gve.tiny import save_tiny_qwen25vl
     from lit_retrieval.modules import EmbedderConfig, GVERetrieval
 
@@ -107,7 +107,7 @@ def small_gve(root: Path, cpu: bool, steps: int) -> dict:
     tasks = make_gve_tasks(root / "corpus", root / "tasks", batch_size=8)["train"]
     inputs = InputConfig(max_frames=8, video_min_pixels=16 * 784, video_max_pixels=64 * 784, max_tokens=4096)
     module = GVERetrieval(
-        EmbedderConfig(str(model), lora=LoRASettings(), inputs=inputs, dtype="float32" if cpu else "bfloat16")
+        EmbedderConfig(str(model), lora=AdapterConfig(), inputs=inputs, dtype="float32" if cpu else "bfloat16")
     )
     callback = Throughput()
     trainer(cpu, steps, root, callback).fit(module, MultiTaskDataModule(tasks, num_workers=1))

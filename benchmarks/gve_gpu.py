@@ -23,7 +23,7 @@ from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
 from lit_retrieval.data.media import MediaItem
 from lit_retrieval.losses.contrastive import MultimodalInfoNCE
-from lit_retrieval.models.gve import GVEEmbedder, InputConfig, LoRASettings
+from lit_retrieval.models.gve import GVEEmbedder, InputConfig, AdapterConfig
 from lit_retrieval.models.gve.tiny import SPECIAL_TOKENS, tiny_config, tiny_processor
 
 
@@ -103,7 +103,7 @@ def main() -> None:
         embedder = (
             GVEEmbedder(
                 str(model_dir),
-                lora=LoRASettings(),
+                lora=AdapterConfig(),
                 inputs=InputConfig(),
                 gradient_checkpointing=True,
                 dtype="bfloat16" if bf16 else "float32",

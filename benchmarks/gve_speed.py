@@ -42,12 +42,12 @@ def _media(root: Path) -> tuple[list, list]:
 
 
 def _embedder(model: str, checkpointing: bool, lora: bool = True):
-    from lit_retrieval.models.gve import GVEEmbedder, InputConfig, LoRASettings
+    from lit_retrieval.models.gve import GVEEmbedder, InputConfig, AdapterConfig
 
     inputs = InputConfig(max_frames=8, video_min_pixels=112 * 112, video_max_pixels=112 * 112, max_tokens=4096)
     return GVEEmbedder(
         model,
-        lora=LoRASettings() if lora else None,
+        lora=AdapterConfig() if lora else None,
         inputs=inputs,
         gradient_checkpointing=checkpointing,
         dtype="float32",

@@ -11,7 +11,7 @@ from lit_retrieval.data import AnnotationError, CondensedMoviesDataModule, MSRVT
 from lit_retrieval.data.bad_records import RecordCollector
 from lit_retrieval.data.condensed_movies import CondensedMoviesParser
 from lit_retrieval.data.msrvtt import MSRVTTParser
-from lit_retrieval.data.shots import ShotOptions
+from lit_retrieval.data.shots import ShotConfig
 from media import FPS, write_shots_video
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -64,7 +64,7 @@ def test_condensed_movies_data_module_trims_to_the_annotated_duration_and_has_sh
         num_frames=8,
         image_size=32,
         batch_size=2,
-        shots=ShotOptions(cache_dir=str(tmp_path / "shots"), progress=False),
+        shots=ShotConfig(cache_dir=str(tmp_path / "shots"), progress=False),
     )
     dm.prepare_data()
     dm.setup()

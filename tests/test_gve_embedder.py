@@ -12,7 +12,7 @@ from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
 
 from lit_retrieval.data.media import ItemError, MediaItem
 from lit_retrieval.data.video import VideoDecodeError
-from lit_retrieval.models.gve import GVEEmbedder, InputConfig, LoRASettings, last_token_pool
+from lit_retrieval.models.gve import GVEEmbedder, InputConfig, AdapterConfig, last_token_pool
 from media import full_decode, write_noise_video
 from mrope_reference import batch_reference_positions
 
@@ -89,7 +89,7 @@ def test_pooled_token_is_end_of_text_and_padding_side_does_not_matter(tiny_qwen,
 
 
 def test_lora_touches_only_language_model_projections(tiny_qwen):
-    model = embedder(tiny_qwen, lora=LoRASettings())
+    model = embedder(tiny_qwen, lora=AdapterConfig())
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n and ".language_model." in n for n in trainable)
     wrapped = {n.split(".lora_")[0].rsplit(".", 1)[-1] for n in trainable}
@@ -104,7 +104,7 @@ def test_lora_touches_only_language_model_projections(tiny_qwen):
 
 
 def test_every_input_format_embeds_with_right_video_geometry(tiny_qwen, media):
-    model = embedder(tiny_qwen, lora=LoRASettings(r=4))
+    model = embedder(tiny_qwen, lora=AdapterConfig(r=4))
     batch = model.process(items(media))
     video_pad = model.processing.tokenizer.convert_tokens_to_ids("<|video_pad|>")
     grids = batch["video_grid_thw"]
@@ -194,7 +194,7 @@ def plain_transformers_embeddings(path, texts_and_videos, instruction):
 
 
 def test_released_checkpoint_embeds_as_with_plain_transformers(tiny_qwen, media, tmp_path):
-    trained = embedder(tiny_qwen, lora=LoRASettings(r=4))
+    trained = embedder(tiny_qwen, lora=AdapterConfig(r=4))
     perturb_lora(trained)
     release = tmp_path / "gve_release"
     trained.save_merged(release)
@@ -209,7 +209,7 @@ def test_released_checkpoint_embeds_as_with_plain_transformers(tiny_qwen, media,
 
 
 def test_adapter_saves_alone_and_reloads(tiny_qwen, media, tmp_path):
-    trained = embedder(tiny_qwen, lora=LoRASettings(r=4))
+    trained = embedder(tiny_qwen, lora=AdapterConfig(r=4))
     perturb_lora(trained, seed=3)
     trained.save_adapter(tmp_path / "adapter")
     saved = sorted(p.name for p in (tmp_path / "adapter").iterdir())

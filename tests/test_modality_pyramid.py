@@ -151,11 +151,11 @@ def test_resume_in_the_middle_of_an_epoch_continues_the_same_batches(tmp_path, t
 
 
 def test_checkpoint_of_another_lora_setting_is_refused(tmp_path, tiny_qwen):
-    from lit_retrieval.models.gve import LoRASettings
+    from lit_retrieval.models.gve import AdapterConfig
     from lit_retrieval.modules.gve import EmbedderConfig, GVERetrieval
 
     module = GVERetrieval(
-        EmbedderConfig(str(tiny_qwen), lora=LoRASettings(r=4), dtype="float32", gradient_checkpointing=False)
+        EmbedderConfig(str(tiny_qwen), lora=AdapterConfig(r=4), dtype="float32", gradient_checkpointing=False)
     )
     state = {"state_dict": {"embedder.model.something.lora_A.weight": torch.zeros(1)}}
     with pytest.raises(RuntimeError, match="does not match this model's trainable weights"):

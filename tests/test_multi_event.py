@@ -16,7 +16,7 @@ from lit_retrieval.cli import main
 from lit_retrieval.data import MultiEventDataModule
 from lit_retrieval.models.encoders import CLIPEncoder
 from lit_retrieval.models.heads import MeanPHead
-from lit_retrieval.modules import DualEncoderRetrieval, EvalAnalyses, MEAConfig, OptimConfig
+from lit_retrieval.modules import DualEncoderRetrieval, AnalysesConfig, MEAConfig, OptimConfig
 
 
 def make_module(tiny_clip, **kwargs):
@@ -186,7 +186,7 @@ def brute_force_ranks(module, data, queries_of):
 
 
 def test_analyses_match_brute_force(tmp_path, corpus, tiny_clip):
-    analyses = EvalAnalyses(
+    analyses = AnalysesConfig(
         avg_event=True, slices=True, length_edges=[20.0], event_orders=["reversed", "shuffled"], query_modes=["concat"]
     )
     module = make_module(tiny_clip, query_mode="events", analyses=analyses, score_chunk=3)

@@ -9,11 +9,11 @@ import torch.nn.functional as F
 
 from head_checks import assert_gradients_reach_every_parameter_and_steps_lower_the_loss, bind_seeded
 from lit_retrieval.data import MultiEventDataModule
-from lit_retrieval.data.shots import ShotOptions
+from lit_retrieval.data.shots import ShotConfig
 from lit_retrieval.data.spans import SpanSplitter
 from lit_retrieval.data.synthetic import CHARACTER_WORDS, SynthConfig, generate_corpus
 from lit_retrieval.metrics.ranking import summarize_ranks
-from lit_retrieval.metrics.relational import RelationalEval, relational_metrics
+from lit_retrieval.metrics.relational import RelationalConfig, relational_metrics
 from lit_retrieval.models.encoders import CLIPEncoder
 from lit_retrieval.models.features import VideoFeatures
 from lit_retrieval.models.heads import MeanPHead, SALIHead
@@ -159,13 +159,13 @@ def test_relational_metrics_against_a_brute_force_subset():
     ranks = torch.tensor([1.0, 4.0, 12.0, 2.0, 30.0, 1.0, 7.0, 3.0])
     relational = torch.tensor([True, True, False, True, True, False, True, False])
     shots = torch.tensor([2, 40, 35, 34, 10, 50, 36, 1])
-    out = relational_metrics(ranks, relational, shots, RelationalEval(diagnosis=True))
+    out = relational_metrics(ranks, relational, shots, RelationalConfig(diagnosis=True))
     median = float(np.median(shots.numpy()))
     chosen = [i for i in range(8) if relational[i] and shots[i] >= median]
     assert out["rel_multi/min_shots"] == median and out["rel_multi/n"] == len(chosen)
     assert out["rel_multi/t2v/R@5"] == summarize_ranks(ranks[chosen])["R@5"]
     assert out["relational/n"] == 5 and out["non_relational/n"] == 3
-    fixed = relational_metrics(ranks, relational, shots, RelationalEval(min_shots=36))
+    fixed = relational_metrics(ranks, relational, shots, RelationalConfig(min_shots=36))
     assert fixed["rel_multi/n"] == 2  # videos with 40 and 36 shots
     quartile_hits = [out[k] for k in out if k.startswith("diagnosis/") and k.endswith("/n")]
     assert sum(quartile_hits) == 8
@@ -190,7 +190,7 @@ def make_data(corpus, cache):
         image_size=32,
         batch_size=8,
         val_split="test",
-        shots=ShotOptions(cache_dir=str(cache), progress=False),
+        shots=ShotConfig(cache_dir=str(cache), progress=False),
     )
 
 

@@ -14,7 +14,7 @@ from lit_retrieval.commands import run_command
 from lit_retrieval.data.media import MediaItem
 from lit_retrieval.search.index import (
     IndexMismatch,
-    IndexSettings,
+    IndexConfig,
     VideoIndex,
     build_video_index,
     list_videos,
@@ -115,7 +115,7 @@ def test_approximate_indexes_find_near_duplicates(kind):
     rng = np.random.default_rng(0)
     base = rng.standard_normal((2000, 32)).astype(np.float32)
     base /= np.linalg.norm(base, axis=1, keepdims=True)
-    index = make_index(base, IndexSettings(kind=kind, nlist=16, nprobe=16))
+    index = make_index(base, IndexConfig(kind=kind, nlist=16, nprobe=16))
     noisy = base[:50] + 0.01 * rng.standard_normal((50, 32)).astype(np.float32)
     _, found = index.search(noisy, 1)
     assert (found[:, 0] == np.arange(50)).mean() >= 0.98

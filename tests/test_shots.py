@@ -12,7 +12,7 @@ from lit_retrieval.data import MultiEventDataModule
 from lit_retrieval.data.shots import (
     ShotCache,
     ShotDetectorConfig,
-    ShotOptions,
+    ShotConfig,
     detect_many,
     detect_shots,
     frame_shot_index,
@@ -113,7 +113,7 @@ def test_data_module_items_carry_frame_shots_matching_the_ground_truth_cuts(corp
         str(corpus / "annotations.json"),
         num_frames=16,
         image_size=32,
-        shots=ShotOptions(cache_dir=str(tmp_path / "cache"), progress=False),
+        shots=ShotConfig(cache_dir=str(tmp_path / "cache"), progress=False),
     )
     dm.prepare_data()
     dm.setup()

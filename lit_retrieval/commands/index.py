@@ -18,7 +18,7 @@ import argparse
 from lit_retrieval.commands.sharding import add_shard_arguments, check_shard
 from lit_retrieval.errors import UsageError
 from lit_retrieval.locking import OutputLock
-from lit_retrieval.search.index import IndexSettings, build_video_index, list_videos
+from lit_retrieval.search.index import IndexConfig, build_video_index, list_videos
 from lit_retrieval.search.loading import ModelSpec, load_item_embedder
 
 
@@ -67,7 +67,7 @@ def run(argv: list[str]) -> int:
     videos = list_videos(args.videos)
     if not videos:
         raise UsageError(args.videos, "no videos found (a folder without video files, or an empty list file)")
-    settings = IndexSettings(kind=args.kind, nlist=args.nlist, nprobe=args.nprobe, gpu=args.gpu)
+    settings = IndexConfig(kind=args.kind, nlist=args.nlist, nprobe=args.nprobe, gpu=args.gpu)
     shard = (args.shard, args.num_shards) if args.num_shards > 1 else None
     with OutputLock(args.out, name=f"index-s{args.shard}" if shard else "index"):  # before the (slow) model load
         meta = build_video_index(

@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from lit_retrieval.commands.sharding import add_shard_arguments, check_shard
-from lit_retrieval.data.shots import ShotDetectorConfig, ShotOptions, detect_many
+from lit_retrieval.data.shots import ShotDetectorConfig, ShotConfig, detect_many
 from lit_retrieval.data.records import read_text
 from lit_retrieval.errors import ConfigError, UsageError
 from lit_retrieval.locking import OutputLock
@@ -31,19 +31,19 @@ from lit_retrieval.locking import OutputLock
 VIDEO_EXTS = (".mp4", ".mkv", ".webm", ".avi", ".mov", ".m4v")
 
 
-def options_from_config(path: str) -> ShotOptions:
-    """`data.init_args.shots` (or `data.shots`) of a training YAML as `ShotOptions`."""
+def options_from_config(path: str) -> ShotConfig:
+    """`data.init_args.shots` (or `data.shots`) of a training YAML as `ShotConfig`."""
     config = yaml.safe_load(Path(path).read_text()) or {}
     data = config.get("data", {})
     shots = (data.get("init_args", data) or {}).get("shots")
     if not shots:
         raise ValueError(f"{path}: no data.shots section")
-    known = {f.name for f in fields(ShotOptions)}
+    known = {f.name for f in fields(ShotConfig)}
     unknown = set(shots) - known
     if unknown:
         raise ValueError(f"{path}: unknown data.shots keys {sorted(unknown)} (known: {sorted(known)})")
     detector = ShotDetectorConfig(**shots.get("detector", {}))
-    return ShotOptions(**{**shots, "detector": detector})
+    return ShotConfig(**{**shots, "detector": detector})
 
 
 def _videos(args: argparse.Namespace) -> list[str]:
@@ -84,7 +84,7 @@ def run(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     check_shard(parser, args)
     try:
-        options = options_from_config(args.config) if args.config else ShotOptions()
+        options = options_from_config(args.config) if args.config else ShotConfig()
     except yaml.YAMLError as err:
         raise ConfigError(f"{args.config}: not valid YAML ({' '.join(str(err).split())})") from None
     except (ValueError, TypeError) as err:

@@ -6,7 +6,7 @@ from lit_retrieval.data.datamodules import (
 from lit_retrieval.data.melon import MelonFields
 from lit_retrieval.data.multitask import MultiTaskDataModule
 from lit_retrieval.data.records import AnnotationError, Event, VideoRecord
-from lit_retrieval.data.shots import ShotDetectorConfig, ShotOptions
+from lit_retrieval.data.shots import ShotDetectorConfig, ShotConfig
 from lit_retrieval.data.spans import SpanSplitter
 from lit_retrieval.data.synthetic import SynthConfig
 from lit_retrieval.data.tasks import TaskSpec
@@ -14,7 +14,7 @@ from lit_retrieval.data.video import FrameSample, VideoDecodeError, sample_frame
 
 __all__ = [
     "ActivityNetDataModule", "AnnotationError", "CondensedMoviesDataModule", "DiDeMoDataModule", "MSRVTTDataModule",
-    "ShotDetectorConfig", "ShotOptions", "SpanSplitter", "Event", "FrameSample", "MELONDataModule",
+    "ShotDetectorConfig", "ShotConfig", "SpanSplitter", "Event", "FrameSample", "MELONDataModule",
     "MelonFields", "MultiEventDataModule", "MultiTaskDataModule", "TaskSpec", "MultiEventDataset", "SynthConfig", "VideoDecodeError", "VideoRecord",
     "VideoTextDataModule", "load_annotations", "sample_frames", "save_annotations",
 ]

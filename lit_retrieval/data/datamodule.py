@@ -26,7 +26,7 @@ from lit_retrieval.data.bad_records import BadRecordPolicy, RecordCollector
 from lit_retrieval.data.frame_cache import FrameCache, cached_or_sampled
 from lit_retrieval.data.records import AnnotationError, VideoRecord
 from lit_retrieval.data.resume import EpochPosition
-from lit_retrieval.data.shots import ShotOptions, Shots, detect_many, frame_shot_index
+from lit_retrieval.data.shots import ShotConfig, Shots, detect_many, frame_shot_index
 from lit_retrieval.data.synthetic import SynthConfig, generate_corpus
 from lit_retrieval.data.transforms import CLIP_MEAN, CLIP_STD, NormalizeFrames
 from lit_retrieval.data.video import Sampling, SamplingSpec, VideoDecodeError, sample_video
@@ -220,7 +220,7 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
         std: tuple[float, float, float] = CLIP_STD,
         seek_threshold: float = 1.0,
         shuffle_seed: int = 0,
-        shots: ShotOptions | None = None,
+        shots: ShotConfig | None = None,
         trim_to_annotation: bool = False,
         sampling: Literal["exact", "keyframe"] = "exact",
         holdout_val: float = 0.0,

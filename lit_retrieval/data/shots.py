@@ -168,7 +168,7 @@ class ShotCache:
 
 
 @dataclass
-class ShotOptions:
+class ShotConfig:
     """Shots for a DataModule: detector settings, cache folder and detection processes."""
 
     cache_dir: str = "cache/shots"

@@ -1,6 +1,6 @@
 """The MELON analyses as evaluation options (Sec. 5.3, Fig. 5 and 6; supp. B.2, Tab. 5 and 6).
 
-`EvalAnalyses` says which analyses run with an evaluation stage; the functions here turn per-query
+`AnalysesConfig` says which analyses run with an evaluation stage; the functions here turn per-query
 ranks into the summaries that join `metrics.json`:
 
 - Avg-Event R@1 (Sec. 5.3): each single event of a ground-truth query is used alone as a query;
@@ -22,7 +22,7 @@ from lit_retrieval.metrics.ranking import summarize_ranks
 
 
 @dataclass
-class EvalAnalyses:
+class AnalysesConfig:
     """Analyses run after the standard metrics of the listed `stages`.
 
     Args:
@@ -51,6 +51,10 @@ class EvalAnalyses:
             raise ValueError(f"analyses.stages may hold val and test, got {sorted(unknown)}")
         if list(self.length_edges) != sorted(set(self.length_edges)) or any(e <= 0 for e in self.length_edges):
             raise ValueError(f"analyses.length_edges must be positive and strictly increasing, got {self.length_edges}")
+
+
+# the name before the config-naming convention; checkpoints pickled it in their hyper-parameters
+EvalAnalyses = AnalysesConfig
 
 
 def length_bucket_names(edges: list[float]) -> list[str]:

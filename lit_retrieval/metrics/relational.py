@@ -17,7 +17,7 @@ from lit_retrieval.metrics.ranking import summarize_ranks
 
 
 @dataclass
-class RelationalEval:
+class RelationalConfig:
     """What SALI adds to an evaluation stage's metrics.
 
     Args:
@@ -33,6 +33,10 @@ class RelationalEval:
     diagnosis_k: int = 10
 
 
+# the name before the config-naming convention; checkpoints pickled it in their hyper-parameters
+RelationalEval = RelationalConfig
+
+
 def _summary(prefix: str, ranks: torch.Tensor, chosen: torch.Tensor) -> dict[str, float]:
     out = {f"{prefix}/n": float(chosen.sum())}
     if chosen.any():
@@ -41,7 +45,7 @@ def _summary(prefix: str, ranks: torch.Tensor, chosen: torch.Tensor) -> dict[str
 
 
 def relational_metrics(
-    ranks: torch.Tensor, relational: torch.Tensor, num_shots: torch.Tensor, config: RelationalEval
+    ranks: torch.Tensor, relational: torch.Tensor, num_shots: torch.Tensor, config: RelationalConfig
 ) -> dict[str, float]:
     """Relational, non-relational and Rel-Multi metrics (and the quartile diagnosis) from the
     text-to-video rank of every query, its relational flag and its video's shot count."""

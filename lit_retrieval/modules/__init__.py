@@ -1,5 +1,5 @@
-from lit_retrieval.metrics.analyses import EvalAnalyses
-from lit_retrieval.metrics.relational import RelationalEval
+from lit_retrieval.metrics.analyses import AnalysesConfig
+from lit_retrieval.metrics.relational import RelationalConfig
 from lit_retrieval.modules.dual_encoder import DualEncoderRetrieval
 from lit_retrieval.modules.gve import EmbedderConfig, GVERetrieval
 from lit_retrieval.modules.multi_event import MEAConfig
@@ -9,10 +9,10 @@ from lit_retrieval.modules.sali import SALIRetrieval
 __all__ = [
     "DualEncoderRetrieval",
     "EmbedderConfig",
-    "EvalAnalyses",
+    "AnalysesConfig",
     "GVERetrieval",
     "MEAConfig",
     "OptimConfig",
-    "RelationalEval",
+    "RelationalConfig",
     "SALIRetrieval",
 ]

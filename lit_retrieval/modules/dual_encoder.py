@@ -17,9 +17,9 @@ import torch
 from lit_retrieval.data.queries import QueryMode
 from lit_retrieval.data.spans import SpanSplitter
 from lit_retrieval.losses.mevtr import MeVTRLoss
-from lit_retrieval.metrics.analyses import EvalAnalyses
+from lit_retrieval.metrics.analyses import AnalysesConfig
 from lit_retrieval.metrics.ranking import Ties
-from lit_retrieval.metrics.relational import RelationalEval
+from lit_retrieval.metrics.relational import RelationalConfig
 from lit_retrieval.models.encoders.base import VideoTextEncoder
 from lit_retrieval.models.features import TextFeatures
 from lit_retrieval.models.heads.base import SimilarityHead
@@ -35,7 +35,7 @@ from lit_retrieval.modules.rng import rng_states, set_rng_states
 
 # Config dataclasses in the checkpoint's hyper-parameters load under torch.load's weights_only=True.
 torch.serialization.add_safe_globals(
-    [OptimConfig, MEAConfig, EvalAnalyses, RelationalEval, SpanSplitter, NonFinitePolicy]
+    [OptimConfig, MEAConfig, AnalysesConfig, RelationalConfig, SpanSplitter, NonFinitePolicy]
 )
 
 
@@ -68,8 +68,8 @@ class DualEncoderRetrieval(L.LightningModule):
         optim: OptimConfig | None = None,
         mea: MEAConfig | None = None,
         event_loss: MeVTRLoss | None = None,
-        analyses: EvalAnalyses | None = None,
-        relational_eval: RelationalEval | None = None,
+        analyses: AnalysesConfig | None = None,
+        relational_eval: RelationalConfig | None = None,
         spans: SpanSplitter | None = None,
         average_directions: bool = False,
         ties: Ties = "optimistic",

@@ -9,9 +9,9 @@ attributes. At the end of the stage the evaluator
 2. scores this process's queries against it, `query_rows` queries at a time, each block within a
    pairwise working-memory budget (`SimilarityHead.score_blocks`);
 3. computes R@K, MdR, MnR in both directions (`RetrievalMetrics`, rows merged over processes) and
-   the requested analyses: the MELON analyses (`EvalAnalyses`: Avg-Event R@1, slices, event
+   the requested analyses: the MELON analyses (`AnalysesConfig`: Avg-Event R@1, slices, event
    orders, query modes; MELON Sec. 5.3, Tab. 5-6, Fig. 5-6) and SALI's relational metrics
-   (`RelationalEval`: relational / Rel-Multi, shot-quartile diagnosis; SALI Sec. 2 and 4);
+   (`RelationalConfig`: relational / Rel-Multi, shot-quartile diagnosis; SALI Sec. 2 and 4);
 4. reports how many videos were skipped as undecodable, and refuses an evaluation in which
    nothing could be evaluated (`NothingToEvaluateError`);
 5. optionally writes the test score matrix (`save_scores`, format in `save_score_matrix`).
@@ -35,9 +35,9 @@ from lit_retrieval.data.queries import QueryMode, concat_query, reorder_events
 from lit_retrieval.data.spans import SpanSplitter
 from lit_retrieval.distributed import gather_objects, gather_variable
 from lit_retrieval.errors import InputError
-from lit_retrieval.metrics.analyses import EvalAnalyses, avg_event_hits, avg_event_metrics, sliced_metrics
+from lit_retrieval.metrics.analyses import AnalysesConfig, avg_event_hits, avg_event_metrics, sliced_metrics
 from lit_retrieval.metrics.ranking import Ties, retrieval_metrics, text_to_video_ranks
-from lit_retrieval.metrics.relational import RelationalEval, relational_metrics
+from lit_retrieval.metrics.relational import RelationalConfig, relational_metrics
 from lit_retrieval.metrics.retrieval import RetrievalMetrics, first_occurrence
 from lit_retrieval.models.heads.base import SimilarityHead, cat_reps, map_rep, rep_len
 
@@ -66,8 +66,8 @@ class EvaluationConfig:
             (`scores.npy` + `scores_ids.json`, see `save_score_matrix`).
     """
 
-    analyses: EvalAnalyses | None = None
-    relational: RelationalEval | None = None
+    analyses: AnalysesConfig | None = None
+    relational: RelationalConfig | None = None
     ties: Ties = "optimistic"
     query_rows: int = 1024
     memory_mb: int = 2048
@@ -153,7 +153,7 @@ class RetrievalEvaluator:
     def count_skipped(self, stage: str, count: int) -> None:
         self._skipped[stage] = self._skipped.get(stage, 0) + count
 
-    def wants(self, stage: str, option: EvalAnalyses | RelationalEval | None) -> bool:
+    def wants(self, stage: str, option: AnalysesConfig | RelationalConfig | None) -> bool:
         return option is not None and stage in option.stages
 
     # ---- shared by every module -----------------------------------------------------------------
@@ -283,7 +283,7 @@ class RetrievalEvaluator:
             yield rows, score(model.query_reps(events[rows], mode), gallery)
 
     def analyses(self, model: L.LightningModule, split: EvalSplit, ranks: torch.Tensor) -> dict[str, float]:
-        """The `EvalAnalyses` of this process's queries against the whole gallery, merged over ranks."""
+        """The `AnalysesConfig` of this process's queries against the whole gallery, merged over ranks."""
         config = self.config.analyses
         assert config is not None
         device, ties = split.index.device, self.config.ties

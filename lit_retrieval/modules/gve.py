@@ -21,7 +21,7 @@ import torch
 
 from lit_retrieval.distributed import gather_variable
 from lit_retrieval.losses.contrastive import HardNegatives, MultimodalInfoNCE
-from lit_retrieval.models.gve.embedder import GVEEmbedder, LoRASettings
+from lit_retrieval.models.gve.embedder import GVEEmbedder, AdapterConfig
 from lit_retrieval.models.gve.processing import GVEProcessing, InputConfig
 from lit_retrieval.modules.evaluation import EvaluationConfig, RetrievalEvaluator
 from lit_retrieval.modules.item_embedders import FrameInput, GVEItemEmbedder, ItemEmbedder, file_identity
@@ -37,7 +37,7 @@ class EmbedderConfig:
     """What `GVEEmbedder` is built from (see its docstring)."""
 
     model_path: str
-    lora: LoRASettings | None = field(default_factory=LoRASettings)
+    lora: AdapterConfig | None = field(default_factory=AdapterConfig)
     adapter_path: str | None = None
     inputs: InputConfig = field(default_factory=InputConfig)
     gradient_checkpointing: bool = True

@@ -10,7 +10,7 @@ What SALI changes in `DualEncoderRetrieval`:
   head 1e-4 in the paper: `optim.backbone_lr` / `optim.head_lr`); `warm_start` (an option of
   every `DualEncoderRetrieval`) loads the encoder and logit scale of a CLIP4Clip-meanP checkpoint;
 - evaluation: the overall metrics plus relational / Rel-Multi metrics and optionally the
-  shot-quartile diagnosis (`RelationalEval`, on by default here; any `DualEncoderRetrieval`
+  shot-quartile diagnosis (`RelationalConfig`, on by default here; any `DualEncoderRetrieval`
   can enable it, so baselines report Rel-Multi too).
 """
 
@@ -22,7 +22,7 @@ import torch
 
 from lit_retrieval.data.queries import QueryMode, concat_query
 from lit_retrieval.data.spans import QuerySpans
-from lit_retrieval.metrics.relational import RelationalEval
+from lit_retrieval.metrics.relational import RelationalConfig
 from lit_retrieval.models.encoders.base import VideoTextEncoder
 from lit_retrieval.models.heads.sali import SALIHead, SpanTextFeatures
 from lit_retrieval.modules.dual_encoder import DualEncoderRetrieval
@@ -49,7 +49,7 @@ class SALIRetrieval(DualEncoderRetrieval):
             raise TypeError(f"SALIRetrieval needs a SALIHead, got {type(head).__name__}")
         if kwargs.get("query_mode", "concat") != "concat":
             raise ValueError("SALIRetrieval encodes whole queries (query_mode: concat)")
-        kwargs.setdefault("relational_eval", RelationalEval())
+        kwargs.setdefault("relational_eval", RelationalConfig())
         super().__init__(encoder, head, **kwargs)
 
     def split_queries(self, events: list[list[str]]) -> list[QuerySpans]:

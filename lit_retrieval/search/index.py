@@ -38,7 +38,7 @@ class IndexMismatch(RuntimeError):
 
 
 @dataclass
-class IndexSettings:
+class IndexConfig:
     kind: str = "flat"  # flat | ivf | hnsw
     nlist: int | None = None  # IVF lists (default 4 sqrt(N))
     nprobe: int = 32  # IVF lists searched
@@ -68,7 +68,7 @@ def list_videos(source: str | Path) -> list[str]:
     raise FileNotFoundError(f"{source}: neither a folder of videos nor a list file")
 
 
-def make_index(vectors: np.ndarray, settings: IndexSettings) -> faiss.Index:
+def make_index(vectors: np.ndarray, settings: IndexConfig) -> faiss.Index:
     dim = vectors.shape[1]
     if settings.kind == "flat":
         index = faiss.IndexFlatIP(dim)
@@ -146,7 +146,7 @@ def build_video_index(
     spec: ModelSpec,
     videos: list[str],
     out: str | Path,
-    settings: IndexSettings | None = None,
+    settings: IndexConfig | None = None,
     chunk: int = 16,
     batch_size: int = 8,
     progress: bool = True,
@@ -158,7 +158,7 @@ def build_video_index(
     `embed_only`, build the index over everything embedded so far. Shards of an array job write
     their own chunk and failure files, so they never race. A video that failed before is skipped
     while its size and mtime are unchanged; `retry_failed` retries it anyway."""
-    settings = settings or IndexSettings()
+    settings = settings or IndexConfig()
     out = Path(out)
     parts = out / "parts"
     parts.mkdir(parents=True, exist_ok=True)

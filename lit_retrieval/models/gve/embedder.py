@@ -31,7 +31,7 @@ from lit_retrieval.models.gve.processing import GVEProcessing, InputConfig
 
 
 @dataclass
-class LoRASettings:
+class AdapterConfig:
     """LoRA on the language model (GVE Tab. 9 defaults)."""
 
     r: int = 16
@@ -50,6 +50,10 @@ class LoRASettings:
             lora_dropout=self.dropout,
             target_modules=rf".*{self.scope}.*\.({names})$",
         )
+
+
+# the name before the config-naming convention; checkpoints pickled it in their hyper-parameters
+LoRASettings = AdapterConfig
 
 
 def last_token_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -91,7 +95,7 @@ class GVEEmbedder(nn.Module):
     def __init__(
         self,
         model_path: str,
-        lora: LoRASettings | None = None,
+        lora: AdapterConfig | None = None,
         adapter_path: str | None = None,
         inputs: InputConfig | None = None,
         gradient_checkpointing: bool = False,
