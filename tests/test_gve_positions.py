@@ -17,16 +17,9 @@ from lit_retrieval.models.gve import GVEEmbedder, InputConfig
 from lit_retrieval.models.gve.positions import MRopeLayout, release_mrope_positions
 from media import write_noise_video
 from mrope_reference import batch_reference_positions
+from test_gve_embedder import SMALL  # the small pixel budgets of the embedder tests
 
 FIXTURE = Path(__file__).parent / "fixtures" / "mrope" / "positions.json"
-SMALL = InputConfig(
-    max_frames=4,
-    video_min_pixels=4 * 784,
-    video_max_pixels=16 * 784,
-    image_min_pixels=4 * 784,
-    image_max_pixels=16 * 784,
-    max_tokens=512,
-)
 
 
 def tensor_or_none(values, dtype=torch.long):
