@@ -66,12 +66,15 @@ def assert_trains_with_mea_evaluates_in_blocks_and_reloads(make_head, corpus, ti
 
     from lit_retrieval.data import MultiEventDataModule
     from lit_retrieval.models.encoders import CLIPEncoder
-    from lit_retrieval.modules import DualEncoderRetrieval, MEAConfig
+    from lit_retrieval.modules import DualEncoderRetrieval, EvaluationConfig, MEAConfig
 
     def build():
         torch.manual_seed(0)
         return DualEncoderRetrieval(
-            CLIPEncoder(pretrained=str(tiny_clip)), make_head(), mea=MEAConfig(weight=0.5), eval_memory_mb=1
+            CLIPEncoder(pretrained=str(tiny_clip)),
+            make_head(),
+            mea=MEAConfig(weight=0.5),
+            evaluation=EvaluationConfig(memory_mb=1),
         )
 
     module = build()

@@ -7,7 +7,8 @@ defaults come from the same parser on both sides, so a changed default elsewhere
 the comparison. The record `tests/fixtures/melon_resolved/<row>.json` holds the values the parser
 resolved from the old single file `configs/melon/<row>.yaml` (as of commit 01f26ac), restricted to
 the keys (and list items) that file set; when it was written, parsing the record alone gave the
-same complete config as parsing the old file. The only intended difference is listed in
+same complete config as parsing the old file. The evaluation options have since moved, by name
+only, under `model.init_args.evaluation` in the records too. The only intended difference is listed in
 `CHANGED` (the TempMe rows' learning rate, MELON supp. B.1).
 """
 

@@ -115,7 +115,9 @@ def eval_trainer(root):
 def test_saved_test_scores_equal_a_plain_torch_matrix(tmp_path, corpus, tiny_clip):
     torch.manual_seed(0)
     module = DualEncoderRetrieval(
-        CLIPEncoder(pretrained=str(tiny_clip)), MeanPHead(), save_scores=True, score_chunk=3, eval_memory_mb=1
+        CLIPEncoder(pretrained=str(tiny_clip)),
+        MeanPHead(),
+        evaluation=EvaluationConfig(save_scores=True, query_rows=3, memory_mb=1),
     )
     data = MultiEventDataModule(
         annotation=str(corpus / "annotations.json"), num_frames=3, image_size=32, batch_size=4, num_workers=0
@@ -177,7 +179,9 @@ def skip_data(annotation):
 
 def test_skipped_test_videos_are_counted_in_metrics_and_table(tmp_path, tiny_clip, capsys):
     annotation = noise_corpus(tmp_path / "data", num_test=5, corrupt=1)
-    module = DualEncoderRetrieval(CLIPEncoder(pretrained=str(tiny_clip)), MeanPHead(), save_scores=True)
+    module = DualEncoderRetrieval(
+        CLIPEncoder(pretrained=str(tiny_clip)), MeanPHead(), evaluation=EvaluationConfig(save_scores=True)
+    )
     eval_trainer(tmp_path / "run").test(module, skip_data(annotation), verbose=False)
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())["test"]
     assert metrics["skipped_videos"] == 1

@@ -16,7 +16,7 @@ from lit_retrieval.cli import main
 from lit_retrieval.data import MultiEventDataModule
 from lit_retrieval.models.encoders import CLIPEncoder
 from lit_retrieval.models.heads import MeanPHead
-from lit_retrieval.modules import DualEncoderRetrieval, AnalysesConfig, MEAConfig, OptimConfig
+from lit_retrieval.modules import AnalysesConfig, DualEncoderRetrieval, EvaluationConfig, MEAConfig, OptimConfig
 
 
 def make_module(tiny_clip, **kwargs):
@@ -189,7 +189,7 @@ def test_analyses_match_brute_force(tmp_path, corpus, tiny_clip):
     analyses = AnalysesConfig(
         avg_event=True, slices=True, length_edges=[20.0], event_orders=["reversed", "shuffled"], query_modes=["concat"]
     )
-    module = make_module(tiny_clip, query_mode="events", analyses=analyses, score_chunk=3)
+    module = make_module(tiny_clip, query_mode="events", evaluation=EvaluationConfig(analyses=analyses, query_rows=3))
     data = make_data(corpus, eval_batch_size=4)
     L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False).test(module, data)
     results = module.eval_results["test"]

@@ -18,7 +18,6 @@ from lit_retrieval.data.queries import QueryMode
 from lit_retrieval.data.spans import SpanSplitter
 from lit_retrieval.losses.mevtr import MeVTRLoss
 from lit_retrieval.metrics.analyses import AnalysesConfig
-from lit_retrieval.metrics.ranking import Ties
 from lit_retrieval.metrics.relational import RelationalConfig
 from lit_retrieval.models.encoders.base import VideoTextEncoder
 from lit_retrieval.models.features import TextFeatures
@@ -35,7 +34,7 @@ from lit_retrieval.modules.rng import rng_states, set_rng_states
 
 # Config dataclasses in the checkpoint's hyper-parameters load under torch.load's weights_only=True.
 torch.serialization.add_safe_globals(
-    [OptimConfig, MEAConfig, AnalysesConfig, RelationalConfig, SpanSplitter, NonFinitePolicy]
+    [OptimConfig, MEAConfig, EvaluationConfig, AnalysesConfig, RelationalConfig, SpanSplitter, NonFinitePolicy]
 )
 
 
@@ -50,10 +49,9 @@ class DualEncoderRetrieval(L.LightningModule):
         mea, event_loss, average_directions, cross_device: the training objectives
             (`TrainingObjectives`: lambda * L_mea of MELON Eq. 9; MeVTR's event-caption loss
             instead of InfoNCE; CLIP4Clip's halved InfoNCE; negatives from every DDP rank).
-        analyses, relational_eval, ties, score_chunk, eval_memory_mb, save_scores: the evaluation
-            (`EvaluationConfig`: MELON analyses; SALI's Rel-Multi and diagnosis, needing
-            `data.shots`; tie rule; queries scored at once; pairwise memory per block; test
-            score matrix written to the run directory).
+        evaluation: how val/test are evaluated (`EvaluationConfig`: MELON analyses; SALI's
+            Rel-Multi and diagnosis, needing `data.shots`; tie rule; queries scored at once;
+            pairwise memory per block; the test score matrix written to the run directory).
         spans: the interpersonal-verb rules that mark queries relational (and split them for SALI).
         frozen, warm_start: parameter-name prefixes to freeze, and a CLIP4Clip-meanP checkpoint whose
             encoder and logit scale initialise the model (`modules/initialization.py`).
@@ -68,14 +66,9 @@ class DualEncoderRetrieval(L.LightningModule):
         optim: OptimConfig | None = None,
         mea: MEAConfig | None = None,
         event_loss: MeVTRLoss | None = None,
-        analyses: AnalysesConfig | None = None,
-        relational_eval: RelationalConfig | None = None,
+        evaluation: EvaluationConfig | None = None,
         spans: SpanSplitter | None = None,
         average_directions: bool = False,
-        ties: Ties = "optimistic",
-        score_chunk: int = 1024,
-        eval_memory_mb: int = 2048,
-        save_scores: bool = False,
         frozen: list[str] | None = None,
         warm_start: str | None = None,
         nonfinite: NonFinitePolicy | None = None,
@@ -89,9 +82,7 @@ class DualEncoderRetrieval(L.LightningModule):
         self.head.bind(encoder)
         self.optim = optim or OptimConfig()
         self.objectives = TrainingObjectives(head, average_directions, mea, event_loss, cross_device)
-        self.evaluator = RetrievalEvaluator(
-            EvaluationConfig(analyses, relational_eval, ties, score_chunk, eval_memory_mb, save_scores)
-        )
+        self.evaluator = RetrievalEvaluator(evaluation or EvaluationConfig())
         self.spans = spans or SpanSplitter()
         self.nonfinite = NonFiniteGuard(nonfinite)
         self.skipped_videos = 0

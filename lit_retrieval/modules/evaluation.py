@@ -143,7 +143,7 @@ class RetrievalEvaluator:
         attributes = {"duration": batch["duration"].to(device)}
         if self.config.relational is not None:
             if "num_shots" not in batch:
-                raise ValueError("relational_eval needs each video's shot count: set `data.shots`")
+                raise ValueError("evaluation.relational needs each video's shot count: set `data.shots`")
             flags = [spans.split(concat_query(e)).relational for e in batch["events"]]
             attributes["relational"] = torch.tensor(flags, dtype=torch.bool, device=device)
             attributes["num_shots"] = batch["num_shots"].to(device)

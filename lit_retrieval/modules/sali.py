@@ -16,6 +16,8 @@ What SALI changes in `DualEncoderRetrieval`:
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Any
 
 import torch
@@ -26,6 +28,7 @@ from lit_retrieval.metrics.relational import RelationalConfig
 from lit_retrieval.models.encoders.base import VideoTextEncoder
 from lit_retrieval.models.heads.sali import SALIHead, SpanTextFeatures
 from lit_retrieval.modules.dual_encoder import DualEncoderRetrieval
+from lit_retrieval.modules.evaluation import EvaluationConfig
 
 
 class SALIRetrieval(DualEncoderRetrieval):
@@ -35,7 +38,7 @@ class SALIRetrieval(DualEncoderRetrieval):
         encoder: the CLIP dual encoder (both towers are fine-tuned unless `frozen` says otherwise).
         head: a `SALIHead` (operators, penalty, gate).
         **kwargs: the options of `DualEncoderRetrieval`; `warm_start` (a CLIP4Clip-meanP checkpoint,
-            SALI Sec. 4), `spans` (the verb rules that split queries) and `relational_eval`
+            SALI Sec. 4), `spans` (the verb rules that split queries) and `evaluation.relational`
             (Rel-Multi, diagnosis; on by default here) matter most.
     """
 
@@ -49,7 +52,10 @@ class SALIRetrieval(DualEncoderRetrieval):
             raise TypeError(f"SALIRetrieval needs a SALIHead, got {type(head).__name__}")
         if kwargs.get("query_mode", "concat") != "concat":
             raise ValueError("SALIRetrieval encodes whole queries (query_mode: concat)")
-        kwargs.setdefault("relational_eval", RelationalConfig())
+        evaluation = kwargs.get("evaluation") or EvaluationConfig()
+        if evaluation.relational is None:
+            evaluation = dataclasses.replace(evaluation, relational=RelationalConfig())
+        kwargs["evaluation"] = evaluation
         super().__init__(encoder, head, **kwargs)
 
     def split_queries(self, events: list[list[str]]) -> list[QuerySpans]:
