@@ -24,12 +24,11 @@ from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 from lit_retrieval.data.media import MediaItem
 from lit_retrieval.losses.contrastive import MultimodalInfoNCE
 from lit_retrieval.models.gve import GVEEmbedder, InputConfig, AdapterConfig
-from lit_retrieval.models.gve.tiny import SPECIAL_TOKENS, tiny_config, tiny_processor
+from lit_retrieval.models.gve.tiny import special_token_ids, tiny_config, tiny_processor
 
 
 def qwen25vl_3b_config(processor) -> Qwen2_5_VLConfig:
     """Qwen2.5-VL-3B-Instruct's published architecture, with the test tokenizer's special ids."""
-    ids = {t: processor.tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
     return Qwen2_5_VLConfig(
         vocab_size=151936,
         hidden_size=2048,
@@ -53,13 +52,7 @@ def qwen25vl_3b_config(processor) -> Qwen2_5_VLConfig:
             fullatt_block_indexes=[7, 15, 23, 31],
             tokens_per_second=2,
         ),
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
-        bos_token_id=ids["<|endoftext|>"],
-        eos_token_id=ids["<|im_end|>"],
-        pad_token_id=ids["<|endoftext|>"],
+        **special_token_ids(processor),
         tie_word_embeddings=True,
     )
 

@@ -67,9 +67,22 @@ def tiny_processor(min_pixels: int = 4 * 28 * 28, max_pixels: int = 16 * 28 * 28
     )
 
 
+def special_token_ids(processor: Qwen2_5_VLProcessor) -> dict[str, int]:
+    """The config's special-token ids (vision markers, bos/eos/pad) in `processor`'s tokenizer."""
+    ids = {t: processor.tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
+    return dict(
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        bos_token_id=ids["<|endoftext|>"],
+        eos_token_id=ids["<|im_end|>"],
+        pad_token_id=ids["<|endoftext|>"],
+    )
+
+
 def tiny_config(processor: Qwen2_5_VLProcessor, hidden_size: int = 32, layers: int = 2) -> Qwen2_5_VLConfig:
     """A Qwen2.5-VL config with the real geometry and a `hidden_size`-wide, `layers`-deep LLM."""
-    ids = {t: processor.tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
     heads = 4
     head_dim = hidden_size // heads
     quarter = head_dim // 2 // 4
@@ -95,13 +108,7 @@ def tiny_config(processor: Qwen2_5_VLProcessor, hidden_size: int = 32, layers: i
             fullatt_block_indexes=[1],
             tokens_per_second=2,
         ),
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
-        bos_token_id=ids["<|endoftext|>"],
-        eos_token_id=ids["<|im_end|>"],
-        pad_token_id=ids["<|endoftext|>"],
+        **special_token_ids(processor),
         tie_word_embeddings=False,
     )
 
