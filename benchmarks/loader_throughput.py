@@ -115,6 +115,24 @@ def write_annotation(folder: Path, paths: list[Path], repeats: int) -> Path:
     return path
 
 
+def video_text_module(
+    annotation: Path, frames: int, size: int, sampling: str, cache: Path | None, on_device: bool, **options
+) -> MultiEventDataModule:
+    """The test split of `annotation` as the benchmark reads it (set up), from the cache when given."""
+    module = MultiEventDataModule(
+        str(annotation),
+        num_frames=frames,
+        image_size=size,
+        sampling=sampling,
+        train_split="test",
+        frame_cache=str(cache) if cache else None,
+        normalize_on_device=on_device,
+        **options,
+    )
+    module.setup()
+    return module
+
+
 def video_text_rate(
     annotation: Path,
     frames: int,
@@ -124,18 +142,9 @@ def video_text_rate(
     cache: Path | None = None,
     on_device: bool = False,
 ) -> float:
-    module = MultiEventDataModule(
-        str(annotation),
-        num_frames=frames,
-        image_size=size,
-        eval_batch_size=1,
-        num_workers=workers,
-        sampling=sampling,
-        train_split="test",
-        frame_cache=str(cache) if cache else None,
-        normalize_on_device=on_device,
+    module = video_text_module(
+        annotation, frames, size, sampling, cache, on_device, eval_batch_size=1, num_workers=workers
     )
-    module.setup()
     return per_second(module.test_dataloader())
 
 
@@ -151,17 +160,7 @@ def video_text_cpu_s(
     """CPU seconds (all threads) one item costs a worker: read or decode, normalise, collate and
     move to shared memory as the worker queue does. Independent of other load on the machine, so
     1 / this is the rate one dedicated core sustains."""
-    module = MultiEventDataModule(
-        str(annotation),
-        num_frames=frames,
-        image_size=size,
-        sampling=sampling,
-        train_split="test",
-        frame_cache=str(cache) if cache else None,
-        normalize_on_device=on_device,
-    )
-    module.setup()
-    dataset = module.datasets["test"]
+    dataset = video_text_module(annotation, frames, size, sampling, cache, on_device).datasets["test"]
     dataset[0]
     start = time.process_time()
     for i in range(items):

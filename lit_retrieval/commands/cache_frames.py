@@ -79,12 +79,11 @@ def load_config(paths: list[str]) -> Any:
 
     class ConfigOnly(RetrievalCLI):
         def instantiate_classes(self) -> None:
-            pass
+            """Nothing is built: the data module is made later from the parsed config alone."""
 
     args = [item for path in paths for item in ("--config", path)]
-    with (
-        warnings.catch_warnings()
-    ):  # Lightning warns that sys.argv holds arguments besides `args`: they are this command's
+    # Lightning warns that sys.argv holds arguments besides `args`: they are this command's
+    with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*args parameter is intended to run from within Python")
         return ConfigOnly(args=args, run=False).config
 
