@@ -87,3 +87,76 @@ def test_an_ids_file_that_does_not_fit_its_matrix_is_refused(tmp_path, capsys):
         main(["metrics", a])
     assert exit_info.value.code == 2
     assert "2 targets and 3 video ids do not fit" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "weights,message",
+    [
+        (["0", "0"], r"--weights are all zero \(\[0.0, 0.0\]\)"),
+        (["nan", "1"], r"--weights must be finite"),
+        (["inf", "1"], r"--weights must be finite"),
+        (["1"], r"--weights has 1 value\(s\) for 2 matrices"),
+    ],
+)
+def test_unusable_weights_are_one_line_errors(tmp_path, capsys, weights, message):
+    a, b = save(tmp_path, "a", A), save(tmp_path, "b", B)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["metrics", "--ensemble", a, b, "--weights", *weights])
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and len(err.splitlines()) == 1 and err.startswith("lit-retrieval metrics: ")
+    assert re.search(message, err) and "Traceback" not in err
+
+
+# text 0 and 1 relational; their videos have 40 and 10 shots (text 2's 50): Rel-Multi at 34 shots = text 0
+RELATIONAL = {**IDS, "relational": [True, True, False], "num_shots": [40, 10, 50], "min_shots": 34}
+
+
+def test_rel_multi_of_members_and_ensemble_from_the_ids_flags(tmp_path, capsys):
+    a, b = save(tmp_path, "a", A, RELATIONAL), save(tmp_path, "b", B, RELATIONAL)
+    # ranks (worked above): A 1, 2, 2; B 2, 1, 1; (A + B) / 2: 1, 1, 1
+    only_a = metrics(capsys, a)
+    assert only_a["rel_multi/n"] == 1 and only_a["rel_multi/t2v/R@1"] == 100
+    assert only_a["relational/n"] == 2 and only_a["relational/t2v/R@1"] == 50
+    assert only_a["non_relational/t2v/R@1"] == 0 and only_a["rel_multi/min_shots"] == 34
+    assert metrics(capsys, b)["rel_multi/t2v/R@1"] == 0  # text 0 ranks v1 (0.9) above v0 (0.3)
+    both = metrics(capsys, "--ensemble", a, b)
+    assert both["rel_multi/t2v/R@1"] == 100 and both["relational/t2v/R@1"] == 100
+    # --min-shots 5 puts text 1 (10 shots) into Rel-Multi too: A ranks it second
+    wider = metrics(capsys, a, "--min-shots", "5")
+    assert wider["rel_multi/n"] == 2 and wider["rel_multi/t2v/R@1"] == 50
+    # min_shots null: the median shot count of the queries' videos (40) -> text 0 only
+    median = metrics(capsys, save(tmp_path, "c", A, {**RELATIONAL, "min_shots": None}))
+    assert median["rel_multi/min_shots"] == 40 and median["rel_multi/n"] == 1
+
+
+def test_ids_without_relational_flags_still_score_with_a_note(tmp_path, capsys):
+    old = save(tmp_path, "old", A)  # written before `test` saved the flags
+    assert run_command("metrics", [old]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["t2v/R@1"] == pytest.approx(100 / 3) and "rel_multi/n" not in json.loads(out.out)
+    assert "old_ids.json has no relational flags or shot counts" in out.err and "no Rel-Multi" in out.err
+    # relational evaluation off when the file was written: no flags, no note
+    off = save(tmp_path, "off", A, {**IDS, "relational": None, "num_shots": None, "min_shots": None})
+    assert run_command("metrics", [off]) == 0
+    assert capsys.readouterr().err == ""
+    # an old member and a new one: the new member's flags
+    new = save(tmp_path, "new", B, RELATIONAL)
+    assert metrics(capsys, "--ensemble", old, new)["rel_multi/t2v/R@1"] == 100
+
+
+@pytest.mark.parametrize(
+    "broken,message",
+    [
+        ({"relational": [True, False]}, "must be lists of 3 values"),
+        ({"num_shots": None}, "has 'relational' without 'num_shots'"),
+        ({"num_shots": [1, -1, 2]}, "counts >= 0"),
+        ({"relational": [1, 0, 0]}, "true/false"),
+        ({"min_shots": "34"}, "'min_shots' must be a count"),
+    ],
+)
+def test_broken_relational_entries_are_one_line_errors(tmp_path, capsys, broken, message):
+    a = save(tmp_path, "a", A, {**RELATIONAL, **broken})
+    with pytest.raises(SystemExit) as exit_info:
+        main(["metrics", a])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "a_ids.json" in err and message in err

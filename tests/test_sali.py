@@ -1,6 +1,8 @@
 """SALI head and module: shot regrouping, score against a brute-force reference, gate and penalty
 gradients, operators per phase, warm start, relational evaluation and a short training run."""
 
+import json
+
 import lightning as L
 import numpy as np
 import pytest
@@ -8,8 +10,10 @@ import torch
 import torch.nn.functional as F
 
 from head_checks import assert_gradients_reach_every_parameter_and_steps_lower_the_loss, bind_seeded
+from lit_retrieval.callbacks import MetricsReport
+from lit_retrieval.commands import run_command
 from lit_retrieval.data import MultiEventDataModule
-from lit_retrieval.data.shots import ShotConfig
+from lit_retrieval.data.shots import ShotCache, ShotConfig, ShotDetectorConfig
 from lit_retrieval.data.spans import SpanSplitter
 from lit_retrieval.data.synthetic import CHARACTER_WORDS, SynthConfig, generate_corpus
 from lit_retrieval.metrics.ranking import summarize_ranks
@@ -18,7 +22,7 @@ from lit_retrieval.models.encoders import CLIPEncoder
 from lit_retrieval.models.features import VideoFeatures
 from lit_retrieval.models.heads import MeanPHead, SALIHead
 from lit_retrieval.models.heads.sali import SpanTextFeatures, shot_means
-from lit_retrieval.modules import DualEncoderRetrieval, OptimConfig, SALIRetrieval
+from lit_retrieval.modules import DualEncoderRetrieval, EvaluationConfig, OptimConfig, SALIRetrieval
 
 DIM = 64
 
@@ -281,3 +285,42 @@ def test_sali_needs_shots_in_the_data(tiny_clip, relational_corpus):
     data.setup()
     with pytest.raises(ValueError, match="data.shots"):
         make_sali(tiny_clip).training_step(next(iter(data.train_dataloader())), 0)
+
+
+def test_saved_scores_carry_relational_flags_and_metrics_reports_rel_multi(
+    tiny_clip, relational_corpus, tmp_path, capsys
+):
+    """`test` with save_scores writes each query's relational flag and shot count; `metrics` on the
+    saved matrix then reports the Rel-Multi figures the test stage reported."""
+    data = make_data(relational_corpus, tmp_path / "shots")
+    spans = SpanSplitter(extra_person_words=CHARACTER_WORDS)
+    evaluation = EvaluationConfig(save_scores=True, relational=RelationalConfig(stages=["test"]))
+    torch.manual_seed(0)
+    module = DualEncoderRetrieval(
+        CLIPEncoder(pretrained=str(tiny_clip)), MeanPHead(), spans=spans, evaluation=evaluation
+    )
+    trainer = L.Trainer(
+        accelerator="cpu",
+        default_root_dir=str(tmp_path / "run"),
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[MetricsReport()],
+    )
+    trainer.test(module, data, verbose=False)
+    ids = json.loads((tmp_path / "run" / "scores_ids.json").read_text())
+    annotation = json.loads((relational_corpus / "annotations.json").read_text())
+    by_id = {v["video_id"]: v for v in annotation["videos"]}
+    cache = ShotCache(tmp_path / "shots")
+    for text_id, flag, shots in zip(ids["text_ids"], ids["relational"], ids["num_shots"]):
+        video = by_id[text_id]
+        query = " ".join(e["description"] for e in video["events"])
+        assert flag == spans.split(query).relational
+        assert shots == len(cache.get(relational_corpus / video["path"], ShotDetectorConfig()))
+    assert any(ids["relational"]) and not all(ids["relational"]) and ids["min_shots"] is None
+    reported = json.loads((tmp_path / "run" / "metrics.json").read_text())["test"]
+    capsys.readouterr()
+    assert run_command("metrics", [str(tmp_path / "run" / "scores.npy")]) == 0
+    recomputed = json.loads(capsys.readouterr().out)
+    for key in ("relational/n", "rel_multi/n", "rel_multi/min_shots", "rel_multi/t2v/R@1", "rel_multi/t2v/MnR"):
+        assert recomputed[key] == pytest.approx(reported[key]), key

@@ -7,6 +7,13 @@ A matrix `NAME.npy` written by `test` (`save_scores`) has its ids in `NAME_ids.j
 video column. An ensemble needs every member's ids to agree (same queries and gallery in the same
 order), or no member to have ids (then the shapes must agree and `--text-video` or the diagonal
 gives the targets).
+
+Rel-Multi (SALI Sec. 4): an ids file written with relational evaluation also carries each query's
+relational flag (`relational`), its video's shot count (`num_shots`) and Rel-Multi's threshold
+(`min_shots`, `null`: the median); the relational, non-relational and Rel-Multi metrics of the matrix
+(or the ensemble) are then added to the output, as `test` reports them. An ids file written before
+these were saved still works: the standard metrics and a note on stderr that Rel-Multi needs a new
+`test` run with `evaluation.save_scores`.
 """
 
 from __future__ import annotations
@@ -17,12 +24,16 @@ import pickle
 from pathlib import Path
 
 import numpy as np
+import sys
+
 import torch
 
 from lit_retrieval.errors import InputError, UsageError
-from lit_retrieval.metrics.ranking import retrieval_metrics
+from lit_retrieval.metrics.ranking import retrieval_metrics, text_to_video_ranks
+from lit_retrieval.metrics.relational import RelationalConfig, relational_metrics
 
 ID_KEYS = ("text_ids", "video_ids", "targets")
+RELATIONAL_KEYS = ("relational", "num_shots")  # per query; with `min_shots`, written by `test` since Rel-Multi
 
 
 def ids_file(matrix: Path) -> Path:
@@ -49,7 +60,29 @@ def load_ids(matrix: Path, shape: tuple[int, ...]) -> dict[str, list] | None:
         )
     if any(not isinstance(t, int) or isinstance(t, bool) for t in ids["targets"]):
         raise ValueError(f"{path}: targets must be integers (video columns)")
+    check_relational(path, ids, sizes[0])
     return ids
+
+
+def is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def check_relational(path: Path, ids: dict, num_texts: int) -> None:
+    """The relational entries of an ids file: both lists (one flag and one shot count per text) or
+    both `null` or both absent (a file written before they were saved)."""
+    present = [key for key in RELATIONAL_KEYS if ids.get(key) is not None]
+    if not present:
+        return
+    if len(present) == 1:
+        raise ValueError(f"{path}: has {present[0]!r} without {set(RELATIONAL_KEYS).difference(present).pop()!r}")
+    flags, shots = ids["relational"], ids["num_shots"]
+    if not isinstance(flags, list) or not isinstance(shots, list) or len(flags) != num_texts or len(shots) != num_texts:
+        raise ValueError(f"{path}: 'relational' and 'num_shots' must be lists of {num_texts} values (one per text)")
+    if any(not isinstance(f, bool) for f in flags) or not all(is_count(n) for n in shots):
+        raise ValueError(f"{path}: 'relational' must hold true/false and 'num_shots' counts >= 0")
+    if ids.get("min_shots") is not None and not is_count(ids["min_shots"]):
+        raise ValueError(f"{path}: 'min_shots' must be a count >= 0 or null, got {ids['min_shots']!r}")
 
 
 def load_array(path: Path) -> np.ndarray:
@@ -96,6 +129,8 @@ def ensemble(paths: list[Path], weights: list[float]) -> tuple[np.ndarray, dict[
         raise ValueError(f"--weights has {len(weights)} value(s) for {len(paths)} matrices")
     if not all(np.isfinite(weights)):
         raise ValueError(f"--weights must be finite, got {weights}")
+    if not any(weights):
+        raise ValueError(f"--weights are all zero ({weights}): the ensemble would score every video alike")
     first, first_ids = load_matrix(paths[0])
     total = weights[0] * first.astype(np.float64)
     for path, weight in zip(paths[1:], weights[1:]):
@@ -112,8 +147,35 @@ def ensemble(paths: list[Path], weights: list[float]) -> tuple[np.ndarray, dict[
                     raise ValueError(
                         f"{key} differ between {ids_file(paths[0])} and {ids_file(path)} (first at position {at})"
                     )
+            if first_ids.get("relational") is None:  # an older first member: the first flags found
+                first_ids = {**first_ids, **{k: ids.get(k) for k in (*RELATIONAL_KEYS, "min_shots")}}
+            elif ids.get("relational") is not None:
+                for key in (*RELATIONAL_KEYS, "min_shots"):
+                    if ids.get(key) != first_ids.get(key):
+                        raise ValueError(f"{key} differ between {ids_file(paths[0])} and {ids_file(path)}")
         total += weight * scores.astype(np.float64)
     return total, first_ids
+
+
+def rel_multi(
+    scores: torch.Tensor, targets: torch.Tensor, ids: dict | None, source: Path, min_shots: int | None, ties: str
+) -> dict[str, float]:
+    """SALI's relational / Rel-Multi metrics from the ids file's flags and shot counts; `{}` (with a
+    note on stderr for a file written before they were saved) when it has none."""
+    if ids is None:
+        return {}
+    if ids.get("relational") is None:
+        if "relational" not in ids:
+            print(
+                f"note: {ids_file(source)} has no relational flags or shot counts (written before `test` saved "
+                "them): no Rel-Multi; run `test` again with evaluation.save_scores to report it",
+                file=sys.stderr,
+            )
+        return {}
+    threshold = min_shots if min_shots is not None else ids.get("min_shots")
+    ranks = text_to_video_ranks(scores, targets, ties)
+    flags, shots = torch.tensor(ids["relational"]), torch.tensor(ids["num_shots"])
+    return relational_metrics(ranks, flags, shots, RelationalConfig(min_shots=threshold))
 
 
 def run(argv: list[str]) -> int:
@@ -132,7 +194,12 @@ def run(argv: list[str]) -> int:
         help=".npy int array: video column of each text row (default: the ids file's targets, else the diagonal)",
     )
     parser.add_argument("--ties", choices=["optimistic", "pessimistic", "average"], default="optimistic")
+    parser.add_argument(
+        "--min-shots", type=int, help="Rel-Multi's shot threshold (default: the ids file's, else the median)"
+    )
     args = parser.parse_args(argv)
+    if args.min_shots is not None and args.min_shots < 0:
+        parser.error("--min-shots must be >= 0")
     if (args.sim is None) == (args.ensemble is None):
         parser.error("give one score matrix or --ensemble A.npy B.npy ...")
     if args.weights is not None and args.ensemble is None:
@@ -149,7 +216,13 @@ def run(argv: list[str]) -> int:
             targets = load_targets(Path(args.text_video))
         else:
             targets = torch.tensor(ids["targets"], dtype=torch.long) if ids is not None else None
-        print(json.dumps(retrieval_metrics(torch.from_numpy(scores).double(), targets, args.ties)))
+        matrix = torch.from_numpy(scores).double()
+        results = retrieval_metrics(matrix, targets, args.ties)
+        if targets is None:
+            targets = torch.arange(matrix.shape[0])
+        source = args.ensemble[0] if args.ensemble else Path(args.sim)
+        results.update(rel_multi(matrix, targets, ids, source, args.min_shots, args.ties))
+        print(json.dumps(results))
     except ValueError as err:
         if isinstance(err, UsageError):
             raise

@@ -229,7 +229,7 @@ class RetrievalEvaluator:
                 relational_metrics(merged["rank"], merged["relational"], merged["num_shots"], self.config.relational)
             )
         if save:
-            save_score_matrix(model, split, ranked.scores)
+            save_score_matrix(model, split, ranked.scores, self.config.relational)
         if skipped:
             results["skipped_videos"] = float(skipped)
         return results
@@ -323,17 +323,27 @@ class RetrievalEvaluator:
         return out
 
 
-def save_score_matrix(model: L.LightningModule, split: EvalSplit, scores: torch.Tensor) -> None:
+def save_score_matrix(
+    model: L.LightningModule, split: EvalSplit, scores: torch.Tensor, relational: RelationalConfig | None = None
+) -> None:
     """Write the split's text x video scores to the run directory (rank 0):
 
     - `scores.npy`: float32 `[num_texts, num_videos]`, row i = query i, column j = video j, both
       in dataset order (duplicates from distributed padding removed);
-    - `scores_ids.json`: `{"text_ids": [...], "video_ids": [...], "targets": [...]}`, where
-      `text_ids[i]` is the id of the video query i describes, `video_ids[j]` the id of column j's
-      video and `targets[i]` query i's column.
+    - `scores_ids.json`: `{"text_ids": [...], "video_ids": [...], "targets": [...], "relational": ...,
+      "num_shots": ..., "min_shots": ...}`, where `text_ids[i]` is the id of the video query i
+      describes, `video_ids[j]` the id of column j's video and `targets[i]` query i's column. With
+      `relational` evaluation, `relational[i]` is query i's relational flag, `num_shots[i]` its video's
+      shot count and `min_shots` Rel-Multi's threshold (`null`: the median), so `metrics` reports
+      Rel-Multi from the file alone (SALI Sec. 4); without, the three are `null`.
     """
     rows = RetrievalEvaluator.merge_queries(model, split, scores)
     targets = RetrievalEvaluator.merge_queries(model, split, split.targets)
+    flags = {name: None for name in ("relational", "num_shots")}
+    if relational is not None and "relational" in split.attributes:
+        flags = {
+            name: RetrievalEvaluator.merge_queries(model, split, split.attributes[name]).tolist() for name in flags
+        }
     trainer = model.trainer
     run_dir = Path(trainer.log_dir or trainer.default_root_dir)  # a broadcast under DDP: every rank asks
     if not trainer.is_global_zero:
@@ -344,5 +354,7 @@ def save_score_matrix(model: L.LightningModule, split: EvalSplit, scores: torch.
         "text_ids": [split.video_ids[t] for t in targets.tolist()],
         "video_ids": split.video_ids,
         "targets": targets.tolist(),
+        **flags,
+        "min_shots": relational.min_shots if flags["relational"] is not None else None,
     }
     (run_dir / SCORE_IDS_FILE).write_text(json.dumps(ids))
