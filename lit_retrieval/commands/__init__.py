@@ -8,6 +8,7 @@ COMMANDS = {
     "metrics": "lit_retrieval.commands.metrics",
     "curves": "lit_retrieval.commands.curves",
     "shots": "lit_retrieval.commands.shots",
+    "sali-stats": "lit_retrieval.commands.sali_stats",
     "gve-tasks": "lit_retrieval.commands.gve_tasks",
     "mine-negatives": "lit_retrieval.commands.mine_negatives",
     "tiny-qwen": "lit_retrieval.commands.tiny_qwen",
