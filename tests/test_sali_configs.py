@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from lit_retrieval.cli import main
+from lit_retrieval.grid.plan import load_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 SALI = ROOT / "configs" / "sali"
@@ -59,3 +60,24 @@ def test_grid_runs_live_in_the_base_run_folder(base, capsys, monkeypatch):
             assert callback["init_args"].get("dirpath") is None
         folders.add((logger["save_dir"], logger["name"]))
     assert len(folders) == 1 + len(TRAIN_OVERLAYS)  # every row has its own folder
+
+
+@pytest.mark.parametrize(
+    "row,head,epochs,positions",
+    [("cm_xclip", "XCLIPHead", 5, 128), ("cm_ts2net", "TS2NetHead", 10, 4 * 128)],
+)
+def test_tab2_baselines_x_clip_and_ts2net_at_128_frames(row, head, epochs, positions, capsys, monkeypatch):
+    """SALI Sec. 4 / Tab. 2: X-CLIP 5 epochs, TS2-Net 10, both on the baseline's 128 frames, batch 24 and
+    epoch selection by val R@1, with position tables extended past the released cap (Tab. 2's "*")."""
+    plan = {r.name: r for r in load_plan(ROOT / "configs" / "plans" / "sali_tab2.yaml").rows}
+    assert plan[row].configs == ["configs/sali/cm_clip4clip.yaml", f"configs/sali/{row}.yaml"]
+    assert plan[row].seeds == [0]  # no random parameters: single runs
+    config = resolved(capsys, monkeypatch, *plan[row].configs)
+    assert config["model"]["init_args"]["head"]["class_path"] == f"lit_retrieval.models.heads.{head}"
+    max_frames = config["model"]["init_args"]["head"]["init_args"]["max_frames"]
+    select = config["model"]["init_args"]["head"]["init_args"].get("select", 0)
+    assert max_frames == config["data"]["init_args"]["num_frames"] == 128 and (1 + select) * max_frames == positions
+    assert config["trainer"]["max_epochs"] == epochs and config["data"]["init_args"]["batch_size"] == 24
+    assert config["trainer"]["default_root_dir"] == f"runs/sali/{row}"
+    checkpoint = [c for c in config["trainer"]["callbacks"] if c["class_path"].endswith("ModelCheckpoint")]
+    assert checkpoint[0]["init_args"]["monitor"] == "val/t2v/R@1"
