@@ -334,3 +334,20 @@ def test_a_failed_run_is_recorded_never_marked_done_and_listed_again(plan_dir, t
     capsys.readouterr()
     assert run_command("grid", ["one.yaml", "--out", "runs", "--dry-run"]) == 0
     assert "[0] meanp seed 0: failed" in capsys.readouterr().out
+
+
+def test_uvrb_plan_compares_tab1_and_the_tab2_abilities_as_published():
+    """GVE Tab. 2 cells re-read from the paper text, and the plan's published Tab. 1 scores give the
+    published Tab. 2 abilities through the aggregation the runner applies (to rounding)."""
+    from lit_retrieval.uvrb.abilities import ABILITIES, ability_scores
+    from lit_retrieval.uvrb.datasets import UVRB_DATASETS
+
+    plan = load_plan(ROOT / "configs" / "plans" / "uvrb_gve.yaml")
+    assert {"AVG_abilities", *ABILITIES} <= set(plan.metrics)
+    published = load_published(plan.published)
+    assert published["gve_7b"]["AVG_abilities"] == 0.600 and published["gve_7b"]["LC"] == 0.814
+    assert published["gve_3b"]["TXT"] == 0.619 and published["gve_3b"]["PR"] == 0.377
+    for row in ("gve_3b", "gve_7b"):
+        derived = ability_scores({name: published[row][name] for name in UVRB_DATASETS})
+        for key in ("AVG_abilities", *ABILITIES):
+            assert abs(derived[key] - published[row][key]) <= 0.0011, (row, key)

@@ -17,9 +17,11 @@ from lit_retrieval.data.media import MediaItem
 from lit_retrieval.models.gve import GVEEmbedder, InputConfig
 from lit_retrieval.search.cache import EmbeddingCache
 from lit_retrieval.search.embedders import GVEItemEmbedder, MTEBEncoderEmbedder
+from lit_retrieval.search.loading import ModelSpec, load_item_embedder
 from lit_retrieval.uvrb.runner import run_benchmark
 from lit_retrieval.uvrb.tasks import FieldMap, RetrievalTaskSpec, load_retrieval_task
 from fit_configs import clip_fit_config
+from media import write_noise_video
 
 SMALL = InputConfig(
     max_frames=2,
@@ -222,3 +224,30 @@ def test_shipped_uvrb_task_list_names_the_16_datasets(tmp_path):
     )
     assert [s.name for s in specs] == list(UVRB_DATASETS)
     assert all(Path(s.dir).parent == tmp_path and s.prompt == UVRB_DATASETS[s.name].prompt for s in specs)
+
+
+def test_test_time_frames_and_tokens_per_frame(tmp_path, tiny_qwen, t2v_task, capsys):
+    """GVE A.12's test-time settings: `--frames K` embeds exactly K frames per video and
+    `--max-frame-tokens N` at most N visual tokens per frame (one token per 28 x 28 pixels), counted
+    from the processor's video grid (t, h, w in 14-px patches, 2 frames and 2 x 2 patches per token)."""
+    video = write_noise_video(tmp_path / "wide.mp4", seconds=12.0, fps=4, width=320, height=240)
+
+    def frames_and_tokens(**settings):
+        embedder = load_item_embedder(ModelSpec(model=str(tiny_qwen), **settings)).embedder
+        t, h, w = embedder.processing([MediaItem(video=str(video))], None)["video_grid_thw"][0].tolist()
+        return 2 * t, h * w // 4
+
+    frames, tokens = frames_and_tokens()  # GVE Sec. 4.1: 8 frames, under 200 tokens (at least 128: qwen-vl-utils)
+    assert frames == 8 and 128 <= tokens <= 200
+    frames, tokens = frames_and_tokens(frames=4, frame_tokens=16)
+    assert frames == 4 and tokens <= 16
+    assert frames_and_tokens(frames=12)[0] == 12
+    # the command: each setting has its own cache entries
+    args = ["--model", str(tiny_qwen), "--tasks", str(tmp_path / "tasks.yaml"), "--batch-size", "4"]
+    (tmp_path / "tasks.yaml").write_text(f"root: {t2v_task.parent}\ntasks: [{{name: MSRVTT, dir: MSRVTT}}]\n")
+    cache = ["--cache", str(tmp_path / "cache")]
+    assert run_command("uvrb", [*args, *cache, "--out", str(tmp_path / "a"), "--frames", "2"]) == 0
+    assert run_command("uvrb", [*args, *cache, "--out", str(tmp_path / "b"), "--frames", "4"]) == 0
+    assert json.loads((tmp_path / "b" / "results.json").read_text())["cache"] == {"hits": 0, "misses": 2}
+    assert run_command("uvrb", [*args, *cache, "--out", str(tmp_path / "c"), "--frames", "2"]) == 0
+    assert json.loads((tmp_path / "c" / "results.json").read_text())["cache"] == {"hits": 2, "misses": 0}

@@ -3,6 +3,11 @@
     lit-retrieval uvrb --model /models/GVE-3B --root /data/uvrb --out runs/uvrb/gve3b
     lit-retrieval uvrb --config configs/gve/tiny_cpu.yaml --ckpt last.ckpt --tasks my_tasks.yaml --out runs/uvrb/tiny
     lit-retrieval uvrb report runs/uvrb/gve3b/results.json
+    lit-retrieval uvrb --model /models/GVE-3B --frames 16 --max-frame-tokens 400 --out runs/uvrb/gve3b_f16_t400
+
+`--frames` and `--max-frame-tokens` are GVE's test-time scaling settings (GVE A.12 "Experiments of
+Test-time Scaling": frames 8 -> 48 at 200 tokens, tokens per frame 200 -> 800 at 8 frames); the
+embedding cache keys include them, so each setting is embedded once.
 
 One run writes OUT and its embedding cache at a time (`locking.OutputLock`): a second is refused
 with the holder's host, pid, command and start time.
@@ -124,14 +129,29 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--memory-mb", type=float, default=256, help="score-matrix budget per block")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--frames", type=int, help="test-time frames per video (GVE A.12 scales 8 to 48; default: the model's, 8)"
+    )
+    parser.add_argument(
+        "--max-frame-tokens",
+        type=int,
+        help="test-time max visual tokens per frame, GVE models (GVE A.12 scales 200 to 800; default 200)",
+    )
     args = parser.parse_args(argv)
+    if args.frames is not None and args.frames < 1:
+        parser.error("--frames must be >= 1")
+    if args.max_frame_tokens is not None and args.max_frame_tokens < 4:
+        parser.error("--max-frame-tokens must be >= 4")
     specs = read_task_list(args.tasks, args.root, args.only)
     cache = Path(args.cache) if args.cache else Path(args.out) / "cache"
     with (
         OutputLock(args.out, name="uvrb"),
         OutputLock(cache, name="uvrb-cache"),
     ):  # one writer of results and of the cache
-        embedder = load_item_embedder(ModelSpec(args.model, args.config, args.ckpt, args.device))
+        model = ModelSpec(
+            args.model, args.config, args.ckpt, args.device, frames=args.frames, frame_tokens=args.max_frame_tokens
+        )
+        embedder = load_item_embedder(model)
         results = run_benchmark(embedder, specs, args.out, cache, args.batch_size, args.memory_mb)
     sys.stdout.write(markdown_table(results))
     return 0

@@ -8,7 +8,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from lit_retrieval.checkpoint_io import read_checkpoint
+from lit_retrieval.errors import UsageError
 from lit_retrieval.models.gve import GVEEmbedder, InputConfig
+from lit_retrieval.models.gve.processing import scaled_inputs
 from lit_retrieval.search.embedders import FrameInput, GVEItemEmbedder, ItemEmbedder, file_identity
 
 
@@ -19,6 +21,8 @@ class ModelSpec:
     ckpt: str | None = None  # its checkpoint
     device: str = "cpu"
     sampling: str = "exact"  # video frames: `exact` or `keyframe` (see lit_retrieval.data.video)
+    frames: int | None = None  # test-time frames per video (GVE A.12; None: the model's setting)
+    frame_tokens: int | None = None  # test-time max visual tokens per frame, GVE models only (GVE A.12)
 
     def __post_init__(self) -> None:
         if (self.model is None) == (self.config is None):
@@ -55,7 +59,7 @@ def load_item_embedder(spec: ModelSpec) -> ItemEmbedder:
     if spec.model is not None:
         if not (Path(spec.model) / "config.json").is_file():
             raise FileNotFoundError(f"{spec.model}: not a model directory (no config.json)")
-        inputs = InputConfig(sampling=spec.sampling)
+        inputs = scaled_inputs(InputConfig(sampling=spec.sampling), spec.frames, spec.frame_tokens)
         return GVEItemEmbedder(
             GVEEmbedder(spec.model, lora=None, inputs=inputs).to(spec.device), file_identity(spec.model)
         )
@@ -64,8 +68,18 @@ def load_item_embedder(spec: ModelSpec) -> ItemEmbedder:
     if spec.ckpt:
         load_checkpoint_weights(module, spec.ckpt)
     data = _data_settings(spec.config)
+    if hasattr(module, "processing"):  # GVE: its own frame sampling and pixel budget
+        module.processing.config = scaled_inputs(module.processing.config, spec.frames, spec.frame_tokens)
+    elif spec.frame_tokens is not None:
+        raise UsageError(
+            spec.config, "tokens per frame apply to GVE / Qwen2.5-VL models, not this one (fixed frame size)"
+        )
     frames = FrameInput(
-        data.get("num_frames", 12), data.get("image_size", 224), data.get("mean"), data.get("std"), spec.sampling
+        spec.frames or data.get("num_frames", 12),
+        data.get("image_size", 224),
+        data.get("mean"),
+        data.get("std"),
+        spec.sampling,
     )
     return module.to(spec.device).item_embedder(identity, frames)
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import copy
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -96,6 +96,28 @@ def clip_frame_count(seconds: float, config: InputConfig, temporal_patch: int) -
     low = math.ceil(config.min_frames / temporal_patch) * temporal_patch
     high = max(temporal_patch, config.max_frames // temporal_patch * temporal_patch)
     return max(temporal_patch, math.floor(min(max(seconds * config.fps, low), high) / temporal_patch) * temporal_patch)
+
+
+PIXELS_PER_TOKEN = 28 * 28  # one visual token per merged 2 x 2 block of 14-px patches (Qwen2.5-VL)
+
+
+def scaled_inputs(config: InputConfig, frames: int | None = None, frame_tokens: int | None = None) -> InputConfig:
+    """`config` with GVE's test-time scaling settings (GVE A.12, "the number of sampled frames and
+    the maximum tokens per frame"): exactly `frames` frames per video (`min_frames = max_frames`, so
+    the fps rule no longer decides) and at most `frame_tokens` visual tokens per frame
+    (`video_max_pixels = frame_tokens x 28^2`, the lower bound lowered with it if needed). None keeps
+    the setting (GVE Sec. 4.1: 8 frames, fewer than 200 tokens per frame)."""
+    changes: dict[str, Any] = {}
+    if frames is not None:
+        if frames < 1:
+            raise ValueError(f"frames must be >= 1, got {frames}")
+        changes.update(max_frames=frames, min_frames=frames)
+    if frame_tokens is not None:
+        if frame_tokens < 4:
+            raise ValueError(f"tokens per frame must be >= 4, got {frame_tokens}")
+        top = frame_tokens * PIXELS_PER_TOKEN
+        changes.update(video_max_pixels=top, video_min_pixels=min(config.video_min_pixels, top))
+    return replace(config, **changes)
 
 
 def sample_clip(
