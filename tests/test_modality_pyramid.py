@@ -10,7 +10,8 @@ import pytest
 import torch
 import yaml
 
-from lit_retrieval.callbacks.modality_pyramid import curriculum_sigma, task_probabilities
+from lit_retrieval.callbacks.modality_pyramid import cap_passes, curriculum_sigma, expected_passes, task_probabilities
+from lit_retrieval.data.task_sampler import TaskBatchSampler, default_steps
 from lit_retrieval.cli import main
 
 
@@ -71,6 +72,49 @@ def write_config(
     return path
 
 
+def test_size_weighting_and_pass_cap_worked_by_hand():
+    """Two tasks of 1,000 and 100 pairs, batches of 10, one process, equal alignment: an epoch is
+    100 + 10 = 110 batches. Sec. 3.3 as printed (a = 0) draws each half the time: the big task gets
+    55 batches (0.55 passes), the small one 55 (5.5 passes). With a = 1 (default) P = (100, 10) / 110:
+    one pass each. A cap of 2 passes on a = 0 sets the small task's P to 2 * 100 / (110 * 10) = 2/11
+    and gives the big one 9/11 (0.9 passes)."""
+    sizes, batches = [1000, 100], [10, 10]
+    steps = default_steps(sizes, batches)
+    assert steps == 110
+    literal = task_probabilities([0.5, 0.5], 1.0, [100, 10], size_exponent=0.0)
+    assert literal == pytest.approx([0.5, 0.5])
+    assert expected_passes(literal, sizes, batches, steps) == pytest.approx([0.55, 5.5])
+    sized = task_probabilities([0.5, 0.5], 1.0, [100, 10], size_exponent=1.0)
+    assert sized == pytest.approx([100 / 110, 10 / 110])
+    assert expected_passes(sized, sizes, batches, steps) == pytest.approx([1.0, 1.0])
+    # alignment still re-weights: R = (0.5, 0.6) at sigma 0.1 multiplies the small task's weight by e
+    tilted = task_probabilities([0.5, 0.6], 0.1, [100, 10], size_exponent=1.0)
+    assert tilted == pytest.approx([100 / (100 + 10 * math.e), 10 * math.e / (100 + 10 * math.e)])
+    capped = cap_passes(literal, sizes, batches, steps, max_passes=2.0)
+    assert capped == pytest.approx([9 / 11, 2 / 11])
+    assert expected_passes(capped, sizes, batches, steps) == pytest.approx([0.9, 2.0])
+    # three tasks, two over the cap of 1 pass: both set to it, the third takes the rest
+    three = cap_passes([0.2, 0.4, 0.4], [1000, 100, 100], [10, 10, 10], 120, max_passes=1.0)
+    assert three == pytest.approx([1 - 2 * 100 / 1200, 100 / 1200, 100 / 1200])
+    # a cap no distribution can meet (caps sum below 1): P proportional to the caps
+    assert cap_passes([0.5, 0.5], [100, 100], [10, 10], 100, max_passes=1.0) == pytest.approx([0.5, 0.5])
+
+
+def test_sampler_draws_the_capped_passes():
+    """The sampler's task schedule (a brute-force count over its batches) follows the capped P: about
+    2 passes over the small task and 0.9 over the big one per epoch, averaged over 200 epochs."""
+    sizes, batches = [1000, 100], [10, 10]
+    capped = cap_passes([0.5, 0.5], sizes, batches, default_steps(sizes, batches), max_passes=2.0)
+    sampler = TaskBatchSampler(sizes, batches, probabilities=capped, seed=3)
+    seen = [0, 0]
+    for epoch in range(200):
+        sampler.set_epoch(epoch)
+        for batch in sampler:
+            seen[batch[0][0]] += len(batch)
+    passes = [seen[k] / 200 / sizes[k] for k in range(2)]
+    assert passes == pytest.approx([0.9, 2.0], rel=0.05)
+
+
 @pytest.mark.slow
 def test_tiny_gve_fit_logs_curriculum_and_saves_lora_only(tmp_path, tiny_qwen, gve_tasks):
     run = tmp_path / "run"
@@ -81,9 +125,9 @@ def test_tiny_gve_fit_logs_curriculum_and_saves_lora_only(tmp_path, tiny_qwen, g
     assert [e["epoch"] for e in history] == [0, 1] and [e["sigma"] for e in history] == pytest.approx([0.1, 1.0])
     for entry in history:
         names = list(entry["R"])
-        assert entry["P"] == pytest.approx(
-            dict(zip(names, task_probabilities([entry["R"][n] for n in names], entry["sigma"])))
-        )
+        # size_exponent 1 (default): P(k) proportional to (n_k / B_k) exp(R_k / sigma), every batch size 4 here
+        weights = {n: entry["sizes"][n] / 4 * math.exp(entry["R"][n] / entry["sigma"]) for n in names}
+        assert entry["P"] == pytest.approx({n: w / sum(weights.values()) for n, w in weights.items()})
         assert all(-1 <= r <= 1 for r in entry["R"].values())
     assert (log_dir / "modality_pyramid.png").stat().st_size > 10_000
     header = (log_dir / "metrics.csv").read_text().splitlines()[0].split(",")

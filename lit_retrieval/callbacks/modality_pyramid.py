@@ -12,6 +12,23 @@ paper uses GME-7B); later probers are the model being trained. Without `prober_p
 itself probes from the first epoch (before training: the base Qwen2.5-VL, LoRA starting at zero),
 our documented fallback when no other embedder is available.
 
+Task size (the paper is silent; our reading, configurable). Sec. 3.3's P(k) depends on alignment only,
+so with near-equal R_k every task gets the same share of an epoch's steps whatever its size: in the GVE-3B
+mixture (configs/gve/data_3b.yaml) Fashion200K (4,000 pairs) would be repeated ~98 times per epoch while
+5.6 % of WebVid is seen. A.4 instead fixes each dataset's share of the 12.55 M training instances by
+sampling large datasets down and repeating valuable ones "to maintain a balanced training diet". We
+keep that diet and let the curriculum re-weight it: with m_k = n_k / B_k the batches task k fills
+(n_k pairs, per-device batch B_k), `size_exponent` a gives
+
+    P_t(k) proportional to m_k^a exp(R_k(t) / sigma(t)),
+
+a = 1 (default): with equal alignment every record is seen once per epoch, and the curriculum
+multiplies each task's share by exp(R_k / sigma); a = 0: Sec. 3.3's formula as printed. `max_passes`
+additionally caps the expected passes over a task per epoch, steps * P(k) * B_k * W / n_k (B_k: the
+task's per-device batch, W: processes): a task above the cap is lowered to it and the freed
+probability goes to the others in proportion to their P (`cap_passes`). The per-task expected passes
+are stored in the history (`passes`).
+
 Pairs are drawn per (seed, epoch, task); under DDP each rank embeds a share and the sums are
 all-reduced, so every rank applies the same P. The history (R, sigma, P per epoch) is logged as
 `curriculum/sigma`, `curriculum/R/<task>`, `curriculum/P/<task>`, saved in checkpoints (a resumed
@@ -28,6 +45,7 @@ import lightning as L
 import numpy as np
 import torch
 
+from lit_retrieval.data.task_sampler import default_steps
 from lit_retrieval.models.gve.embedder import GVEEmbedder
 from lit_retrieval.models.gve.processing import InputConfig
 
@@ -39,11 +57,52 @@ def curriculum_sigma(epoch: int, epochs: int, sigma_min: float, sigma_max: float
     return sigma_min + (sigma_max - sigma_min) * min(epoch, epochs - 1) / (epochs - 1)
 
 
-def task_probabilities(alignment: list[float], sigma: float) -> list[float]:
-    """P(k) = softmax_k(R_k / sigma) (GVE Sec. 3.3)."""
+def task_probabilities(
+    alignment: list[float], sigma: float, batches: list[float] | None = None, size_exponent: float = 0.0
+) -> list[float]:
+    """P(k) = softmax_k(R_k / sigma + a log m_k): GVE Sec. 3.3's softmax times m_k^a, m_k the batches
+    task k fills (`n_k / B_k`; module notes)."""
     logits = np.asarray(alignment, dtype=np.float64) / sigma
+    if batches is not None and size_exponent:
+        logits = logits + size_exponent * np.log(np.asarray(batches, dtype=np.float64))
     weights = np.exp(logits - logits.max())
     return (weights / weights.sum()).tolist()
+
+
+def expected_passes(
+    probabilities: list[float], sizes: list[int], batch_sizes: list[int], steps: int, world_size: int = 1
+) -> list[float]:
+    """Expected passes over each task in an epoch of `steps` global batches: steps * P(k) * B_k * W / n_k."""
+    return [steps * p * b * world_size / n for p, n, b in zip(probabilities, sizes, batch_sizes)]
+
+
+def cap_passes(
+    probabilities: list[float],
+    sizes: list[int],
+    batch_sizes: list[int],
+    steps: int,
+    max_passes: float,
+    world_size: int = 1,
+) -> list[float]:
+    """P with no task above `max_passes` expected passes per epoch: tasks over the cap are set to it and
+    the rest rescaled to the remaining probability, repeated until none is over. When the caps sum to
+    less than 1 (too many steps for the cap), P is proportional to the caps (every task at the same
+    multiple of its cap)."""
+    p = np.asarray(probabilities, dtype=np.float64)
+    caps = np.asarray(
+        [max_passes * n / (steps * b * world_size) for n, b in zip(sizes, batch_sizes)]
+    )  # P(k) at the cap
+    capped = np.zeros(len(p), dtype=bool)
+    while True:
+        over = ~capped & (p > caps * (1 + 1e-12))
+        if not over.any():
+            return p.tolist()
+        capped |= over
+        free = 1.0 - caps[capped].sum()
+        rest = p[~capped].sum()
+        if free <= 0 or rest <= 0:
+            return (caps / caps.sum()).tolist()
+        p = np.where(capped, caps, p * free / rest)
 
 
 class ModalityPyramid(L.Callback):
@@ -52,6 +111,9 @@ class ModalityPyramid(L.Callback):
     sigma_min, sigma_max: temperature at the first and at the last epoch.
     prober_path: model directory of the first epoch's off-the-shelf prober (None: the model itself).
     prober_inputs: input settings of that prober (default: the trained model's).
+    size_exponent: a in P(k) proportional to (n_k / B_k)^a exp(R_k / sigma) (1: A.4's diet, each pair once
+        per epoch at equal alignment, re-weighted by the curriculum; 0: Sec. 3.3 as printed; module notes).
+    max_passes: cap on the expected passes over a task per epoch (None: no cap).
     batch_size: items per prober forward pass.
     seed: base of the probe-pair draws.
     filename: stem of the JSON and PNG written in the run directory at the end of fit.
@@ -64,17 +126,23 @@ class ModalityPyramid(L.Callback):
         sigma_max: float = 1.0,
         prober_path: str | None = None,
         prober_inputs: InputConfig | None = None,
+        size_exponent: float = 1.0,
+        max_passes: float | None = None,
         batch_size: int = 8,
         seed: int = 0,
         filename: str = "modality_pyramid",
     ) -> None:
         if num_probe_pairs < 1 or not 0 < sigma_min <= sigma_max:
             raise ValueError("num_probe_pairs >= 1 and 0 < sigma_min <= sigma_max are required")
+        if not np.isfinite(size_exponent) or (max_passes is not None and not max_passes > 0):
+            raise ValueError(f"size_exponent must be finite and max_passes > 0, got {size_exponent}, {max_passes}")
         self.num_probe_pairs = num_probe_pairs
         self.sigma_min = sigma_min
         self.sigma_max = sigma_max
         self.prober_path = prober_path
         self.prober_inputs = prober_inputs
+        self.size_exponent = size_exponent
+        self.max_passes = max_passes
         self.batch_size = batch_size
         self.seed = seed
         self.filename = filename
@@ -122,12 +190,22 @@ class ModalityPyramid(L.Callback):
             del prober
         sigma = curriculum_sigma(epoch, trainer.max_epochs or 1, self.sigma_min, self.sigma_max)
         names = list(alignment)
-        probabilities = task_probabilities([alignment[n] for n in names], sigma)
+        sizes = [len(d.records) for d in datamodule.train_data]
+        batches = [d.spec.batch_size for d in datamodule.train_data]
+        world = trainer.world_size
+        steps = datamodule.steps_per_epoch or default_steps(sizes, batches, world)
+        filled = [n / b for n, b in zip(sizes, batches)]
+        probabilities = task_probabilities([alignment[n] for n in names], sigma, filled, self.size_exponent)
+        if self.max_passes is not None:
+            probabilities = cap_passes(probabilities, sizes, batches, steps, self.max_passes, world)
+        passes = expected_passes(probabilities, sizes, batches, steps, world)
         return {
             "epoch": epoch,
             "sigma": sigma,
             "R": alignment,
             "P": dict(zip(names, probabilities)),
+            "sizes": dict(zip(names, sizes)),
+            "passes": dict(zip(names, passes)),
             "prober": self.prober_path if external else "model",
         }
 

@@ -20,6 +20,11 @@ import numpy as np
 from torch.utils.data import DistributedSampler
 
 
+def default_steps(sizes: list[int], batch_sizes: list[int], world_size: int = 1) -> int:
+    """Batches per epoch when none is configured: the sum over tasks of whole global batches."""
+    return sum(max(1, n // (b * world_size)) for n, b in zip(sizes, batch_sizes))
+
+
 class TaskBatchSampler(DistributedSampler):
     """Batches of `(task_index, record_index)` pairs for this rank.
 
@@ -59,7 +64,7 @@ class TaskBatchSampler(DistributedSampler):
         self.num_replicas = world_size
         self.epoch = 0
         self.start_step = 0
-        self.steps = steps_per_epoch or sum(max(1, n // (b * world_size)) for n, b in zip(sizes, batch_sizes))
+        self.steps = steps_per_epoch or default_steps(sizes, batch_sizes, world_size)
         self.probabilities = self._checked(probabilities) if probabilities is not None else self._checked(sizes)
 
     def _checked(self, weights) -> np.ndarray:
