@@ -8,7 +8,7 @@ import json
 import numpy as np
 import torch
 
-from lit_retrieval.commands.mine_negatives import mine
+from lit_retrieval.data.negatives import hardest_negatives
 from lit_retrieval.data.tasks import TaskSpec, read_task
 from lit_retrieval.models.gve import GVEEmbedder, InputConfig
 
@@ -16,8 +16,8 @@ from lit_retrieval.models.gve import GVEEmbedder, InputConfig
 def test_mine_returns_top_k_without_positives():
     corpus = np.eye(5, dtype=np.float32)
     queries = np.array([[0.9, 0.5, 0.4, 0.1, 0.0], [0.0, 0.2, 0.1, 0.3, 1.0]], dtype=np.float32)
-    assert mine(queries, corpus, [{0}, {3}], k=2) == [[1, 2], [4, 1]]
-    assert mine(queries, corpus, [{0}, {4}], k=10) == [[1, 2, 3, 4], [3, 1, 2, 0]]
+    assert hardest_negatives(queries, corpus, [{0}, {3}], k=2) == [[1, 2], [4, 1]]
+    assert hardest_negatives(queries, corpus, [{0}, {4}], k=10) == [[1, 2, 3, 4], [3, 1, 2, 0]]
 
 
 def test_mine_negatives_command_matches_brute_force(tmp_path, tiny_qwen, gve_tasks):

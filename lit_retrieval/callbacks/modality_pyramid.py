@@ -29,6 +29,15 @@ task's per-device batch, W: processes): a task above the cap is lowered to it an
 probability goes to the others in proportion to their P (`cap_passes`). The per-task expected passes
 are stored in the history (`passes`).
 
+Hard negatives (with `data.hard_negatives: prober`): Sec. 3.3 mines them "using the same prober
+Psi_t", A.4 trains "with pre-mined explicit hard negatives". Our default is A.4's (negatives from the
+task files, mined once offline by `lit-retrieval mine-negatives`); with `hard_negatives: prober` this
+callback mines them at every epoch start with the epoch's prober: every query and the task's distinct
+targets (its own positives: the "external corpus" is the task's target set) are embedded (each rank
+a contiguous share, gathered), and each pair gets the `num_negatives` top-ranked targets that are not
+its positive (exact cosine, `data.negatives.hardest_negatives`). A run resumed in the middle of an
+epoch mines again with the restored weights (at an epoch boundary these are the epoch's prober).
+
 Pairs are drawn per (seed, epoch, task); under DDP each rank embeds a share and the sums are
 all-reduced, so every rank applies the same P. The history (R, sigma, P per epoch) is logged as
 `curriculum/sigma`, `curriculum/R/<task>`, `curriculum/P/<task>`, saved in checkpoints (a resumed
@@ -45,7 +54,9 @@ import lightning as L
 import numpy as np
 import torch
 
+from lit_retrieval.data.negatives import distinct_targets, hardest_negatives
 from lit_retrieval.data.task_sampler import default_steps
+from lit_retrieval.distributed import gather_variable
 from lit_retrieval.models.gve.embedder import GVEEmbedder
 from lit_retrieval.models.gve.processing import InputConfig
 
@@ -160,34 +171,39 @@ class ModalityPyramid(L.Callback):
 
     def _schedule(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         epoch = trainer.current_epoch
+        datamodule = trainer.datamodule
         entry = self.entry(epoch)
+        mine = getattr(datamodule, "hard_negatives", "file") == "prober" and datamodule.mined_epoch != epoch
+        if entry is not None and not mine:
+            datamodule.set_task_probabilities(entry["P"])
+            return
+        if not datamodule.train_data:
+            datamodule.setup("fit")
+        external = epoch == 0 and self.prober_path is not None
+        inputs = self.prober_inputs or module.embedder.processing.config
+        prober = module.embedder
+        if external:
+            prober = GVEEmbedder(self.prober_path, lora=None, inputs=inputs).to(module.device)
         if entry is None:
-            entry = self._probe_epoch(trainer, module, epoch)
+            entry = self._probe_epoch(trainer, prober, epoch, external)
             self.history.append(entry)
             metrics = {"curriculum/sigma": entry["sigma"]}
             metrics.update({f"curriculum/R/{k}": v for k, v in entry["R"].items()})
             metrics.update({f"curriculum/P/{k}": v for k, v in entry["P"].items()})
             for logger in trainer.loggers:
                 logger.log_metrics(metrics, step=trainer.global_step)
-        trainer.datamodule.set_task_probabilities(entry["P"])
+        if mine:
+            for data in datamodule.train_data:
+                if data.spec.num_negatives:
+                    datamodule.set_task_negatives(data.spec.name, self._mine(trainer, prober, data), epoch)
+        del prober
+        datamodule.set_task_probabilities(entry["P"])
 
-    def _probe_epoch(self, trainer: L.Trainer, module: L.LightningModule, epoch: int) -> dict[str, Any]:
+    def _probe_epoch(self, trainer: L.Trainer, prober: GVEEmbedder, epoch: int, external: bool) -> dict[str, Any]:
         datamodule = trainer.datamodule
-        if not datamodule.train_data:
-            datamodule.setup("fit")
-        external = epoch == 0 and self.prober_path is not None
-        prober = (
-            GVEEmbedder(self.prober_path, lora=None, inputs=self.prober_inputs or module.embedder.processing.config).to(
-                module.device
-            )
-            if external
-            else module.embedder
-        )
         alignment = {}
         for k, data in enumerate(datamodule.train_data):
             alignment[data.spec.name] = self._alignment(trainer, prober, data, epoch, k)
-        if external:
-            del prober
         sigma = curriculum_sigma(epoch, trainer.max_epochs or 1, self.sigma_min, self.sigma_max)
         names = list(alignment)
         sizes = [len(d.records) for d in datamodule.train_data]
@@ -223,6 +239,32 @@ class ModalityPyramid(L.Callback):
             total[1] = len(mine)
         total = trainer.strategy.reduce(total, reduce_op="sum")
         return float(total[0] / total[1])
+
+    def _mine(self, trainer: L.Trainer, prober: GVEEmbedder, data) -> list[tuple]:
+        """Each pair's `num_negatives` hardest non-positive targets of its task under `prober`."""
+        targets, positions = distinct_targets([r.positive for r in data.records])
+        k = data.spec.num_negatives
+        if len(targets) <= k:
+            raise ValueError(
+                f"task {data.spec.name!r}: {len(targets)} distinct targets cannot give {k} hard negatives per pair"
+            )
+        queries = self._embed_all(trainer, prober, [r.query for r in data.records], data.spec.instruction)
+        candidates = self._embed_all(trainer, prober, targets, data.spec.target_instruction)
+        found = hardest_negatives(queries, candidates, [{p} for p in positions], k)
+        return [tuple(targets[j] for j in row) for row in found]
+
+    def _embed_all(self, trainer: L.Trainer, prober: GVEEmbedder, items: list, instruction: str | None) -> np.ndarray:
+        """Embeddings of all `items` on every rank: each rank embeds a contiguous share, then gathered."""
+        world, rank = trainer.world_size, trainer.global_rank
+        if world == 1 or len(items) < world:
+            share = items
+        else:
+            bounds = np.linspace(0, len(items), world + 1).round().astype(int)
+            share = items[bounds[rank] : bounds[rank + 1]]
+        embedded = prober.embed(share, instruction, self.batch_size).float()
+        if share is not items:
+            embedded = gather_variable(trainer.lightning_module, embedded)
+        return embedded.cpu().numpy()
 
     # ---- state and figure --------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

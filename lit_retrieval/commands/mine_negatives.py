@@ -16,10 +16,8 @@ import json
 import os
 from pathlib import Path
 
-import faiss
-import numpy as np
-
 from lit_retrieval.data.media import MediaItem, item_from_json, parse_format
+from lit_retrieval.data.negatives import hardest_negatives
 from lit_retrieval.data.tasks import TaskSpec, read_task, write_task
 from lit_retrieval.search.loading import ModelSpec, load_item_embedder
 
@@ -56,15 +54,6 @@ def read_corpus(paths: list[str], target_format: str) -> list[MediaItem]:
     return items
 
 
-def mine(queries: np.ndarray, corpus: np.ndarray, positives: list[set[int]], k: int) -> list[list[int]]:
-    """Indices of the `k` highest-scoring corpus rows per query, skipping its positive rows."""
-    index = faiss.IndexFlatIP(corpus.shape[1])
-    index.add(np.ascontiguousarray(corpus, dtype=np.float32))
-    depth = min(len(corpus), k + max((len(p) for p in positives), default=0))
-    _, found = index.search(np.ascontiguousarray(queries, dtype=np.float32), depth)
-    return [[int(j) for j in row if j >= 0 and int(j) not in skip][:k] for row, skip in zip(found, positives)]
-
-
 def run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="lit-retrieval mine-negatives", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -97,7 +86,7 @@ def run(argv: list[str]) -> int:
     embedder = load_item_embedder(ModelSpec(args.model, args.config, args.ckpt, args.device))
     queries = embedder.embed([r.query for r in records], args.instruction, args.batch_size).numpy()
     candidates = embedder.embed(items, args.target_instruction, args.batch_size).numpy()
-    found = mine(queries, candidates, [{position[r.positive.key]} for r in records], args.k)
+    found = hardest_negatives(queries, candidates, [{position[r.positive.key]} for r in records], args.k)
     base = Path(args.out).resolve().parent
     rows = []
     for record, negatives in zip(records, found):

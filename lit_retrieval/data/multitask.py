@@ -8,13 +8,19 @@ Validation embeds every task's queries and its distinct targets once and ranks t
 Without the Modality Pyramid callback, tasks are drawn with `sampling`: `proportional` to their
 size (naive mixing, GVE-s) or `uniform`. `include_synthetic: false` drops tasks marked
 `synthetic` (the GVE-i ablation).
+
+Hard negatives (`hard_negatives`): `file` (default) takes each pair's negatives from its task file,
+mined once before training (GVE A.4: "pre-mined explicit hard negatives"; `lit-retrieval
+mine-negatives`); `prober` ignores the files' negatives and lets the Modality Pyramid mine them at
+every epoch start with that epoch's prober (GVE Sec. 3.3; `set_task_negatives`). DataLoader workers
+are then started afresh each epoch so that they read the new negatives.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import lightning as L
@@ -80,6 +86,11 @@ class TrainBatches(Dataset):
             raise ValueError("a training batch must come from one task")
         spec = self.tasks[task].spec
         records = [self.tasks[task].records[i] for _, i in batch]
+        if any(len(r.negatives) < spec.num_negatives for r in records):
+            raise ConfigError(
+                f"task {spec.name!r}: pairs without their {spec.num_negatives} hard negatives: "
+                "data.hard_negatives: prober needs the ModalityPyramid callback, which mines them each epoch"
+            )
         try:
             out = self._process(spec, records)  # decode errors name the file
         except (VideoDecodeError, ItemError):
@@ -165,6 +176,8 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
         frame_cache: read video frames from this frame cache (`lit-retrieval cache-frames`) instead
             of decoding; a clip missing from it is decoded (with a warning), a cache of other
             sampling settings or changed videos is refused (`lit_retrieval.data.frame_cache`).
+        hard_negatives: `file` (pre-mined, GVE A.4) or `prober` (mined each epoch by the Modality
+            Pyramid's prober, GVE Sec. 3.3); module notes.
     """
 
     def __init__(
@@ -180,6 +193,7 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
         on_bad_video: BadVideoPolicy = "raise",
         seed: int = 0,
         frame_cache: str | None = None,
+        hard_negatives: Literal["file", "prober"] = "file",
     ) -> None:
         super().__init__()
         # impossible values are refused when the config is parsed (LightningCLI builds the module then)
@@ -188,6 +202,8 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
         check_at_least("data", 0, num_workers=num_workers)
         if sampling not in ("proportional", "uniform"):
             raise ConfigError(f"data.sampling must be 'proportional' or 'uniform', got {sampling!r}")
+        if hard_negatives not in ("file", "prober"):
+            raise ConfigError(f"data.hard_negatives must be 'file' or 'prober', got {hard_negatives!r}")
         self.specs = [t for t in tasks if include_synthetic or not t.synthetic]
         if not self.specs:
             raise ConfigError("data.tasks: no training task left (all are synthetic and include_synthetic is false)")
@@ -203,6 +219,8 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
         self.on_bad_video = on_bad_video
         self.seed = seed
         self.frame_cache = frame_cache
+        self.hard_negatives = hard_negatives
+        self.mined_epoch: int | None = None  # the epoch whose prober mined the current negatives
         self.processing: ItemProcessing | None = None
         self.train_data: list[TaskData] = []
         self.val_data: list[TaskData] = []
@@ -225,7 +243,10 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
                 raise ConfigError(f"data.frame_cache: the model's input processing ({type(self.processing).__name__}) reads no frame cache")
             self.processing = self.processing.with_frame_cache(self.frame_cache)
         if not self.train_data and stage in (None, "fit"):
-            self.train_data = [TaskData(s, read_task(s, self.on_bad_record, self.seed)) for s in self.specs]
+            from_file = self.hard_negatives == "file"
+            self.train_data = [
+                TaskData(s, read_task(s, self.on_bad_record, self.seed, from_file)) for s in self.specs
+            ]
         if not self.val_data and self.val_specs:
             self.val_data = [TaskData(s, read_task(s, self.on_bad_record, self.seed)) for s in self.val_specs]
 
@@ -237,6 +258,15 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
         self.pending_probabilities = dict(probabilities)
         if self.sampler is not None:
             self.sampler.set_probabilities([probabilities[n] for n in self.task_names])
+
+    def set_task_negatives(self, name: str, negatives: list[tuple[MediaItem, ...]], epoch: int) -> None:
+        """Replace the hard negatives of every pair of training task `name` (in record order), mined
+        by the prober of `epoch` (`hard_negatives: prober`)."""
+        data = next(d for d in self.train_data if d.spec.name == name)
+        if len(negatives) != len(data.records):
+            raise ValueError(f"task {name!r}: {len(negatives)} negative lists for {len(data.records)} pairs")
+        data.records[:] = [replace(r, negatives=tuple(n)) for r, n in zip(data.records, negatives)]
+        self.mined_epoch = epoch
 
     def _initial_probabilities(self) -> list[float]:
         if self.pending_probabilities is not None:
@@ -272,4 +302,5 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
         own = {"generator": torch.Generator().manual_seed(self.seed)}
         if self.num_workers == 0:
             return {"num_workers": 0, **own}
-        return {"num_workers": self.num_workers, "multiprocessing_context": "spawn", "persistent_workers": True, **own}
+        keep = self.hard_negatives == "file"  # mined negatives reach fresh workers only
+        return {"num_workers": self.num_workers, "multiprocessing_context": "spawn", "persistent_workers": keep, **own}

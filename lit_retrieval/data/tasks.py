@@ -17,7 +17,7 @@ line is an error naming the file, the line and the reason, or is dropped and cou
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -107,8 +107,11 @@ def _parse_line(line: str, where: str, spec: TaskSpec, root: Path, query_format:
     return TaskRecord(given_id, query, positive, negatives)
 
 
-def read_task(spec: TaskSpec, on_bad_record: BadRecordPolicy = "raise", seed: int = 0) -> list[TaskRecord]:
-    """All records of a task file, checked against its format, subsampled and repeated as set."""
+def read_task(
+    spec: TaskSpec, on_bad_record: BadRecordPolicy = "raise", seed: int = 0, file_negatives: bool = True
+) -> list[TaskRecord]:
+    """All records of a task file, checked against its format, subsampled and repeated as set.
+    `file_negatives: false` reads no negatives (they are mined during training instead)."""
     path = Path(spec.path)
     if not path.is_file():
         raise AnnotationError(str(path), spec.name, "task file not found")
@@ -121,7 +124,8 @@ def read_task(spec: TaskSpec, on_bad_record: BadRecordPolicy = "raise", seed: in
         if not line.strip():
             continue
         try:
-            records.append(_parse_line(line, f"{path}:{number}", spec, root, query_format, target_format))
+            read = spec if file_negatives else replace(spec, num_negatives=0)
+            records.append(_parse_line(line, f"{path}:{number}", read, root, query_format, target_format))
         except ItemError as err:
             collector.reject(AnnotationError(str(path), f"line {number}", str(err).split(": ", 1)[-1]))
     collector.report(f"task {spec.name}")
