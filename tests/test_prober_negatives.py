@@ -1,5 +1,5 @@
 """Hard negatives mined at every epoch start by the Modality Pyramid's prober (GVE Sec. 3.3,
-`data.hard_negatives: prober`): after each epoch's probing, every pair's negatives are the prober's
+`data.negative_mining: prober`): after each epoch's probing, every pair's negatives are the prober's
 top-ranked non-positive targets, checked by a brute-force loop over that prober's cosine scores
 (epoch 1: the external prober `prober_path`; epoch 2: the model being trained)."""
 
@@ -91,7 +91,7 @@ def test_each_epoch_mines_the_probers_top_ranked_non_positives(tmp_path, tiny_qw
         "instruction": "Retrieve the passage.",
         "target_instruction": None,
     }
-    data.update(tasks=[task], val_tasks=[], steps_per_epoch=2, num_workers=0, hard_negatives="prober")
+    data.update(tasks=[task], val_tasks=[], steps_per_epoch=2, num_workers=0, negative_mining="prober")
     (tmp_path / "gve.yaml").write_text(yaml.safe_dump(config))
     main(["fit", "--config", str(tmp_path / "gve.yaml")])
     assert (tmp_path / "checked.txt").read_text().split() == ["0", "1"]
@@ -100,11 +100,11 @@ def test_each_epoch_mines_the_probers_top_ranked_non_positives(tmp_path, tiny_qw
 def test_prober_negatives_need_the_curriculum_callback(text_task):
     data = MultiTaskDataModule(
         tasks=[TaskSpec("t2t", str(text_task), "T->T", batch_size=2, num_negatives=1)],
-        hard_negatives="prober",
+        negative_mining="prober",
         num_workers=0,
     )
     data.processing = object()
     data.setup("fit")
     assert all(r.negatives == () for r in data.train_data[0].records)  # the file's negatives are not read
-    with pytest.raises(ConfigError, match="hard_negatives: prober needs the ModalityPyramid callback"):
+    with pytest.raises(ConfigError, match="negative_mining: prober needs the ModalityPyramid callback"):
         next(iter(data.train_dataloader()))

@@ -29,9 +29,9 @@ task's per-device batch, W: processes): a task above the cap is lowered to it an
 probability goes to the others in proportion to their P (`cap_passes`). The per-task expected passes
 are stored in the history (`passes`).
 
-Hard negatives (with `data.hard_negatives: prober`): Sec. 3.3 mines them "using the same prober
+Hard negatives (with `data.negative_mining: prober`): Sec. 3.3 mines them "using the same prober
 Psi_t", A.4 trains "with pre-mined explicit hard negatives". Our default is A.4's (negatives from the
-task files, mined once offline by `lit-retrieval mine-negatives`); with `hard_negatives: prober` this
+task files, mined once offline by `lit-retrieval mine-negatives`); with `negative_mining: prober` this
 callback mines them at every epoch start with the epoch's prober: every query and the task's distinct
 targets (its own positives: the "external corpus" is the task's target set) are embedded (each rank
 a contiguous share, gathered), and each pair gets the `num_negatives` top-ranked targets that are not
@@ -173,7 +173,7 @@ class ModalityPyramid(L.Callback):
         epoch = trainer.current_epoch
         datamodule = trainer.datamodule
         entry = self.entry(epoch)
-        mine = getattr(datamodule, "hard_negatives", "file") == "prober" and datamodule.mined_epoch != epoch
+        mine = getattr(datamodule, "negative_mining", "offline") == "prober" and datamodule.mined_epoch != epoch
         if entry is not None and not mine:
             datamodule.set_task_probabilities(entry["P"])
             return

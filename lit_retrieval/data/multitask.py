@@ -9,7 +9,7 @@ Without the Modality Pyramid callback, tasks are drawn with `sampling`: `proport
 size (naive mixing, GVE-s) or `uniform`. `include_synthetic: false` drops tasks marked
 `synthetic` (the GVE-i ablation).
 
-Hard negatives (`hard_negatives`): `file` (default) takes each pair's negatives from its task file,
+Hard negatives (`negative_mining`): `offline` (default) takes each pair's negatives from its task file,
 mined once before training (GVE A.4: "pre-mined explicit hard negatives"; `lit-retrieval
 mine-negatives`); `prober` ignores the files' negatives and lets the Modality Pyramid mine them at
 every epoch start with that epoch's prober (GVE Sec. 3.3; `set_task_negatives`). DataLoader workers
@@ -89,7 +89,7 @@ class TrainBatches(Dataset):
         if any(len(r.negatives) < spec.num_negatives for r in records):
             raise ConfigError(
                 f"task {spec.name!r}: pairs without their {spec.num_negatives} hard negatives: "
-                "data.hard_negatives: prober needs the ModalityPyramid callback, which mines them each epoch"
+                "data.negative_mining: prober needs the ModalityPyramid callback, which mines them each epoch"
             )
         try:
             out = self._process(spec, records)  # decode errors name the file
@@ -176,7 +176,7 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
         frame_cache: read video frames from this frame cache (`lit-retrieval cache-frames`) instead
             of decoding; a clip missing from it is decoded (with a warning), a cache of other
             sampling settings or changed videos is refused (`lit_retrieval.data.frame_cache`).
-        hard_negatives: `file` (pre-mined, GVE A.4) or `prober` (mined each epoch by the Modality
+        negative_mining: `offline` (pre-mined task files, GVE A.4) or `prober` (mined each epoch by the Modality
             Pyramid's prober, GVE Sec. 3.3); module notes.
     """
 
@@ -193,7 +193,7 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
         on_bad_video: BadVideoPolicy = "raise",
         seed: int = 0,
         frame_cache: str | None = None,
-        hard_negatives: Literal["file", "prober"] = "file",
+        negative_mining: Literal["offline", "prober"] = "offline",
     ) -> None:
         super().__init__()
         # impossible values are refused when the config is parsed (LightningCLI builds the module then)
@@ -202,8 +202,8 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
         check_at_least("data", 0, num_workers=num_workers)
         if sampling not in ("proportional", "uniform"):
             raise ConfigError(f"data.sampling must be 'proportional' or 'uniform', got {sampling!r}")
-        if hard_negatives not in ("file", "prober"):
-            raise ConfigError(f"data.hard_negatives must be 'file' or 'prober', got {hard_negatives!r}")
+        if negative_mining not in ("offline", "prober"):
+            raise ConfigError(f"data.negative_mining must be 'offline' or 'prober', got {negative_mining!r}")
         self.specs = [t for t in tasks if include_synthetic or not t.synthetic]
         if not self.specs:
             raise ConfigError("data.tasks: no training task left (all are synthetic and include_synthetic is false)")
@@ -219,7 +219,7 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
         self.on_bad_video = on_bad_video
         self.seed = seed
         self.frame_cache = frame_cache
-        self.hard_negatives = hard_negatives
+        self.negative_mining = negative_mining
         self.mined_epoch: int | None = None  # the epoch whose prober mined the current negatives
         self.processing: ItemProcessing | None = None
         self.train_data: list[TaskData] = []
@@ -243,7 +243,7 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
                 raise ConfigError(f"data.frame_cache: the model's input processing ({type(self.processing).__name__}) reads no frame cache")
             self.processing = self.processing.with_frame_cache(self.frame_cache)
         if not self.train_data and stage in (None, "fit"):
-            from_file = self.hard_negatives == "file"
+            from_file = self.negative_mining == "offline"
             self.train_data = [
                 TaskData(s, read_task(s, self.on_bad_record, self.seed, from_file)) for s in self.specs
             ]
@@ -261,7 +261,7 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
 
     def set_task_negatives(self, name: str, negatives: list[tuple[MediaItem, ...]], epoch: int) -> None:
         """Replace the hard negatives of every pair of training task `name` (in record order), mined
-        by the prober of `epoch` (`hard_negatives: prober`)."""
+        by the prober of `epoch` (`negative_mining: prober`)."""
         data = next(d for d in self.train_data if d.spec.name == name)
         if len(negatives) != len(data.records):
             raise ValueError(f"task {name!r}: {len(negatives)} negative lists for {len(data.records)} pairs")
@@ -302,5 +302,5 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
         own = {"generator": torch.Generator().manual_seed(self.seed)}
         if self.num_workers == 0:
             return {"num_workers": 0, **own}
-        keep = self.hard_negatives == "file"  # mined negatives reach fresh workers only
+        keep = self.negative_mining == "offline"  # mined negatives reach fresh workers only
         return {"num_workers": self.num_workers, "multiprocessing_context": "spawn", "persistent_workers": keep, **own}

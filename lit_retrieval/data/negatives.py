@@ -2,7 +2,7 @@
 candidate targets that are not among its positives.
 
 Used offline by `lit-retrieval mine-negatives` (A.4: "pre-mined explicit hard negatives") and, with
-`data.hard_negatives: prober`, at every epoch start by the Modality Pyramid's prober (Sec. 3.3: "hard
+`data.negative_mining: prober`, at every epoch start by the Modality Pyramid's prober (Sec. 3.3: "hard
 negatives mined ... using the same prober Psi_t"). The search is exact (a faiss inner-product flat
 index over unit vectors, i.e. cosine), so the result is the brute-force ranking.
 """
