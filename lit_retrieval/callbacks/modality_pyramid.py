@@ -55,7 +55,6 @@ import numpy as np
 import torch
 
 from lit_retrieval.data.negatives import distinct_targets, hardest_negatives
-from lit_retrieval.data.task_sampler import default_steps
 from lit_retrieval.distributed import gather_variable
 from lit_retrieval.models.gve.embedder import GVEEmbedder
 from lit_retrieval.models.gve.processing import InputConfig
@@ -161,16 +160,20 @@ class ModalityPyramid(L.Callback):
 
     # ---- schedule ----------------------------------------------------------------------------
     def on_fit_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
-        self._schedule(trainer, module)
+        # Lightning restores its epoch counter only after on_fit_start: a resumed run asks the data
+        # module which epoch its loader starts at, so that the loader draws with that epoch's P
+        datamodule = trainer.datamodule
+        if not datamodule.train_data:
+            datamodule.setup("fit")
+        self._schedule(trainer, module, datamodule.upcoming_epoch(trainer))
 
     def on_train_epoch_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
-        self._schedule(trainer, module)
+        self._schedule(trainer, module, trainer.current_epoch)
 
     def entry(self, epoch: int) -> dict[str, Any] | None:
         return next((e for e in self.history if e["epoch"] == epoch), None)
 
-    def _schedule(self, trainer: L.Trainer, module: L.LightningModule) -> None:
-        epoch = trainer.current_epoch
+    def _schedule(self, trainer: L.Trainer, module: L.LightningModule, epoch: int) -> None:
         datamodule = trainer.datamodule
         entry = self.entry(epoch)
         mine = getattr(datamodule, "negative_mining", "offline") == "prober" and datamodule.mined_epoch != epoch
@@ -209,7 +212,7 @@ class ModalityPyramid(L.Callback):
         sizes = [len(d.records) for d in datamodule.train_data]
         batches = [d.spec.batch_size for d in datamodule.train_data]
         world = trainer.world_size
-        steps = datamodule.steps_per_epoch or default_steps(sizes, batches, world)
+        steps = datamodule.epoch_steps(world)
         filled = [n / b for n, b in zip(sizes, batches)]
         probabilities = task_probabilities([alignment[n] for n in names], sigma, filled, self.size_exponent)
         if self.max_passes is not None:

@@ -30,7 +30,7 @@ from torch.utils.data import DataLoader, Dataset
 from lit_retrieval.data.bad_records import BadRecordPolicy
 from lit_retrieval.data.media import ItemError, ItemProcessing, MediaItem
 from lit_retrieval.data.resume import EpochPosition
-from lit_retrieval.data.task_sampler import TaskBatchSampler
+from lit_retrieval.data.task_sampler import TaskBatchSampler, default_steps
 from lit_retrieval.data.tasks import TaskRecord, TaskSpec, read_task
 from lit_retrieval.data.video import VideoDecodeError
 from lit_retrieval.errors import ConfigError, check_at_least
@@ -258,6 +258,18 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
         self.pending_probabilities = dict(probabilities)
         if self.sampler is not None:
             self.sampler.set_probabilities([probabilities[n] for n in self.task_names])
+
+    def epoch_steps(self, world_size: int = 1) -> int:
+        """Training batches per epoch (`steps_per_epoch`, else every task's pairs once)."""
+        sizes = [len(d.records) for d in self.train_data]
+        return self.steps_per_epoch or default_steps(sizes, [d.spec.batch_size for d in self.train_data], world_size)
+
+    def upcoming_epoch(self, trainer: L.Trainer) -> int:
+        """The epoch the training loader draws first: its sampler's (the loader may already be built,
+        e.g. to count the scheduler's steps, using up the resume position), else the position's."""
+        if self.sampler is not None:
+            return self.sampler.epoch
+        return self.upcoming_position(trainer, self.epoch_steps(trainer.world_size))[0]
 
     def set_task_negatives(self, name: str, negatives: list[tuple[MediaItem, ...]], epoch: int) -> None:
         """Replace the hard negatives of every pair of training task `name` (in record order), mined

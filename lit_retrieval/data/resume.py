@@ -26,8 +26,14 @@ class EpochPosition:
 
     def start_of_training(self, trainer: L.Trainer | None, batches_per_epoch: int) -> tuple[int, int]:
         """(epoch, batches to skip) for the loader about to be built; uses up a resume position."""
+        position = self.upcoming_position(trainer, batches_per_epoch)
+        self.resume_position = None
+        return position
+
+    def upcoming_position(self, trainer: L.Trainer | None, batches_per_epoch: int) -> tuple[int, int]:
+        """(epoch, batches to skip) the next training loader will start at, the resume position kept
+        (callbacks that prepare an epoch before Lightning has restored its counters ask this)."""
         if self.resume_position is not None:
             epoch, done = self.resume_position
-            self.resume_position = None
             return (epoch + 1, 0) if done >= batches_per_epoch else (epoch, done)
         return (trainer.current_epoch if trainer is not None else 0), 0
