@@ -15,10 +15,13 @@ class EpochPosition:
     resume_position: tuple[int, int] | None = None
 
     def state_dict(self) -> dict[str, int]:
+        """The epoch the batch count belongs to (the last one started: a checkpoint written after an
+        epoch's end has `current_epoch` already counting it, with its batches) and its batches."""
         trainer = getattr(self, "trainer", None)
         if trainer is None:
             return {}
-        return {"epoch": trainer.current_epoch, "batches": trainer.fit_loop.epoch_loop.batch_progress.current.ready}
+        epoch = max(trainer.fit_loop.epoch_progress.current.started - 1, 0)
+        return {"epoch": epoch, "batches": trainer.fit_loop.epoch_loop.batch_progress.current.ready}
 
     def load_state_dict(self, state_dict: dict[str, int]) -> None:
         if state_dict:
