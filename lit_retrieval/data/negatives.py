@@ -9,7 +9,6 @@ index over unit vectors, i.e. cosine), so the result is the brute-force ranking.
 
 from __future__ import annotations
 
-import faiss
 import numpy as np
 
 from lit_retrieval.data.media import MediaItem
@@ -19,6 +18,8 @@ def hardest_negatives(
     queries: np.ndarray, candidates: np.ndarray, positives: list[set[int]], k: int
 ) -> list[list[int]]:
     """Indices of the `k` highest-scoring candidate rows per query, skipping its positive rows."""
+    import faiss  # imported here: the training path loads faiss only when it mines (tests/test_layers.py)
+
     index = faiss.IndexFlatIP(candidates.shape[1])
     index.add(np.ascontiguousarray(candidates, dtype=np.float32))
     depth = min(len(candidates), k + max((len(p) for p in positives), default=0))
