@@ -13,7 +13,7 @@ import torch
 import pytest
 import yaml
 
-from lit_retrieval.commands.slurm import render_template, template_variables
+from lit_retrieval.commands.slurm import integer_expression, render_template, template_variables
 from fit_configs import clip_fit_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,6 +70,44 @@ def test_renderer_errors_name_the_variables():
     settings = {"COMMAND": "shots --list v.txt", "ACCOUNT": "a", "PARTITION": "p", "LOG_DIR": "l", "SHARDS": "12"}
     array = render_template((ROOT / "slurm" / "array.sbatch").read_text(), settings)
     assert "#SBATCH --array=0-11" in array
+
+
+def test_set_values_are_verbatim_and_only_a_templates_own_defaults_compute():
+    """Issue 24: `--set TIME=2-00` (two days) was computed to `--time=2` (minutes), `ACCOUNT=123-45`
+    to 78, `JOB_NAME=2024-01` a traceback and `9**9**9` was evaluated."""
+    text = (ROOT / "slurm" / "array.sbatch").read_text()
+    base = {"COMMAND": "shots --list v.txt", "ACCOUNT": "a", "PARTITION": "p", "LOG_DIR": "l"}
+    for key, value in [
+        ("TIME", "2-00"),
+        ("TIME", "1-12"),
+        ("ACCOUNT", "123-45"),
+        ("JOB_NAME", "2024-01"),
+        ("JOB_NAME", "9**9**9"),
+        ("JOB_NAME", "{{TIME}}"),
+    ]:
+        script = render_template(text, {**base, key: value})
+        option = {"TIME": "time", "ACCOUNT": "account", "JOB_NAME": "job-name"}[key]
+        assert f"#SBATCH --{option}={value}\n" in script, (key, value)
+    assert "#SBATCH --array=0-6" in render_template(text, {**base, "SHARDS": "7"})  # LAST_SHARD={{SHARDS}} - 1
+    assert "#SBATCH --array=0-15" in render_template(text, base)
+    with pytest.raises(ValueError, match=r"LAST_SHARD .*needs integers.*'x - 1'"):
+        render_template(text, {**base, "SHARDS": "x"})
+    with pytest.raises(ValueError, match="needs integers"):
+        render_template(text, {**base, "SHARDS": "9**9**9"})
+
+
+@pytest.mark.parametrize(
+    ("expression", "value"),
+    [("16 - 1", 15), ("2*3+4", 10), ("2 + 3 * 4 - 1", 13), ("-3 + 5", 2), ("4 * -2", -8), ("007", 7)],
+)
+def test_integer_expression_follows_arithmetic(expression, value):
+    assert integer_expression(expression) == value
+
+
+@pytest.mark.parametrize("expression", ["", "3 -", "* 2", "2 ** 3", "9**9**9", "1.5", "1/2", "(1)", "x", "1e9"])
+def test_integer_expression_refuses_anything_else(expression):
+    with pytest.raises(ValueError, match="not an integer expression"):
+        integer_expression(expression)
 
 
 def test_fit_job_launches_one_task_per_gpu_and_resumes(tmp_path):
