@@ -11,7 +11,6 @@ import os
 import shutil
 import signal
 import statistics
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -216,17 +215,19 @@ def test_rerun_skips_finished_runs_and_missing_seeds_are_marked(local_grid, tmp_
     assert (runs / "meanp_mea" / "seed1" / "done.json").is_file()
 
 
-def fake_slurm(tmp_path: Path) -> dict[str, str]:
-    """`sbatch` that records its arguments and answers like Slurm; `srun` that records its own."""
+def fake_slurm(tmp_path: Path, queued: str = "") -> dict[str, str]:
+    """`sbatch` that records its arguments and answers like Slurm; `srun` that records its own;
+    `squeue` that lists `queued` (array tasks as JOB_TASK)."""
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    bin_dir.mkdir(exist_ok=True)
     (bin_dir / "sbatch").write_text(
         f'#!/bin/bash\necho "$@" >> "{tmp_path}/sbatch.log"\necho "Submitted batch job 777"\n'
     )
     (bin_dir / "srun").write_text(f'#!/bin/bash\necho "$@" >> "{tmp_path}/srun.log"\n')
-    for tool in ("sbatch", "srun"):
+    (bin_dir / "squeue").write_text(f"#!/bin/bash\necho '{queued}' | tr ' ' '\\n'\n")
+    for tool in ("sbatch", "srun", "squeue"):
         (bin_dir / tool).chmod(0o755)
-    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin").mkdir(parents=True, exist_ok=True)
     (tmp_path / "venv" / "bin" / "activate").write_text("")
     return {
         **os.environ,
@@ -237,8 +238,16 @@ def fake_slurm(tmp_path: Path) -> dict[str, str]:
     }
 
 
+def finish(run: Path) -> None:
+    """Mark `run` finished as the grid does: done.json naming a metrics file that exists."""
+    (run / "logs" / "test").mkdir(parents=True, exist_ok=True)
+    (run / "logs" / "test" / "metrics.json").write_text(json.dumps({"test": {"t2v/R@1": 50.0}}))
+    (run / "done.json").write_text(json.dumps({"metrics": "logs/test/metrics.json"}))
+
+
 def test_slurm_submits_one_array_of_the_unfinished_runs(plan_dir, tmp_path, monkeypatch):
-    """Runs 0 and 3 are finished (done.json written here), so the array holds tasks 1 and 2 only."""
+    """Runs 0 and 3 are finished, so the array holds tasks 1 and 2 only; the config trains on one
+    CPU process, so the job asks for 1 task and no GPU (`--gres=none`)."""
     work = tmp_path / "work"
     shutil.copytree(plan_dir, work)
     monkeypatch.chdir(work)
@@ -246,56 +255,30 @@ def test_slurm_submits_one_array_of_the_unfinished_runs(plan_dir, tmp_path, monk
     monkeypatch.setenv("PATH", env["PATH"])
     runs = Path("runs/grid")
     for run in ("meanp/seed0", "meanp_mea/seed1"):
-        (runs / run).mkdir(parents=True)
-        (runs / run / "done.json").write_text(json.dumps({"metrics": "logs/test/metrics.json"}))
-    args = [
-        "plan.yaml",
-        "--out",
-        str(runs),
-        "--slurm",
-        "--set",
-        "ACCOUNT=proj",
-        "PARTITION=a100",
-        "GPUS=2",
-        "TIME=02:00:00",
-        f"VENV={tmp_path / 'venv'}",
-    ]
-    assert run_command("grid", args) == 0
+        finish(runs / run)
+    args = ["plan.yaml", "--out", str(runs), "--slurm", "--set", "ACCOUNT=proj", "PARTITION=a100", "TIME=2-00"]
+    assert run_command("grid", [*args, f"VENV={tmp_path / 'venv'}"]) == 0
     submitted = (tmp_path / "sbatch.log").read_text().split()
     script = Path(submitted[-1]).read_text()
-    assert (
-        "#SBATCH --array=1-2%64" in script
-        and "#SBATCH --requeue" in script
-        and "#SBATCH --signal=SIGUSR1@300" in script
-    )
-    assert (
-        "#SBATCH --ntasks-per-node=2" in script
-        and "#SBATCH --gres=gpu:2" in script
-        and "#SBATCH --time=02:00:00" in script
-    )
+    for line in ("--array=1-2%64", "--requeue", "--signal=SIGUSR1@300", "--time=2-00", "--nodes=1"):
+        assert f"#SBATCH {line}\n" in script, line
+    assert "#SBATCH --ntasks-per-node=1\n" in script and "#SBATCH --gres=none\n" in script
+    assert "gpu" not in script.replace("lit-retrieval-grid", "")
     for run in ("meanp/seed1", "meanp_mea/seed0"):
         config = yaml.safe_load((runs / run / "config.yaml").read_text())
-        assert str(config["trainer"]["devices"]) == "2" and str(config["trainer"]["num_nodes"]) == "1"
+        assert config["trainer"]["devices"] == 1 and config["trainer"]["num_nodes"] == 1
         assert config["trainer"]["default_root_dir"] == str(runs / run)
+        assert json.loads((runs / run / "slurm.json").read_text())["job"] == "777"
     assert not (runs / "meanp" / "seed0" / "config.yaml").exists()  # a finished run is left as it is
     record = json.loads((runs / "slurm" / "submissions.jsonl").read_text().splitlines()[-1])
     assert record["job"] == "777" and record["array"] == "1-2%64"
-    subprocess.run(
-        ["bash", submitted[-1]], env=env, check=True, capture_output=True
-    )  # the array task under a fake srun
-    srun = (tmp_path / "srun.log").read_text().split()
-    assert srun == [
-        "--kill-on-bad-exit=1",
-        "lit-retrieval",
-        "grid",
-        str((work / "plan.yaml").resolve()),
-        "--out",
-        str(runs.resolve()),
-        "--task",
-        "2",
-    ]
+    # the task process alone runs in the batch step; it starts fit/test through the launcher (srun)
+    assert script.rstrip().endswith(
+        f'lit-retrieval grid "{(work / "plan.yaml").resolve()}" --out "{runs.resolve()}" '
+        '--task "$SLURM_ARRAY_TASK_ID" --launcher "srun --kill-on-bad-exit=1"'
+    )
     # the task process outlives Slurm's SIGUSR1 (meant for its fit, which saves and requeues)
-    (runs / "meanp" / "seed1" / "done.json").write_text(json.dumps({"metrics": "logs/test/metrics.json"}))
+    finish(runs / "meanp" / "seed1")
     previous = signal.getsignal(signal.SIGUSR1)
     try:
         assert run_command("grid", ["plan.yaml", "--out", str(runs), "--task", "1"]) == 0
@@ -306,12 +289,94 @@ def test_slurm_submits_one_array_of_the_unfinished_runs(plan_dir, tmp_path, monk
         run_command("grid", ["plan.yaml", "--out", str(runs), "--task", "4"])
 
 
+def test_a_second_submission_leaves_queued_and_running_runs_alone(plan_dir, tmp_path, monkeypatch):
+    """Issue 24: a second `grid --slurm` while the array runs resubmitted its running runs. Here
+    squeue still lists task 1 of job 777: only the other unfinished run is submitted again."""
+    work = tmp_path / "work"
+    shutil.copytree(plan_dir, work)
+    monkeypatch.chdir(work)
+    args = ["plan.yaml", "--out", "runs", "--slurm", "--set", "ACCOUNT=proj", "PARTITION=p"]
+    monkeypatch.setenv("PATH", fake_slurm(tmp_path, queued="777_0 777_1 12_3")["PATH"])
+    assert run_command("grid", args) == 0  # submits 0-3 (nothing had a submission record)
+    finish(Path("runs/meanp/seed0"))
+    (tmp_path / "sbatch.log").unlink()
+    config = Path("runs/meanp/seed1/config.yaml").read_text()
+    assert run_command("grid", args) == 0
+    script = Path((tmp_path / "sbatch.log").read_text().split()[-1]).read_text()
+    assert "#SBATCH --array=2-3%64\n" in script
+    assert Path("runs/meanp/seed1/config.yaml").read_text() == config
+
+
+@pytest.mark.parametrize(
+    ("overrides", "settings", "expected"),
+    [
+        ({"trainer.devices": 8, "trainer.num_nodes": 4, "trainer.accelerator": "gpu"}, [], (4, 8, "gpu:8")),
+        ({"trainer.devices": 8, "trainer.num_nodes": 4, "trainer.accelerator": "gpu"}, ["NODES=4"], (4, 8, "gpu:8")),
+        ({"trainer.devices": "auto", "trainer.accelerator": "gpu"}, ["GPUS=4"], (1, 4, "gpu:4")),
+        ({"trainer.devices": 2}, [], (1, 2, "none")),
+    ],
+)
+def test_slurm_resources_come_from_the_config(plan_dir, tmp_path, monkeypatch, overrides, settings, expected):
+    """Issue 24: GVE Tab. 3 (4 nodes x 8 GPUs) under --slurm trained on 1 GPU unless --set: the
+    template's defaults overrode the config. A config that leaves devices open takes --set's."""
+    work = tmp_path / "work"
+    shutil.copytree(plan_dir, work)
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("PATH", fake_slurm(tmp_path)["PATH"])
+    plan = yaml.safe_load(Path("plan.yaml").read_text())
+    plan.update(seeds=[0], rows=plan["rows"][:1], overrides=overrides)
+    Path("one.yaml").write_text(yaml.safe_dump(plan))
+    assert (
+        run_command("grid", ["one.yaml", "--out", "runs", "--slurm", "--set", "ACCOUNT=a", "PARTITION=p", *settings])
+        == 0
+    )
+    script = Path((tmp_path / "sbatch.log").read_text().split()[-1]).read_text()
+    nodes, ranks, gres = expected
+    assert f"#SBATCH --nodes={nodes}\n" in script and f"#SBATCH --ntasks-per-node={ranks}\n" in script
+    assert f"#SBATCH --gres={gres}\n" in script
+    config = yaml.safe_load(Path("runs/meanp/seed0/config.yaml").read_text())
+    assert int(config["trainer"]["devices"]) == ranks and int(config["trainer"]["num_nodes"]) == nodes
+
+
+@pytest.mark.parametrize(
+    ("overrides", "settings", "message"),
+    [
+        (
+            {"trainer.devices": 8, "trainer.num_nodes": 4, "trainer.accelerator": "gpu"},
+            ["GPUS=1"],
+            "GPUS=1, but its config trains on trainer.devices=8",
+        ),
+        (
+            {"trainer.devices": 8, "trainer.num_nodes": 4, "trainer.accelerator": "gpu"},
+            ["NODES=1"],
+            "NODES=1, but its config trains on trainer.num_nodes=4",
+        ),
+        ({}, ["GPUS=2"], r"GPUS=2, but its config trains on the CPU"),
+        ({}, ["GPUS=two"], "GPUS must be a whole number"),
+    ],
+)
+def test_slurm_settings_that_contradict_the_config_are_refused(
+    plan_dir, tmp_path, monkeypatch, overrides, settings, message
+):
+    work = tmp_path / "work"
+    shutil.copytree(plan_dir, work)
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("PATH", fake_slurm(tmp_path)["PATH"])
+    plan = yaml.safe_load(Path("plan.yaml").read_text())
+    plan.update(seeds=[0], rows=plan["rows"][:1], overrides=overrides)
+    Path("one.yaml").write_text(yaml.safe_dump(plan))
+    with pytest.raises(UsageError, match=message):
+        run_command("grid", ["one.yaml", "--out", "runs", "--slurm", "--set", "ACCOUNT=a", "PARTITION=p", *settings])
+    assert not (tmp_path / "sbatch.log").exists()
+
+
 def test_grid_template_renders_and_rejects_unknown_variables():
     text = (ROOT / "slurm" / "grid.sbatch").read_text()
     script = render_template(
         text, {"PLAN": "p.yaml", "RUNS_DIR": "r", "ARRAY": "0-5%64", "ACCOUNT": "a", "PARTITION": "p"}
     )
     assert "#SBATCH --array=0-5%64" in script and 'grid "p.yaml" --out "r" --task "$SLURM_ARRAY_TASK_ID"' in script
+    assert "#SBATCH --gres=gpu:1\n" in script and "#SBATCH --ntasks-per-node=1\n" in script
     with pytest.raises(ValueError, match="unknown variable"):
         render_template(
             text, {"PLAN": "p", "RUNS_DIR": "r", "ARRAY": "0", "ACCOUNT": "a", "PARTITION": "p", "GPU": "1"}
