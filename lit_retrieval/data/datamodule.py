@@ -30,6 +30,7 @@ from lit_retrieval.data.shots import ShotConfig, Shots, detect_many, frame_shot_
 from lit_retrieval.data.synthetic import SynthConfig, generate_corpus
 from lit_retrieval.data.transforms import CLIP_MEAN, CLIP_STD, NormalizeFrames
 from lit_retrieval.data.video import Sampling, SamplingSpec, VideoDecodeError, sample_video
+from lit_retrieval.data.workers import worker_init_fn
 from lit_retrieval.errors import ConfigError, check_at_least
 
 log = logging.getLogger(__name__)
@@ -386,6 +387,7 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
             collate_fn=collate_items,
             persistent_workers=self.num_workers > 0,
             generator=torch.Generator().manual_seed(self.shuffle_seed),  # worker seeds never touch the global RNG
+            worker_init_fn=worker_init_fn(),  # workers leave SIGTERM/SIGINT/SIGUSR1 to the main process
         )
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
