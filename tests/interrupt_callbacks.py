@@ -56,3 +56,13 @@ class SignalAtStep(L.Callback):
             import os
 
             os.kill(os.getpid(), self.signum)
+
+
+class RecordStartStep(L.Callback):
+    """Writes the global step at which training starts (the resumed step) to `path`."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        Path(self.path).write_text(str(trainer.global_step))
