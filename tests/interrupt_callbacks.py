@@ -59,10 +59,11 @@ class SignalAtStep(L.Callback):
 
 
 class RecordStartStep(L.Callback):
-    """Writes the global step at which training starts (the resumed step) to `path`."""
+    """Appends the global step at which training starts (the resumed step) to `path`, a line per start."""
 
     def __init__(self, path: str) -> None:
         self.path = path
 
     def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
-        Path(self.path).write_text(str(trainer.global_step))
+        with open(self.path, "a") as handle:
+            handle.write(f"{trainer.global_step}\n")
