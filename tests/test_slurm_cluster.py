@@ -171,7 +171,7 @@ def test_fit_with_two_tasks_on_gloo_equals_one_process(slurm_cluster, tmp_path, 
                     },
                 ],
             },
-            model={"mea": {"weight": 0.5}, "cross_device": True},
+            model={"cross_device": True},  # InfoNCE (MEA's partial queries are drawn per rank: another stream)
             data={"val_split": "test", "batch_size": batch},
         )
         path = tmp_path / f"{name}.yaml"
@@ -217,6 +217,9 @@ def test_preemption_signal_writes_the_hpc_checkpoint_requeues_and_the_job_loses_
     job_id = submit(fit_job(tmp_path, config, run, JOB_NAME="preempted"))
     wait_for("the fit to reach step 5", marker.exists, job_id)
     subprocess.run(["scancel", "--signal=USR1", job_id], check=True)
+    # Slurm holds a requeued job back about 2 minutes (its begin time); start it as soon as it is pending again
+    wait_for("the requeue", lambda: job(job_id).get("Restarts") == "1", job_id)
+    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], capture_output=True)
     info = wait_for_end(job_id, restarts=1)
     log = output(run)
     assert info["JobState"] == "COMPLETED" and info["Restarts"] == "1", log[-3000:]
