@@ -130,9 +130,10 @@ def local_grid(plan_dir, tmp_path_factory):
     work = tmp_path_factory.mktemp("local")
     shutil.copytree(plan_dir, work, dirs_exist_ok=True)
     previous, env = os.getcwd(), os.environ.copy()
+    launch = clean_launch_env(str(ROOT / "tests"))  # before clearing: it keeps PATH and this checkout's PYTHONPATH
     os.chdir(work)
     os.environ.clear()
-    os.environ.update(clean_launch_env(str(ROOT / "tests")))
+    os.environ.update(launch)
     try:
         assert run_command("grid", ["plan.yaml", "--out", "runs/grid", "--local"]) == 0
     finally:
@@ -213,6 +214,85 @@ def test_rerun_skips_finished_runs_and_missing_seeds_are_marked(local_grid, tmp_
     grown = {p for p in runs.rglob("*.log") if p.stat().st_size != before.get(p)}
     assert grown == {runs / "meanp_mea" / "seed1" / "test.log"}
     assert (runs / "meanp_mea" / "seed1" / "done.json").is_file()
+
+
+def _copy_grid(local_grid: Path, tmp_path: Path, monkeypatch) -> Path:
+    """A copy of the finished local grid to change, as the working directory, with a clean launch env."""
+    work = tmp_path / "work"
+    shutil.copytree(local_grid, work, symlinks=True)
+    monkeypatch.chdir(work)
+    for key in [
+        k for k in os.environ if k.startswith(("SLURM_", "MASTER_", "PL_")) or k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+    ]:
+        monkeypatch.delenv(key)
+    return Path("runs/grid")
+
+
+@pytest.mark.slow
+def test_a_finished_run_whose_metrics_file_is_gone_is_evaluated_again(local_grid, tmp_path, monkeypatch):
+    """Issue 24: done.json alone meant done, so a run whose metrics were lost was never repaired."""
+    runs = _copy_grid(local_grid, tmp_path, monkeypatch)
+    run = runs / "meanp" / "seed0"
+    (run / "logs" / "test" / "metrics.json").unlink()
+    before = {p: p.stat().st_size for p in runs.rglob("*.log")}
+    assert run_command("grid", ["plan.yaml", "--out", str(runs), "--local"]) == 0
+    assert {p for p in runs.rglob("*.log") if p.stat().st_size != before.get(p)} == {run / "test.log"}
+    done = json.loads((run / "done.json").read_text())
+    assert done["checkpoint"] == "checkpoints/last.ckpt" and (run / done["metrics"]).is_file()
+    assert "test" in json.loads((run / done["metrics"]).read_text())
+
+
+@pytest.mark.slow
+def test_an_interrupted_fit_resumes_the_newest_of_hpc_and_last_checkpoints(local_grid, tmp_path, monkeypatch):
+    """Issue 24: a stale hpc_ckpt_*.ckpt (step 1) hid a newer last.ckpt (step 2): the fit resumed
+    from neither (or the hpc one under Slurm). The grid resumes with `--ckpt_path newest`."""
+    import torch
+
+    runs = _copy_grid(local_grid, tmp_path, monkeypatch)
+    run = runs / "meanp" / "seed1"
+    for name in ("done.json", "fit.done"):
+        (run / name).unlink()
+    last = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)
+    assert last["global_step"] == 2
+    torch.save({**last, "global_step": 1}, run / "hpc_ckpt_1.ckpt")
+    os.utime(run / "hpc_ckpt_1.ckpt", (1e9, 1e9))
+    assert run_command("grid", ["plan.yaml", "--out", str(runs), "--local"]) == 0
+    resumed = (run / "fit.log").read_text().rsplit("\n$ lit-retrieval fit", 1)[1]  # this attempt's output
+    assert f"--ckpt_path newest: {run / 'checkpoints' / 'last.ckpt'}" in resumed
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 2
+    assert (run / "done.json").is_file()
+
+
+@pytest.mark.slow
+def test_a_deepspeed_checkpoint_directory_is_converted_before_the_evaluation(local_grid, tmp_path, monkeypatch):
+    """Issue 24: DeepSpeed writes last.ckpt as a directory, which the grid handed to `test`/`uvrb`
+    as it was. The grid runs `convert-checkpoint` first (once) and evaluates the file it writes.
+    The directory is built here in DeepSpeed's layout (`latest`, `<tag>/mp_rank_00_model_states.pt`):
+    DeepSpeed is not installed here, so the conversion stops the run with that reason, and the
+    evaluation never sees the directory; with DeepSpeed (the `gpu` extra) it converts."""
+    import importlib.util
+
+    import torch
+
+    runs = _copy_grid(local_grid, tmp_path, monkeypatch)
+    run = runs / "meanp" / "seed0"
+    (run / "done.json").unlink()
+    checkpoint = run / "checkpoints" / "last.ckpt"
+    state = torch.load(checkpoint, weights_only=False)
+    checkpoint.unlink()
+    (checkpoint / "checkpoint").mkdir(parents=True)
+    (checkpoint / "latest").write_text("checkpoint")
+    torch.save({**state, "module": state.pop("state_dict")}, checkpoint / "checkpoint" / "mp_rank_00_model_states.pt")
+    test_log = (run / "test.log").stat().st_size
+    code = run_command("grid", ["plan.yaml", "--out", str(runs), "--local"])
+    convert = (run / "convert.log").read_text()
+    assert f"$ lit-retrieval convert-checkpoint {checkpoint} {run / 'converted' / 'last.ckpt'}" in convert
+    if importlib.util.find_spec("deepspeed") is None:
+        assert code == 1 and "converting needs DeepSpeed" in convert
+        assert json.loads((run / "failed.json").read_text())["step"] == "convert-checkpoint"
+        assert (run / "test.log").stat().st_size == test_log and not (run / "done.json").exists()
+    else:
+        assert code == 0 and f"--ckpt_path {run / 'converted' / 'last.ckpt'}" in (run / "test.log").read_text()
 
 
 def fake_slurm(tmp_path: Path, queued: str = "") -> dict[str, str]:
