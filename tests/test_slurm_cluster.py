@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -36,15 +37,8 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
 VENV = Path(sys.executable).parent.parent  # the environment running the tests; the jobs activate it
 ENDED = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE")
-CPU = {
-    "GPUS": "0",
-    "TASKS_PER_NODE": "1",
-    "ACCELERATOR": "cpu",
-    "CPUS_PER_TASK": "1",
-    "MEM": "6G",
-    "TIME": "15",
-    "PARTITION": "local",
-}
+COMMON = {"ACCOUNT": "test", "PARTITION": "local", "TIME": "15", "VENV": str(VENV)}
+CPU_FIT = {"GPUS": "0", "TASKS_PER_NODE": "1", "ACCELERATOR": "cpu", "CPUS_PER_TASK": "1", "MEM": "6G"}
 WAIT = 900  # seconds a job may take, queueing behind other tests' jobs on 2 CPUs included
 
 
@@ -58,7 +52,7 @@ def job_env() -> dict[str, str]:
 
 def render(template: str, out: Path, **values: str) -> Path:
     """`lit-retrieval slurm slurm/<template> --set ... --out out` (the command users run)."""
-    settings = [f"{k}={v}" for k, v in {"ACCOUNT": "test", "VENV": str(VENV), **CPU, **values}.items()]
+    settings = [f"{k}={v}" for k, v in {**COMMON, **values}.items()]
     subprocess.run(
         [sys.executable, "-m", "lit_retrieval", "slurm", f"slurm/{template}", "--set", *settings, "--out", str(out)],
         cwd=ROOT,
@@ -108,7 +102,8 @@ def output(run: Path) -> str:
 
 def fit_job(tmp_path: Path, config: Path, run: Path, **values: str) -> Path:
     (run / "slurm").mkdir(parents=True, exist_ok=True)  # Slurm opens --output before the script runs
-    return render("fit.sbatch", tmp_path / "fit.sbatch", CONFIG=str(config), RUN_DIR=str(run), **values)
+    values = {**CPU_FIT, "CONFIG": str(config), "RUN_DIR": str(run), **values}
+    return render("fit.sbatch", tmp_path / "fit.sbatch", **values)
 
 
 def pause_config(tmp_path: Path, tiny_clip: Path, corpus: Path, run: Path) -> tuple[Path, Path, Path]:
@@ -138,7 +133,7 @@ def whole(tiny_clip, corpus, tmp_path_factory) -> Path:
     done = subprocess.run(
         [sys.executable, "-m", "lit_retrieval", "fit", "--config", str(config)],
         cwd=ROOT,
-        env={**job_env(), "OMP_NUM_THREADS": CPU["CPUS_PER_TASK"]},
+        env={**job_env(), "OMP_NUM_THREADS": CPU_FIT["CPUS_PER_TASK"]},
         capture_output=True,
         text=True,
         timeout=600,
@@ -266,4 +261,74 @@ def test_scancel_sigterm_to_every_process_writes_a_checkpoint_and_the_next_submi
     assert_same_state(*final_state(run), {"state_dict": want["state_dict"], "optimizer": want["optimizer_states"][0]})
     assert_same_logs(run, whole)
     print(json.dumps({"slurm_test": "scancel", "jobs": 2, "steps_lost": 0,
+                      "wall_s": round(time.monotonic() - started, 1)}))  # fmt: skip
+
+
+def test_cache_frames_shots_and_index_arrays_merge_into_the_one_shard_outputs(
+    slurm_cluster, tmp_path, tiny_clip, corpus
+):
+    """`slurm/array.sbatch` with SHARDS=2 for `cache-frames`, `shots` and `index --embed-only`:
+    every array task writes its shard into the shared folder, and what the folder then gives
+    (frame cache entries, shot lists, the index built from the embedded parts) equals a 1-shard run."""
+    import faiss
+
+    from lit_retrieval.commands import run_command
+    from lit_retrieval.data.frame_cache import FrameCache
+    from lit_retrieval.search.index import VideoIndex
+
+    started = time.monotonic()
+    config = tmp_path / "train.yaml"
+    config.write_text(yaml.safe_dump(clip_fit_config(tiny_clip, corpus, {"max_epochs": 1})))
+    videos = corpus / "videos"
+    arrays = tmp_path / "arrays"
+    commands = {
+        "frames": f"cache-frames --config {config} --out {arrays / 'frames'}",
+        "shots": f"shots --dir {videos} --cache {arrays / 'shots'}",
+        "index": f"index --config {config} --videos {videos} --out {arrays / 'index'} --embed-only",
+    }
+    jobs = []
+    for name, command in commands.items():
+        logs = tmp_path / "logs" / name
+        logs.mkdir(parents=True)
+        values = {"COMMAND": command, "LOG_DIR": str(logs), "SHARDS": "2", "CPUS": "1", "MEM": "4G"}
+        script = render("array.sbatch", tmp_path / f"{name}.sbatch", **values)
+        jobs.append((name, submit(script), logs))
+    one = tmp_path / "one"  # the 1-shard runs, meanwhile
+    assert run_command("cache-frames", ["--config", str(config), "--out", str(one / "frames")]) == 0
+    shots_args = ["--dir", str(videos), "--cache", str(one / "shots"), "--out", str(one / "shots.json")]
+    assert run_command("shots", shots_args) == 0
+    assert run_command("index", ["--config", str(config), "--videos", str(videos), "--out", str(one / "index")]) == 0
+    for name, job_id, logs in jobs:
+        for task in (0, 1):
+            info = wait_for_end(f"{job_id}_{task}")
+            assert info["JobState"] == "COMPLETED", (name, "".join(p.read_text() for p in logs.glob("*.out"))[-3000:])
+
+    frames = sorted(p.name for p in (arrays / "frames").glob("*.index.jsonl"))
+    assert frames == ["shard-00000-of-00002.index.jsonl", "shard-00001-of-00002.index.jsonl"]
+    params = json.loads((one / "frames" / "cache.json").read_text())["sampling"]
+    merged, single = FrameCache(arrays / "frames", params), FrameCache(one / "frames", params)
+    assert merged.entries.keys() == single.entries.keys() and len(single.entries) == 24
+    for video, start, end in single.entries:
+        assert (merged.get(video, start, end).frames == single.get(video, start, end).frames).all()
+
+    # the array's cache holds every video: a plain run over it detects nothing and lists them all
+    merged_shots = tmp_path / "merged_shots.json"
+    shots_args = ["--dir", str(videos), "--cache", str(arrays / "shots"), "--out", str(merged_shots)]
+    assert run_command("shots", shots_args) == 0
+    assert json.loads(merged_shots.read_text()) == json.loads((one / "shots.json").read_text())
+
+    assert len(list((arrays / "index" / "parts").glob("*.npy"))) >= 2  # parts of both shards
+    index_args = ["--config", str(config), "--videos", str(videos), "--out", str(arrays / "index")]
+    assert run_command("index", index_args) == 0  # builds the index from the embedded parts
+
+    def vectors(path: Path) -> dict[str, np.ndarray]:
+        index = VideoIndex.load(path)
+        flat = faiss.downcast_index(index.index)
+        return dict(zip(index.videos, flat.reconstruct_n(0, flat.ntotal)))
+
+    got, want = vectors(arrays / "index"), vectors(one / "index")
+    assert got.keys() == want.keys() and len(want) == 24
+    for video, vector in want.items():
+        np.testing.assert_allclose(got[video], vector, atol=1e-5)
+    print(json.dumps({"slurm_test": "arrays", "jobs": 3, "array_tasks": 6,
                       "wall_s": round(time.monotonic() - started, 1)}))  # fmt: skip
