@@ -152,7 +152,7 @@ def make_fixture(root: Path, chat: dict | None, **overrides) -> Path:
         "database": {
             "y1": _youcook(Y1, 150),
             "y2": _youcook(Y2, 150),
-            "y3": _youcook(Y1[:3], 90),
+            "y3": _youcook(Y1[:2], 90),
             "y4": _youcook(Y4, 150),
             "y5": _youcook([*Y1[:3], (115, 145, "ok!!", "yellow")], 150),
             "y6": _youcook([*Y1[:3], (115, 200, "Yellow leaves fall onto an empty park bench.", "yellow")], 150),
@@ -180,7 +180,7 @@ def make_fixture(root: Path, chat: dict | None, **overrides) -> Path:
         {
             "video_id": "q2",
             "duration": 100,
-            "qa": [{"start": s, "end": e, "question": q, "answer": a} for s, e, q, a, _ in Q1[:3]],
+            "qa": [{"start": s, "end": e, "question": q, "answer": a} for s, e, q, a, _ in Q1[:2]],
         },
     ]
     sources = root / "sources"

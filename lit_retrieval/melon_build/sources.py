@@ -18,9 +18,9 @@ A video's file is `SOURCE.videos / path` (`path` from the record, else `VIDEO + 
 Rules, in this order (a video is counted under the first it breaks): the record parses with valid
 timestamps (`0 <= start < end <= duration`, finite; any bad one drops the whole record, as the
 paper discards "samples lacking essential timestamp information") -> `invalid_record`; duration >=
-`min_seconds` -> `short_video`; the video file exists -> `missing_video`; every description is text
-with a letter and at least `min_words` words (a QA pair: question and answer together) ->
-`broken_description`; at least `min_segments` segments -> `too_few_segments`.
+`min_seconds` -> `short_video`; every description is text with a letter and at least `min_words`
+words (a QA pair: question and answer together) -> `broken_description`; the video file exists ->
+`missing_video`; at least `min_segments` segments -> `too_few_segments`.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from lit_retrieval.data.records import (
 )
 from lit_retrieval.melon_build.config import CollectConfig, SourceConfig
 
-COLLECT_REASONS = ("invalid_record", "short_video", "missing_video", "broken_description", "too_few_segments")
+COLLECT_REASONS = ("invalid_record", "short_video", "broken_description", "missing_video", "too_few_segments")
 _LETTER = re.compile(r"[^\W\d_]")
 _WORD = re.compile(r"\w+")
 
@@ -270,8 +270,8 @@ class SourceReader:
         count = len(video.segments) + len(video.qa)
         checks = [
             ("short_video", video.duration < rules.min_seconds, f"{video.duration:g} s < {rules.min_seconds:g} s"),
-            ("missing_video", not Path(video.path).is_file(), f"no file {video.path}"),
             ("broken_description", broken is not None, broken),
+            ("missing_video", not Path(video.path).is_file(), f"no file {video.path}"),
             ("too_few_segments", count < rules.min_segments, f"{count} segment(s) < {rules.min_segments}"),
         ]
         failed = next(((reason, detail) for reason, bad, detail in checks if bad), None)
