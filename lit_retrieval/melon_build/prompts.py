@@ -31,12 +31,13 @@ what happens in that interval, as a person searching for this moment would descr
 Rules:
 - Keep every fact the answer states; add nothing that the question and answer do not support.
 - Wh-questions (what, who, where, how, why): state the answer as a full description of the scene, \
-  e.g. Q "What does the man pour into the bowl?" A "milk" -> "A man pours milk into a bowl."
-- Yes/no questions: describe what is true. If the answer is yes, state the questioned fact; if no, \
-  state only what the question implies that is still true, without negated filler.
+e.g. Q "What does the man pour into the bowl?" A "milk" -> "A man pours milk into a bowl."
+- Yes/no questions: describe what is true. If the answer is yes, state the questioned fact as seen; \
+if no, describe the scene without it, e.g. Q "Is the man wearing a hat while he cooks?" A "no" -> \
+"A bare-headed man cooks."
 - Counting or attribute questions: fold the number or attribute into the description.
 - Write one to three fluent sentences in the present tense; do not mention the question, the answer, \
-  the video, or timestamps.
+the video, or timestamps.
 
 Answer with JSON only: {"caption": "<the caption>"}"""
 
@@ -51,13 +52,13 @@ which a search query describes several events of one video.
 
 Rules:
 - Choose between $min_events and $max_events events that together tell the video's story; prefer \
-  fewer, larger events over many small ones.
+fewer, larger events over many small ones.
 - Ignore segments that are noise: repeated, trivial, off-topic, or that describe no visible action.
 - Each event covers one continuous interval built from the segments it summarises; events must not \
-  overlap, must lie inside the video (0 to $duration s) and are listed in time order.
+overlap, must lie inside the video (0 to $duration s) and are listed in time order.
 - theme: a short label of a few words for the event (e.g. "Preparing the dough").
-- description: two to four sentences, concrete and visual, that someone could use to find this part of \
-  the video; use only what the segments say.
+- description: three to five sentences (about 60 to 90 words), concrete and visual, that someone \
+could use to find this part of the video; use only what the segments say.
 - start, end: the event's interval in seconds.
 
 Answer with JSON only:
