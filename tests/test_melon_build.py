@@ -285,9 +285,13 @@ def test_a_changed_threshold_redoes_only_what_depends_on_it(endpoint, finished, 
 
 
 def test_bad_configs_are_one_line_errors(tmp_path, capsys):
-    config = make_fixture(tmp_path, None)
+    config = make_fixture(tmp_path, {"url": "http://127.0.0.1:9/v1", "model": "m"})
     raw = yaml.safe_load(config.read_text())
     cases = [
+        ({"chat": None}, "a 'qa' source is captioned by an LLM"),
+        ({"chat": {"url": "node12:8000", "model": "m"}}, "chat.url must be an http(s) URL"),
+        ({"llm": {"prompts": {"summarise_user": "no segments"}}}, "prompts.summarise_user must contain"),
+        ({"split": {"test_fraction": 1.5}}, "split.test_fraction must be a finite number in [0, 1]"),
         ({"t2t": {"threshold": float("nan")}}, "t2t.threshold must be a finite number"),
         ({"sources": raw["sources"][:1] * 2}, "names must be unique"),
         ({"v2t": {"model": "m", "embedder": {"class_path": "x.Y"}}}, "exactly one of"),
@@ -303,3 +307,4 @@ def test_bad_configs_are_one_line_errors(tmp_path, capsys):
             main(["build-melon", "--config", str(bad), "--out", str(tmp_path / "out")])
         err = capsys.readouterr().err.strip()
         assert finished.value.code == 2 and message in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "out").exists()  # refused before anything is written

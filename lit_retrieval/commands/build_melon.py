@@ -28,7 +28,7 @@ from lit_retrieval.commands.validate_melon import MelonRules, validate
 from lit_retrieval.errors import UsageError
 from lit_retrieval.locking import OutputLock
 from lit_retrieval.melon_build.config import load_config
-from lit_retrieval.melon_build.pipeline import STAGES, Build, chat_summary, dump
+from lit_retrieval.melon_build.pipeline import STAGES, Build, dump
 
 
 def shard_argument(text: str) -> tuple[int, int]:
@@ -61,7 +61,7 @@ def run(argv: list[str]) -> int:
     with OutputLock(args.out, name=f"build-melon-{shard}-of-{shards}"):
         build = Build(config, args.out, shard, shards)
         state = build.run(last)
-    llm = chat_summary(build)
+    llm = build.chat_summary()
     print(
         f"build-melon: {len(state.videos)} videos after {last}; removed {len(state.removals)}; "
         f"failed {len(state.failures)}; LLM calls {json.dumps({k: v['calls'] for k, v in llm.items()})}"

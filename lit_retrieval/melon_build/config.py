@@ -17,6 +17,9 @@ from typing import Any, Literal
 import yaml
 
 from lit_retrieval.errors import ConfigError
+from lit_retrieval.melon_build.chat import ChatEndpointConfig
+from lit_retrieval.melon_build.llm_stages import LlmStageSettings
+from lit_retrieval.melon_build.prompts import PromptTemplates
 
 SourceFormat = Literal["activitynet", "didemo", "canonical", "melon", "youcook2", "chapters", "qa"]
 
@@ -88,9 +91,9 @@ class BuildConfig:
     """The whole build. `chat` (the endpoint, `ChatEndpointConfig`) and `llm` (`LlmStageSettings`:
     prompts, K's range `min_events`-`max_events`, the fallback's grouping, frames per judged event)
     configure the LLM stages (lit_retrieval/melon_build/chat.py, llm_stages.py); `chat: null` runs
-    `summarise` with the marked deterministic fallback and skips `qa-to-caption` sources' videos (they
-    fail) and the judge; `judge: false` skips the judge. `video_root` is the folder the output's video
-    paths are relative to (the data module's `video_root`)."""
+    `summarise` with the marked deterministic fallback and skips the judge (a `qa` source needs an
+    endpoint); `judge: false` skips the judge. `video_root` is the folder the output's video paths
+    are relative to (the data module's `video_root`)."""
 
     sources: list[SourceConfig]
     video_root: str = "."
@@ -129,10 +132,32 @@ def check(config: BuildConfig) -> BuildConfig:
     ):
         if value < 1:
             raise ConfigError(f"{key} must be >= 1, got {value}")
+    if config.chat is None and any(s.format == "qa" for s in config.sources):
+        raise ConfigError("sources: a 'qa' source is captioned by an LLM: configure the endpoint (chat:)")
+    llm_settings(config.llm)
+    chat_config(config.chat)
     models = [config.v2t.model, config.v2t.config, config.v2t.embedder]
     if sum(m is not None for m in models) != 1:
         raise ConfigError("v2t: give exactly one of model (a model folder), config (+ ckpt) or embedder")
     return config
+
+
+def llm_settings(raw: dict[str, Any]) -> LlmStageSettings:
+    """The config's `llm:` section as `LlmStageSettings` (`prompts:` overrides `PromptTemplates`)."""
+    raw = dict(raw)
+    try:
+        prompts = PromptTemplates(**(raw.pop("prompts", None) or {}))
+        return LlmStageSettings(prompts=prompts, **raw)
+    except TypeError as err:
+        raise ConfigError(f"llm: {err}") from None
+
+
+def chat_config(raw: dict[str, Any] | None) -> ChatEndpointConfig | None:
+    """The config's `chat:` section as `ChatEndpointConfig` (None: no endpoint)."""
+    try:
+        return None if raw is None else ChatEndpointConfig(**raw)
+    except TypeError as err:
+        raise ConfigError(f"chat: {err}") from None
 
 
 def load_config(path: str | Path) -> BuildConfig:

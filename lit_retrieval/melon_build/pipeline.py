@@ -17,8 +17,10 @@ output; nothing is cached for it, so the next run asks again.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
+import os
 import threading
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -27,13 +29,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from PIL import Image
+
 from lit_retrieval.data.frame_cache import file_stamp
-from lit_retrieval.data.video import VideoDecodeError
-from lit_retrieval.data.video import SamplingSpec, sample_video
-from lit_retrieval.errors import ConfigError
+from lit_retrieval.data.video import SamplingSpec, VideoDecodeError, sample_video
 from lit_retrieval.melon_build import llm_stages, report
-from lit_retrieval.melon_build.chat import ChatClient, ChatEndpointConfig, ChatFailure, RequestKey
-from lit_retrieval.melon_build.config import BuildConfig
+from lit_retrieval.melon_build.chat import ChatClient, ChatFailure
+from lit_retrieval.melon_build.config import BuildConfig, chat_config, llm_settings
 from lit_retrieval.melon_build.filters import (
     SentenceEncoder,
     load_embedder,
@@ -41,12 +43,11 @@ from lit_retrieval.melon_build.filters import (
     segment_similarities,
     v2t_identity,
 )
-from lit_retrieval.melon_build.llm_stages import LlmStageSettings, VideoRejected
-from lit_retrieval.melon_build.prompts import PromptTemplates
-from lit_retrieval.melon_build.sources import Removal, Segment, SourceVideo, collect
+from lit_retrieval.melon_build.llm_stages import VideoRejected
+from lit_retrieval.melon_build.sources import Segment, SourceVideo, collect
 from lit_retrieval.melon_build.stage_cache import StageCache, stage_key
 from lit_retrieval.models.encoders.text_towers import resolve_model_path
-from lit_retrieval.search.embedders import digest, file_identity
+from lit_retrieval.search.embedders import file_identity
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +76,9 @@ class BuildState:
     segment_removals: Counter = field(default_factory=Counter)  # (stage, source) -> segments removed
     v2t_scores: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     failures: list[dict] = field(default_factory=list)  # {stage, video, reason}
-    events: dict[str, dict] = field(default_factory=dict)  # uid -> {"events": [...], "method": ...}
-    splits: dict[str, str] = field(default_factory=dict)
-    verdicts: dict[str, dict] = field(default_factory=dict)
+    events: dict[str, list[dict]] = field(default_factory=dict)  # uid -> [{theme, description, start, end, method}]
+    splits: dict[str, str] = field(default_factory=dict)  # uid -> train / test
+    verdicts: dict[str, list[dict]] = field(default_factory=dict)  # uid -> the judge's verdict per event
 
     def remove(self, stage: str, uid: str, reason: str, detail: str) -> None:
         video = self.videos.pop(uid)
@@ -127,13 +128,10 @@ class Build:
         """Results of `ask(uid)` for `uids`, from the cache or asked concurrently (the endpoint's
         concurrency); a `ChatFailure` marks that video failed, a `VideoRejected` removes it."""
         cache = self.cache(stage)
-        results, missing = {}, []
-        for uid in uids:
-            found = cache.get(uid, key_of(uid))
-            if found is None:
-                missing.append(uid)
-            else:
-                results[uid] = found
+        keys = {uid: key_of(uid) for uid in uids}
+        results = {uid: cache.get(uid, keys[uid]) for uid in uids}
+        missing = [uid for uid, result in results.items() if result is None]
+        results = {uid: result for uid, result in results.items() if result is not None}
         workers = self.chat_config.concurrency if self.chat_config is not None else 1
 
         def one(uid: str) -> None:
@@ -146,7 +144,7 @@ class Build:
             except VideoRejected as err:
                 result = {"rejected": err.reason}
             with self._lock:
-                cache.put(uid, key_of(uid), result)
+                cache.put(uid, keys[uid], result)
                 results[uid] = result
 
         with ThreadPoolExecutor(max_workers=max(1, min(workers, len(missing) or 1))) as pool:
@@ -156,12 +154,15 @@ class Build:
             state.remove(stage, uid, "rejected", results.pop(uid)["rejected"])
         return results
 
+    def chat_summary(self) -> dict[str, Any]:
+        """LLM calls per stage of this process (`ChatStats.summary`); {} when none was asked."""
+        return {} if self._client is None else self._client.stats.summary()
+
     # ------------------------------------------------------------------ stages
     def collect(self, everything: bool) -> BuildState:
         videos, removed, counts = collect(self.config.sources, self.config.collect)
         state = BuildState({}, counts)
         state.removals = [{"stage": "collect", **asdict(r)} for r in removed]
-        state.removals = [{**r, "video": r.pop("record")} for r in state.removals]
         for video in videos:
             if everything or shard_of(video.uid, self.shards) == self.shard:
                 state.videos[video.uid] = video
@@ -174,8 +175,6 @@ class Build:
             return stage_key("qa-to-caption", state.videos[uid].to_json(), self.llm_identity())
 
         def ask(uid: str) -> Any:
-            if self.chat_config is None:
-                raise ChatFailure(RequestKey("qa-to-caption", uid), "no chat endpoint configured")
             qa = [asdict(q) for q in state.videos[uid].qa]
             return llm_stages.qa_to_captions(self.client(), uid, qa, self.settings)
 
@@ -304,7 +303,7 @@ class Build:
             s.name: self.config.v2t.threshold if s.v2t_threshold is None else s.v2t_threshold
             for s in self.config.sources
         }
-        stats = report.statistics(records, state, thresholds, chat_summary(self))
+        stats = report.statistics(records, state, thresholds, self.chat_summary())
         report.write_page(self.out, stats, state, records)
         return records
 
@@ -334,29 +333,8 @@ class Build:
         return state
 
 
-def llm_settings(raw: dict[str, Any]) -> LlmStageSettings:
-    """The config's `llm:` section as `LlmStageSettings` (`prompts:` overrides `PromptTemplates`)."""
-    raw = dict(raw)
-    try:
-        prompts = PromptTemplates(**(raw.pop("prompts", None) or {}))
-        return LlmStageSettings(prompts=prompts, **raw)
-    except TypeError as err:
-        raise ConfigError(f"llm: {err}") from None
-
-
-def chat_config(raw: dict[str, Any] | None) -> ChatEndpointConfig | None:
-    """The config's `chat:` section as `ChatEndpointConfig` (None: no endpoint)."""
-    try:
-        return None if raw is None else ChatEndpointConfig(**raw)
-    except TypeError as err:
-        raise ConfigError(f"chat: {err}") from None
-
-
 def event_frames(path: str, event: dict, count: int, size: int = 224) -> list[bytes]:
     """`count` frames (PNG) at the bin centres of `event`'s interval, for the LMM judge."""
-    from PIL import Image
-    import io
-
     sample = sample_video(path, SamplingSpec(count, size), event["start"], event["end"])
     out = []
     for frame in sample.frames[sample.mask]:
@@ -366,17 +344,9 @@ def event_frames(path: str, event: dict, count: int, size: int = 224) -> list[by
     return out
 
 
-def chat_summary(build: Build) -> dict[str, Any]:
-    """Calls per stage of this process (`ChatStats.summary`), or {} without an endpoint."""
-    return {} if build._client is None else build._client.stats.summary()
-
-
 def dump(path: Path, payload: Any) -> None:
     """Write JSON atomically (each process its own temporary file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{digest(str(path), threading.get_ident())}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(payload, indent=1), encoding="utf-8")
     tmp.replace(path)
-
-
-__all__ = ["Build", "BuildState", "Removal", "STAGES", "chat_summary", "dump", "shard_of", "split_of"]

@@ -101,7 +101,7 @@ class Removal:
     """A video (or record) removed by a stage, and why."""
 
     source: str
-    record: str
+    video: str  # the video id (or the record, e.g. `y6 annotation 3`, when the parser names one)
     reason: str
     detail: str
 
@@ -204,8 +204,13 @@ class SourceReader:
             video_id=video_id,
             path=str(Path(s.videos) / path),
             duration=duration,
-            segments=tuple(Segment(float(a), float(b), t.strip() if isinstance(t, str) else t) for a, b, t in captions),
-            qa=tuple(qa),
+            segments=tuple(
+                sorted(
+                    (Segment(float(a), float(b), t.strip() if isinstance(t, str) else t) for a, b, t in captions),
+                    key=lambda s: (s.start, s.end),
+                )
+            ),
+            qa=tuple(sorted(qa, key=lambda q: (q.start, q.end))),
         )
 
     def _own_format(self, data: Any, collector: RecordCollector) -> list[SourceVideo]:
@@ -248,7 +253,7 @@ class SourceReader:
         out = []
         for record in loaders[s.format]():
             captions = [(a, b, e.description) for e in record.events for a, b in e.intervals]
-            out.append(self._video(record.video_id, record.path, record.duration, sorted(captions, key=_order), []))
+            out.append(self._video(record.video_id, record.path, record.duration, captions, []))
         return out
 
     def read(self) -> list[SourceVideo]:
@@ -278,10 +283,6 @@ class SourceReader:
         if failed is not None:
             self.removed.append(Removal(video.source, video.video_id, *failed))
         return failed is None
-
-
-def _order(item: tuple[float, float, Any]) -> tuple[float, float]:
-    return (item[0], item[1])
 
 
 def collect(sources: list[SourceConfig], rules: CollectConfig) -> tuple[list[SourceVideo], list[Removal], dict]:
