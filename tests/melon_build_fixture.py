@@ -58,10 +58,14 @@ def write_colour_video(path: Path, duration: int, shown: list[tuple[float, float
 
 
 class ColourEmbedder:
-    """The tests' V2T item embedder (see the module docstring)."""
+    """The tests' V2T item embedder (see the module docstring). Every video it embeds is appended to
+    `embedded` (class-wide); with `interrupt_after` set, the video after that many raises
+    `KeyboardInterrupt` (a build stopped mid-stage)."""
 
     modalities = {"T", "V"}
     fingerprint = "colour-embedder"
+    embedded: list[str] = []
+    interrupt_after: int | None = None
 
     def __init__(self, frames: int = 4) -> None:
         self.spec = SamplingSpec(frames, 32)
@@ -80,6 +84,11 @@ class ColourEmbedder:
         return out
 
     def embed(self, items, instruction=None, batch_size=8) -> torch.Tensor:
+        videos = sorted({i.video for i in items if i.video})
+        for video in videos:
+            if self.interrupt_after is not None and len(self.embedded) >= self.interrupt_after:
+                raise KeyboardInterrupt("simulated stop")
+            self.embedded.append(video)
         rows = [self._window(i.video, i.start, i.end) if i.video else self._text(i.text) for i in items]
         return torch.nn.functional.normalize(torch.tensor(np.stack(rows), dtype=torch.float32), dim=-1)
 

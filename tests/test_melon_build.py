@@ -15,7 +15,7 @@ import yaml
 from lit_retrieval.commands import run_command
 from lit_retrieval.melon_build.llm_stages import ReviewError
 from melon_build_endpoint import FakeChatEndpoint, Reply, melon_responder
-from melon_build_fixture import make_fixture
+from melon_build_fixture import ColourEmbedder, make_fixture
 
 REPO = Path(__file__).resolve().parents[1]
 CHAT = {"model": "fake", "backoff_s": 0.001, "max_retries": 1}
@@ -241,6 +241,25 @@ def test_a_failing_endpoint_resumes_without_repeating_a_call(endpoint, tmp_path)
     again = [json.dumps(r["messages"]) for r in endpoint.requests[before:]]
     assert code == 0 and len(again) == 2 and all("Green paint is rolled" in t for t in again)  # y1's summary, judge
     assert json.loads((out / "annotations.json").read_text()) == {"videos": EXPECTED}
+
+
+def test_a_build_stopped_mid_stage_resumes_where_it_stopped(endpoint, tmp_path, monkeypatch):
+    """Stopped while embedding its third video (v2t), the build keeps the two finished ones; the
+    re-run embeds only the other four and asks the endpoint nothing for the stages already done."""
+    config = make_fixture(tmp_path, {"url": endpoint.url, **CHAT})
+    out = tmp_path / "out"
+    monkeypatch.setattr(ColourEmbedder, "embedded", [])
+    monkeypatch.setattr(ColourEmbedder, "interrupt_after", 2)
+    with pytest.raises(KeyboardInterrupt):
+        build(config, out)
+    first = list(ColourEmbedder.embedded)
+    assert len(first) == 2 and len((out / "cache" / "v2t" / "shard-0-of-1.jsonl").read_text().splitlines()) == 2
+    monkeypatch.setattr(ColourEmbedder, "embedded", [])
+    monkeypatch.setattr(ColourEmbedder, "interrupt_after", None)
+    before = len(endpoint.requests)
+    assert build(config, out, "--stage", "v2t") == 0
+    assert len(ColourEmbedder.embedded) == 4 and not set(first) & set(ColourEmbedder.embedded)
+    assert len(endpoint.requests) == before  # q1's captions came from the stage cache
 
 
 def test_two_shards_and_a_write_equal_one_build(endpoint, finished, tmp_path):

@@ -99,9 +99,9 @@ def video_violations(video: VideoRecord, source: str, rules: MelonRules, video_r
 
 def t2t_violations(videos: list[tuple[VideoRecord, str]], threshold: float, model: str) -> list[Violation]:
     """Adjacent descriptions more similar than `threshold` (MELON supp. C.2), per video."""
-    from lit_retrieval.melon_build.filters import SentenceEncoder, redundant_pairs
+    from lit_retrieval.melon_build.filters import redundant_pairs, sentence_encoder
 
-    encoder = SentenceEncoder(model)
+    encoder = sentence_encoder(model)
     found = []
     for video, source in videos:
         similarities = encoder.adjacent_similarities(video.descriptions)

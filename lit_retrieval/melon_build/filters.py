@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 from dataclasses import asdict
 from typing import Any
@@ -49,6 +50,12 @@ class SentenceEncoder:
             show_progress_bar=False,
         )
         return [float(s) for s in (vectors[:-1] * vectors[1:]).sum(-1).cpu()]
+
+
+@functools.lru_cache(maxsize=2)
+def sentence_encoder(spec: str, batch_size: int = 64) -> SentenceEncoder:
+    """The encoder of `spec`, loaded once per process (a build, then validate-melon, share it)."""
+    return SentenceEncoder(spec, batch_size)
 
 
 def redundant_pairs(similarities: list[float], threshold: float) -> list[tuple[int, float]]:

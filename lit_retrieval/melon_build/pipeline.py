@@ -38,6 +38,7 @@ from lit_retrieval.melon_build.chat import ChatClient, ChatFailure
 from lit_retrieval.melon_build.config import BuildConfig, chat_config, llm_settings
 from lit_retrieval.melon_build.filters import (
     SentenceEncoder,
+    sentence_encoder,
     load_embedder,
     redundant_pairs,
     segment_similarities,
@@ -192,7 +193,7 @@ class Build:
             key = stage_key("t2t", texts, identity)
             similarities = cache.get(uid, key)
             if similarities is None:
-                encoder = encoder or SentenceEncoder(t2t.model, t2t.batch_size)
+                encoder = encoder or sentence_encoder(t2t.model, t2t.batch_size)
                 similarities = encoder.adjacent_similarities(texts)
                 cache.put(uid, key, similarities)
             pairs = redundant_pairs(similarities, t2t.threshold)

@@ -8,8 +8,8 @@ and three more, documented in docs/melon.md:
   [start, end], "sentence": text}, ...]}}}` (YouCook2's release layout; `subset` is not used: the
   build makes its own split).
 - `chapters`: a list (or `{"videos": [...]}`) of `{"video_id", "duration", "chapters": [{"start",
-  "end"?, "title"}]}`; a chapter without `end` ends where the next one starts (the last one at the
-  video's end), as chapter lists on video sites give start times only.
+  "end"?, "title"}]}`; a chapter without `end` ends where the next one (in time) starts, the last
+  one at the video's end, as chapter lists on video sites give start times only.
 - `qa` (timestamped QA, captioned by stage `qa-to-caption`): a list (or `{"videos": [...]}`) of
   `{"video_id", "duration", "qa": [{"start", "end", "question", "answer"}]}`.
 
@@ -167,7 +167,7 @@ def _parse_chapters(raw: dict, duration: float, source: str, video: str) -> list
     out = []
     for k, chapter in enumerate(chapters):
         where = f"{video} chapter {k}"
-        default_end = starts[k + 1] if k + 1 < len(chapters) else duration
+        default_end = min((t for t in starts if t > starts[k]), default=duration)
         end = finite_number(chapter.get("end", default_end), source, where, "end")
         out.append((*checked_interval(starts[k], end, duration, source, where), chapter.get("title")))
     return out
