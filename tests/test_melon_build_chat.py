@@ -104,6 +104,24 @@ def test_fences_and_thinking_are_stripped(tmp_path):
             assert client.stats.summary()["summarise"]["retries"] == {}
     assert len(server.requests) == 2
     assert answer_text('```\n{"a": 1}\n```') == '{"a": 1}'
+    assert answer_text('Here it is:\n```json\n{"a": 1}\n```\nHope this helps.') == '{"a": 1}'
+    assert answer_text('{"a": "no fence"}') == '{"a": "no fence"}'
+    assert answer_text('{"a": "code: ```x```"}') == '{"a": "code: ```x```"}'
+
+
+def test_a_cached_answer_that_breaks_the_current_rules_is_asked_again(tmp_path):
+    with FakeChatEndpoint(echo) as server:
+        with ChatClient(config(server), tmp_path) as client:
+            client.complete_json(ask("one two"), SCHEMA, KEY)
+            assert client.complete_json(ask("one two"), SCHEMA, KEY, check=lambda a: None) == {
+                "word": "two",
+                "count": 2,
+            }
+            assert len(server.requests) == 1
+            stricter = lambda a: None if a["count"] > 2 else "too few words"  # noqa: E731
+            with pytest.raises(ChatFailure, match="too few words"):
+                client.complete_json(ask("one two"), SCHEMA, KEY, check=stricter)
+        assert len(server.requests) == 1 + 3
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,8 @@ open, chosen here (docs/melon.md, "The chat endpoint"):
   context) raise `ChatFailure` for that request without retrying.
 - concurrency: at most `concurrency` requests in flight over the whole client (a semaphore around the
   HTTP call), whatever number of threads call it; `complete_many` runs a batch on a thread pool.
-- answers: `<think>...</think>` blocks (Qwen3 thinking mode) and ```json fences are stripped first.
+- answers: `<think>...</think>` blocks (Qwen3 thinking mode) are removed and a ```json fence (with any
+  sentence around it) is unwrapped before parsing.
 
 Why not the `openai` package: it is not a dependency, and its own retry loop would hide the
 per-reason counts the build reports; the request is one POST.
@@ -56,7 +57,7 @@ RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 FATAL_STATUS = frozenset({401, 403, 404})
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
-_FENCE = re.compile(r"^```[A-Za-z]*\s*\n?(.*?)\n?\s*```$", re.DOTALL)
+_FENCE = re.compile(r"```[A-Za-z]*[ \t]*\n?(.*?)```", re.DOTALL)
 
 # A stage's own test of a schema-valid answer: None when usable, else the reason it is not.
 AnswerCheck = Callable[[dict[str, Any]], "str | None"]
@@ -212,9 +213,10 @@ def image_part(data: bytes) -> dict[str, Any]:
 
 
 def answer_text(content: str) -> str:
-    """`content` without `<think>` blocks and without a surrounding ``` fence."""
+    """`content` without `<think>` blocks; unless it starts as a JSON object does, the inside of its
+    first ``` fence (a model may wrap the JSON in a fence and a sentence)."""
     text = _THINK.sub("", content).strip()
-    fenced = _FENCE.match(text)
+    fenced = None if text.startswith("{") else _FENCE.search(text)
     return fenced.group(1).strip() if fenced else text
 
 

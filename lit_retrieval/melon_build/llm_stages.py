@@ -267,6 +267,8 @@ def judge_events(
     per video holding, for each event, its text (`judge_event` template) followed by its frames (PNG
     or JPEG bytes sampled inside the event's interval). Returns `{index, consistent, reason,
     suggestion}` per event, in event order; `ChatFailure` when no valid verdict comes."""
+    if not events:
+        return []
     if len(frames_per_event) != len(events):
         raise ValueError(f"video {video_id}: {len(frames_per_event)} frame lists for {len(events)} events")
     if any(not frames for frames in frames_per_event):
