@@ -1,7 +1,8 @@
 """build-melon end to end over the synthetic multi-source fixture (tests/melon_build_fixture.py) and
 the fake chat endpoint: the exact annotation, each stage's removals against a hand count, the human
-review of the judge's flags, resuming after a failing endpoint with no repeated LLM call, a 2-shard
-build equal to a 1-shard build, and the output read by MELON's data module as configs/melon sets it."""
+review of the judge's flags, resuming after a failing endpoint or a stop mid-stage with no repeated
+work, a 2-shard build equal to a 1-shard build, and the output read and trained on with
+configs/melon/data/melon.yaml unchanged."""
 
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lit_retrieval.cli import main
 from lit_retrieval.commands import run_command
+from lit_retrieval.data import MELONDataModule
 from lit_retrieval.melon_build.llm_stages import ReviewError
+from fit_configs import clip_fit_config
 from melon_build_endpoint import FakeChatEndpoint, Reply, melon_responder
 from melon_build_fixture import ColourEmbedder, make_fixture
 
@@ -209,8 +213,6 @@ def test_output_passes_validate_melon_and_loads_in_melons_data_module(finished, 
     out = root / "out"
     assert json.loads((out / "validate-melon.json").read_text())["violations"] == []
     assert run_command("validate-melon", [str(out / "annotations.json"), "--videos", str(root / "videos")]) == 0
-    from lit_retrieval.data import MELONDataModule
-
     init = yaml.safe_load((REPO / "configs/melon/data/melon.yaml").read_text())["data"]["init_args"]
     init.update(
         annotation=str(out / "annotations.json"),
@@ -225,6 +227,47 @@ def test_output_passes_validate_melon_and_loads_in_melons_data_module(finished, 
     data.setup("fit")
     batch = next(iter(data.train_dataloader()))
     assert tuple(batch["frames"].shape[:2]) == (2, 4)
+
+
+def test_a_short_fit_on_the_output_with_configs_melon_data(finished, tiny_clip, tmp_path):
+    """`lit-retrieval fit` with configs/melon/data/melon.yaml as it is, the model a tiny CLIP and the
+    data paths (and sizes) pointed at the build: one epoch of training, validation on `test`."""
+    root, *_ = finished
+    model = clip_fit_config(
+        tiny_clip,
+        root,
+        {
+            "max_epochs": 1,
+            "default_root_dir": str(tmp_path),
+            "logger": {
+                "class_path": "lightning.pytorch.loggers.CSVLogger",
+                "init_args": {"save_dir": str(tmp_path), "name": "logs", "version": "v"},
+            },
+            "enable_progress_bar": False,
+            "enable_checkpointing": False,
+        },
+    )
+    del model["data"]
+    data = {
+        "data": {
+            "init_args": {
+                "annotation": str(root / "out" / "annotations.json"),
+                "video_root": str(root / "videos"),
+                "num_frames": 2,
+                "image_size": 32,
+                "batch_size": 2,
+                "eval_batch_size": 2,
+                "num_workers": 0,
+            }
+        }
+    }
+    paths = []
+    for name, content in (("model.yaml", model), ("paths.yaml", data)):
+        (tmp_path / name).write_text(yaml.safe_dump(content))
+        paths.append(str(tmp_path / name))
+    main(["fit", "--config", paths[0], "--config", str(REPO / "configs/melon/data/melon.yaml"), "--config", paths[1]])
+    metrics = json.loads((tmp_path / "logs" / "v" / "metrics.json").read_text())
+    assert "t2v/R@1" in metrics["val"]  # validated on the build's test split
 
 
 def test_a_failing_endpoint_resumes_without_repeating_a_call(endpoint, tmp_path):
@@ -317,8 +360,6 @@ def test_bad_configs_are_one_line_errors(tmp_path, capsys):
         ({"llm": {"min_events": 4, "max_events": 3}}, "llm.max_events"),
         ({"collect": {"min_sconds": 3}}, "min_sconds"),
     ]
-    from lit_retrieval.cli import main
-
     for change, message in cases:
         bad = tmp_path / "bad.yaml"
         bad.write_text(yaml.safe_dump({**raw, **change}))
