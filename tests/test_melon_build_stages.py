@@ -16,6 +16,7 @@ from lit_retrieval.data.records import Event, VideoRecord
 from lit_retrieval.melon_build.config import CollectConfig, SourceConfig, V2TConfig
 from lit_retrieval.melon_build.filters import load_embedder, segment_similarities
 from lit_retrieval.melon_build.pipeline import shard_of, split_of
+from lit_retrieval.melon_build.report import length_bucket
 from lit_retrieval.melon_build.sources import Segment, collect
 from lit_retrieval.melon_build.stage_cache import StageCache
 from melon_build_fixture import A1, write_colour_video
@@ -147,3 +148,17 @@ def test_v2t_with_a_tiny_gve_model_scores_each_segment_against_its_window(tmp_pa
         text = embedder.embed([MediaItem(text=s.text)])[0]
         expected.append(float(torch.nn.functional.cosine_similarity(window, text, dim=0)))
     assert scores == pytest.approx(expected, abs=1e-4) and len(set(np.round(scores, 4))) == 3
+
+
+def test_video_lengths_fall_in_the_page_s_minute_buckets():
+    seconds = [60, 120, 299, 300, 700, 1800, 3600, 9000]
+    assert [length_bucket(s) for s in seconds] == [
+        "<2 min",
+        "2-5 min",
+        "2-5 min",
+        "5-10 min",
+        "10-30 min",
+        "30-60 min",
+        "60+ min",
+        "60+ min",
+    ]

@@ -305,7 +305,7 @@ class Build:
             for s in self.config.sources
         }
         stats = report.statistics(records, state, thresholds, self.chat_summary())
-        report.write_page(self.out, stats, state, records)
+        report.write_page(self.out, stats, state, records, STAGES)
         return records
 
     # ------------------------------------------------------------------ driver

@@ -64,10 +64,10 @@ def length_bucket(seconds: float) -> str:
     """The video-length bucket (minutes) of `seconds`, e.g. `2-5 min`, `60+ min`."""
     minutes = seconds / 60
     edges = LENGTH_EDGES_MIN
-    for low, high in zip(edges, edges[1:]):
-        if minutes < high:
-            return f"{low}-{high} min" if minutes >= low else f"<{high} min"
-    return f"{edges[-1]}+ min"
+    if minutes < edges[0]:
+        return f"<{edges[0]} min"
+    low, high = next(((a, b) for a, b in zip(edges, edges[1:]) if minutes < b), (edges[-1], None))
+    return f"{low}+ min" if high is None else f"{low}-{high} min"
 
 
 def statistics(records: list[dict], state: Any, thresholds: dict[str, float], chat: dict) -> dict:
@@ -106,8 +106,8 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
 
 
-def write_page(out: Path, stats: dict, state: Any, records: list[dict]) -> None:
-    """stats.json, stats.md and the figures."""
+def write_page(out: Path, stats: dict, state: Any, records: list[dict], stage_order: tuple[str, ...]) -> None:
+    """stats.json, stats.md and the figures (removal columns in `stage_order`)."""
     figures = out / "figures"
     figures.mkdir(parents=True, exist_ok=True)
     counts = [len(r["events"]) for r in records]
@@ -136,7 +136,7 @@ def write_page(out: Path, stats: dict, state: Any, records: list[dict]) -> None:
         )
     (out / "stats.json").write_text(json.dumps(stats, indent=1), encoding="utf-8")
     collect = [[s, c["raw"], c["kept"], f"{100 * c['ratio']:.2f}%"] for s, c in stats["collect"].items()]
-    stages = sorted({k.split("/")[0] for k in stats["removed_videos"]})
+    stages = [s for s in stage_order if any(k.startswith(f"{s}/") for k in stats["removed_videos"])]
     removed = [
         [s, *(stats["removed_videos"].get(f"{stage}/{s}", 0) for stage in stages), stats["v2t"][s]["removed"]]
         for s in stats["collect"]
@@ -163,7 +163,7 @@ def write_page(out: Path, stats: dict, state: Any, records: list[dict]) -> None:
         "## Video length",
         _table(["length", "videos"], list(stats["video_length"].items())),
         "![video length](figures/video_length.png)",
-        "## LLM calls",
+        "## LLM calls in this run (answers already cached are not counted)",
         _table(["stage", "videos", "calls", "cache hits", "calls per video", "failures"], llm) if llm else "none",
         "## Failures (rerun to retry)",
         "\n".join(f"- {f['stage']}: {f['video']}: {f['reason']}" for f in stats["failures"]) or "none",
