@@ -206,6 +206,25 @@ def test_llm_calls_per_video(finished):
     # q1's 4 QA pairs once each; one summary per surviving video (y1, y4, c1, a1, q1); one judge call
     # per test video (a1, y1, q1); the second write after the review asks nothing.
     assert (len(qa), len(summaries), len(judged), len(requests)) == (4, 5, 3, 12)
+    stats = json.loads((finished[0] / "out" / "stats.json").read_text())
+    assert stats["llm"] == {
+        "judge": {"videos": 3, "calls": 3, "calls_per_video": 1.0},
+        "qa-to-caption": {"videos": 1, "calls": 4, "calls_per_video": 4.0},
+        "summarise": {"videos": 5, "calls": 5, "calls_per_video": 1.0},
+    }
+
+
+def test_the_judge_can_ask_its_own_image_reading_endpoint(endpoint, tmp_path):
+    config = make_fixture(tmp_path, {"url": endpoint.url, **CHAT})
+    with FakeChatEndpoint(melon_responder()) as vision:
+        raw = yaml.safe_load(config.read_text())
+        raw["judge_chat"] = {"url": vision.url, **CHAT}
+        config.write_text(yaml.safe_dump(raw))
+        before = len(endpoint.requests)
+        reviewed_build(config, tmp_path / "out")
+        text = endpoint.requests[before:]
+        assert len(vision.requests) == 3 and all("image_url" in json.dumps(r["messages"]) for r in vision.requests)
+        assert len(text) == 9 and not any("image_url" in json.dumps(r["messages"]) for r in text)
 
 
 def test_output_passes_validate_melon_and_loads_in_melons_data_module(finished, capsys):
@@ -283,6 +302,9 @@ def test_a_failing_endpoint_resumes_without_repeating_a_call(endpoint, tmp_path)
     code = reviewed_build(config, out)
     again = [json.dumps(r["messages"]) for r in endpoint.requests[before:]]
     assert code == 0 and len(again) == 2 and all("Green paint is rolled" in t for t in again)  # y1's summary, judge
+    stats = json.loads((out / "stats.json").read_text())  # both runs' calls: y1's summary was asked 3 times
+    assert stats["llm"]["summarise"] == {"videos": 5, "calls": 7, "calls_per_video": 1.4}
+    assert stats["llm"]["judge"]["calls"] == 3 and stats["llm"]["qa-to-caption"]["calls"] == 4
     assert json.loads((out / "annotations.json").read_text()) == {"videos": EXPECTED}
 
 

@@ -61,10 +61,10 @@ def run(argv: list[str]) -> int:
     with OutputLock(args.out, name=f"build-melon-{shard}-of-{shards}"):
         build = Build(config, args.out, shard, shards)
         state = build.run(last)
-    llm = build.chat_summary()
+    llm = build.chat_summary()  # this run's calls
     print(
         f"build-melon: {len(state.videos)} videos after {last}; removed {len(state.removals)}; "
-        f"failed {len(state.failures)}; LLM calls {json.dumps({k: v['calls'] for k, v in llm.items()})}"
+        f"failed {len(state.failures)}; LLM calls (this run) {json.dumps({k: v['calls'] for k, v in llm.items()})}"
     )
     for failure in state.failures:
         print(f"failed at {failure['stage']}: {failure['video']}: {failure['reason']}")

@@ -92,8 +92,9 @@ class BuildConfig:
     prompts, K's range `min_events`-`max_events`, the fallback's grouping, frames per judged event)
     configure the LLM stages (lit_retrieval/melon_build/chat.py, llm_stages.py); `chat: null` runs
     `summarise` with the marked deterministic fallback and skips the judge (a `qa` source needs an
-    endpoint); `judge: false` skips the judge. `video_root` is the folder the output's video paths
-    are relative to (the data module's `video_root`)."""
+    endpoint); `judge_chat` (same keys as `chat`) sends the judge, which reads frames, to an
+    image-reading model (default: `chat`); `judge: false` skips the judge. `video_root` is the folder
+    the output's video paths are relative to (the data module's `video_root`)."""
 
     sources: list[SourceConfig]
     video_root: str = "."
@@ -103,6 +104,7 @@ class BuildConfig:
     split: SplitConfig = field(default_factory=SplitConfig)
     judge: bool = True
     chat: dict[str, Any] | None = None
+    judge_chat: dict[str, Any] | None = None
     llm: dict[str, Any] = field(default_factory=dict)
 
 
@@ -136,6 +138,7 @@ def check(config: BuildConfig) -> BuildConfig:
         raise ConfigError("sources: a 'qa' source is captioned by an LLM: configure the endpoint (chat:)")
     llm_settings(config.llm)
     chat_config(config.chat)
+    chat_config(config.judge_chat)
     models = [config.v2t.model, config.v2t.config, config.v2t.embedder]
     if sum(m is not None for m in models) != 1:
         raise ConfigError("v2t: give exactly one of model (a model folder), config (+ ckpt) or embedder")

@@ -101,27 +101,62 @@ class Build:
         self.shard, self.shards = shard, shards
         self.settings = llm_settings(config.llm)
         self.chat_config = chat_config(config.chat)
-        self._client: ChatClient | None = None
+        # the judge reads frames: its own (image-reading) endpoint when `judge_chat` is given
+        self.endpoints = {"text": self.chat_config, "judge": chat_config(config.judge_chat) or self.chat_config}
+        self._clients: dict[str, ChatClient] = {}
+        self._logged: Counter = Counter()  # (stage, video) -> calls already in the call log
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ helpers
     def cache(self, stage: str) -> StageCache:
         return StageCache(self.out, stage, self.shard, self.shards)
 
-    def client(self) -> ChatClient:
-        if self._client is None:
-            assert self.chat_config is not None
-            self._client = ChatClient(self.chat_config, self.out / "cache" / "chat")
-        return self._client
+    def client(self, role: str = "text") -> ChatClient:
+        """The chat client of `role` (`text`: qa-to-caption and summarise; `judge`), made on first use."""
+        with self._lock:
+            if role not in self._clients:
+                config = self.endpoints[role]
+                assert config is not None
+                self._clients[role] = ChatClient(config, self.out / "cache" / "chat")
+            return self._clients[role]
 
-    def llm_identity(self) -> Any:
-        """What an LLM stage's result depends on besides its input: the model and the prompts."""
-        chat = (
-            None
-            if self.chat_config is None
-            else [self.chat_config.model, self.chat_config.temperature, self.chat_config.extra_body]
-        )
+    def llm_identity(self, role: str = "text") -> Any:
+        """What an LLM stage's result depends on besides its input: the model, its sampling and the prompts."""
+        c = self.endpoints[role]
+        chat = None if c is None else [c.model, c.temperature, c.max_tokens, c.extra_body]
         return [chat, self.settings.fingerprint()]
+
+    def log_calls(self) -> None:
+        """Append the LLM calls made since the last log to OUT/cache/llm-calls/ (one file per shard), so
+        the statistics count every run's calls, also those of shards and of runs that were stopped."""
+        calls: Counter = Counter()
+        for client in self._clients.values():
+            calls.update(client.stats.calls)
+        new = calls - self._logged
+        if new:
+            folder = self.out / "cache" / "llm-calls"
+            folder.mkdir(parents=True, exist_ok=True)
+            with (folder / f"shard-{self.shard}-of-{self.shards}.jsonl").open("a", encoding="utf-8") as handle:
+                for (stage, video), n in sorted(new.items()):
+                    handle.write(json.dumps({"stage": stage, "video": video, "calls": n}) + "\n")
+            self._logged = calls
+
+    def llm_calls(self) -> dict[str, dict[str, Any]]:
+        """Per stage, over every run and shard of this build: videos asked about, calls, calls per video."""
+        calls: Counter = Counter()
+        for path in sorted((self.out / "cache" / "llm-calls").glob("*.jsonl")):
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    entry = json.loads(line)
+                    calls[(entry["stage"], entry["video"])] += entry["calls"]
+                except (ValueError, KeyError, TypeError):
+                    continue  # a line torn by a stopped run: its calls are not counted
+        out = {}
+        for stage in sorted({s for s, _ in calls}):
+            videos = [v for s, v in calls if s == stage]
+            total = sum(n for (s, _), n in calls.items() if s == stage)
+            out[stage] = {"videos": len(videos), "calls": total, "calls_per_video": round(total / len(videos), 3)}
+        return out
 
     def _llm_stage(
         self, stage: str, state: BuildState, uids: list[str], key_of: Callable[[str], str], ask: Callable[[str], Any]
@@ -156,8 +191,11 @@ class Build:
         return results
 
     def chat_summary(self) -> dict[str, Any]:
-        """LLM calls per stage of this process (`ChatStats.summary`); {} when none was asked."""
-        return {} if self._client is None else self._client.stats.summary()
+        """This process's LLM calls, cache hits, retries and failures per stage (`ChatStats.summary`)."""
+        out: dict[str, Any] = {}
+        for client in self._clients.values():
+            out.update(client.stats.summary())
+        return out
 
     # ------------------------------------------------------------------ stages
     def collect(self, everything: bool) -> BuildState:
@@ -255,13 +293,13 @@ class Build:
             state.splits[uid] = split_of(uid, self.config.split.test_fraction, self.config.split.seed)
 
     def judge(self, state: BuildState) -> None:
-        if not self.config.judge or self.chat_config is None:
+        if not self.config.judge or self.endpoints["judge"] is None:
             return
         uids = [uid for uid in state.videos if state.splits[uid] == "test"]
 
         def key_of(uid: str) -> str:
             video = state.videos[uid]
-            return stage_key("judge", video.path, file_stamp(video.path), state.events[uid], self.llm_identity())
+            return stage_key("judge", video.path, file_stamp(video.path), state.events[uid], self.llm_identity("judge"))
 
         def ask(uid: str) -> Any:
             video, events = state.videos[uid], state.events[uid]
@@ -269,7 +307,7 @@ class Build:
                 frames = [event_frames(video.path, e, self.settings.judge_frames) for e in events]
             except VideoDecodeError as err:
                 raise VideoRejected(uid, f"frames for the judge: {err.reason}") from None
-            return llm_stages.judge_events(self.client(), uid, frames, events, self.settings)
+            return llm_stages.judge_events(self.client("judge"), uid, frames, events, self.settings)
 
         state.verdicts.update(self._llm_stage("judge", state, uids, key_of, ask))
 
@@ -304,7 +342,7 @@ class Build:
             s.name: self.config.v2t.threshold if s.v2t_threshold is None else s.v2t_threshold
             for s in self.config.sources
         }
-        stats = report.statistics(records, state, thresholds, self.chat_summary())
+        stats = report.statistics(records, state, thresholds, self.llm_calls(), self.chat_summary())
         report.write_page(self.out, stats, state, records, STAGES)
         return records
 
@@ -326,11 +364,13 @@ class Build:
                 if stage in steps:
                     log.info("build-melon: stage %s over %d videos", stage, len(state.videos))
                     steps[stage](state)
+            self.log_calls()
             if "write" in order:
                 self.write(state)
         finally:
-            if self._client is not None:
-                self._client.close()
+            self.log_calls()
+            for client in self._clients.values():
+                client.close()
         return state
 
 

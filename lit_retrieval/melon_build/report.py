@@ -70,8 +70,9 @@ def length_bucket(seconds: float) -> str:
     return f"{low}+ min" if high is None else f"{low}-{high} min"
 
 
-def statistics(records: list[dict], state: Any, thresholds: dict[str, float], chat: dict) -> dict:
-    """The figures of the page (also written as stats.json)."""
+def statistics(records: list[dict], state: Any, thresholds: dict[str, float], llm: dict, this_run: dict) -> dict:
+    """The figures of the page (also written as stats.json): `llm` the calls per stage over the
+    whole build, `this_run` the chat client's figures (cache hits, retries, failures) of this run."""
     removed: Counter = Counter((r["stage"], r["source"]) for r in state.removals)
     reasons: Counter = Counter((r["stage"], r["reason"]) for r in state.removals)
     sources = list(state.collect_counts)
@@ -97,7 +98,8 @@ def statistics(records: list[dict], state: Any, thresholds: dict[str, float], ch
         "removal_reasons": {f"{stage}/{reason}": n for (stage, reason), n in sorted(reasons.items())},
         "v2t": v2t,
         "failures": state.failures,
-        "llm": chat,
+        "llm": llm,
+        "llm_this_run": this_run,
     }
 
 
@@ -142,10 +144,8 @@ def write_page(out: Path, stats: dict, state: Any, records: list[dict], stage_or
         for s in stats["collect"]
     ]
     v2t = [[s, r["threshold"], r["segments"], r["kept_pct"]] for s, r in stats["v2t"].items()]
-    llm = [
-        [stage, r["videos"], r["calls"], r["cache_hits"], r["calls_per_video"], r["failures"]]
-        for stage, r in stats["llm"].items()
-    ]
+    llm = [[stage, r["videos"], r["calls"], r["calls_per_video"]] for stage, r in stats["llm"].items()]
+    retries = {stage: r["retries"] for stage, r in stats["llm_this_run"].items() if r["retries"]}
     page = [
         "# MELON build statistics",
         f"{stats['videos']} videos {stats['splits']}, {stats['events']} events; summaries: {stats['summary_method']}",
@@ -163,8 +163,9 @@ def write_page(out: Path, stats: dict, state: Any, records: list[dict], stage_or
         "## Video length",
         _table(["length", "videos"], list(stats["video_length"].items())),
         "![video length](figures/video_length.png)",
-        "## LLM calls in this run (answers already cached are not counted)",
-        _table(["stage", "videos", "calls", "cache hits", "calls per video", "failures"], llm) if llm else "none",
+        "## LLM calls (every run and shard of this build; retried attempts included)",
+        _table(["stage", "videos", "calls", "calls per video"], llm) if llm else "none",
+        "Retries in this run: " + (", ".join(f"{s}: {r}" for s, r in retries.items()) or "none"),
         "## Failures (rerun to retry)",
         "\n".join(f"- {f['stage']}: {f['video']}: {f['reason']}" for f in stats["failures"]) or "none",
     ]
