@@ -190,6 +190,11 @@ class Build:
             state.remove(stage, uid, "rejected", results.pop(uid)["rejected"])
         return results
 
+    def v2t_thresholds(self) -> dict[str, float]:
+        """Each source's V2T threshold (its own, else `v2t.threshold`)."""
+        default = self.config.v2t.threshold
+        return {s.name: default if s.v2t_threshold is None else s.v2t_threshold for s in self.config.sources}
+
     def chat_summary(self) -> dict[str, Any]:
         """This process's LLM calls, cache hits, retries and failures per stage (`ChatStats.summary`)."""
         out: dict[str, Any] = {}
@@ -241,9 +246,7 @@ class Build:
 
     def v2t(self, state: BuildState) -> None:
         v2t = self.config.v2t
-        thresholds = {
-            s.name: v2t.threshold if s.v2t_threshold is None else s.v2t_threshold for s in self.config.sources
-        }
+        thresholds = self.v2t_thresholds()
         identity = v2t_identity(v2t)
         cache = self.cache("v2t")
         embedder = None
@@ -338,11 +341,7 @@ class Build:
             for uid, v in sorted(state.videos.items())
         ]
         dump(self.out / "annotations.json", {"videos": records})
-        thresholds = {
-            s.name: self.config.v2t.threshold if s.v2t_threshold is None else s.v2t_threshold
-            for s in self.config.sources
-        }
-        stats = report.statistics(records, state, thresholds, self.llm_calls(), self.chat_summary())
+        stats = report.statistics(records, state, self.v2t_thresholds(), self.llm_calls(), self.chat_summary())
         report.write_page(self.out, stats, state, records, STAGES)
         return records
 
