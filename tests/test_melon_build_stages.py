@@ -1,6 +1,7 @@
 """build-melon's pieces against the outside world: the stage cache after a torn write, the seeded
 split and shard rules, the collect formats and rules on hand-written files, and V2T with a tiny
-GVE model loaded as the project loads any item embedder."""
+GVE model folder and with a tiny CLIP dual encoder from its training config, loaded as the project
+loads any item embedder."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from lit_retrieval.data.annotations import save_annotations
 from lit_retrieval.data.media import MediaItem
@@ -19,6 +21,7 @@ from lit_retrieval.melon_build.pipeline import shard_of, split_of
 from lit_retrieval.melon_build.report import length_bucket
 from lit_retrieval.melon_build.sources import Segment, collect
 from lit_retrieval.melon_build.stage_cache import StageCache
+from fit_configs import clip_fit_config
 from melon_build_fixture import A1, write_colour_video
 
 
@@ -162,3 +165,20 @@ def test_video_lengths_fall_in_the_page_s_minute_buckets():
         "60+ min",
         "60+ min",
     ]
+
+
+def test_v2t_with_a_dual_encoder_from_its_training_config(tmp_path, tiny_clip):
+    """`v2t.config`: a CLIP dual encoder built from a training config (frames as its data module
+    samples them: 2 frames of 32 px), scoring each segment against its window."""
+    config = clip_fit_config(tiny_clip, tmp_path, {"max_epochs": 1}, data={"num_frames": 2, "image_size": 32})
+    path = tmp_path / "train.yaml"
+    path.write_text(yaml.safe_dump(config))
+    video = tmp_path / "a1.mp4"
+    write_colour_video(video, 13, [(s / 10, e / 10, c) for s, e, _, c in A1])
+    embedder = load_embedder(V2TConfig(config=str(path)))
+    segments = tuple(Segment(s / 10, e / 10, t) for s, e, t, _ in A1)
+    scores = segment_similarities(embedder, str(video), segments, batch_size=2)
+    windows = embedder.embed([MediaItem(video=str(video), start=s.start, end=s.end) for s in segments])
+    texts = embedder.embed([MediaItem(text=s.text) for s in segments])
+    assert scores == pytest.approx((windows * texts).sum(-1).tolist(), abs=1e-5)
+    assert all(-1 <= x <= 1 for x in scores)
