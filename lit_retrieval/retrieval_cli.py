@@ -23,6 +23,7 @@ from lit_retrieval.callbacks.metrics_report import MetricsReport
 from lit_retrieval.callbacks.resume_checkpoint import ResumeCheckpoint
 from lit_retrieval.checkpoint_io import SafeCheckpointIO, check_checkpoint_file, newest_resume_checkpoint
 from lit_retrieval.config_errors import ExplainingArgumentParser
+from lit_retrieval.errors import UsageError
 
 
 class RetrievalCLI(LightningCLI):
@@ -34,7 +35,7 @@ class RetrievalCLI(LightningCLI):
 
     `--ckpt_path newest` resumes the newest (by stored global step) of Lightning's Slurm
     `hpc_ckpt_*.ckpt` in `default_root_dir` and the `ModelCheckpoint`s' last checkpoints, or
-    starts afresh when there is none (`checkpoint_io.newest_resume_checkpoint`); the Slurm
+    starts afresh when there is none (validate/test: an error) (`checkpoint_io.newest_resume_checkpoint`); the Slurm
     templates pass it. Lightning's own choice under Slurm (`ckpt_path=None`) is the highest
     hpc checkpoint, even when a later stop wrote a newer last.ckpt."""
 
@@ -78,6 +79,9 @@ class RetrievalCLI(LightningCLI):
                 if isinstance(callback, ModelCheckpoint):
                     last |= callback._find_last_checkpoints(self.trainer)
             newest = newest_resume_checkpoint(self.trainer.default_root_dir, last)
+            if newest is None and subcommand != "fit":  # evaluating the untrained model would be silently wrong
+                where = self.trainer.default_root_dir
+                raise UsageError(where, "--ckpt_path newest: no hpc_ckpt_*.ckpt or last checkpoint of this run")
             kwargs["ckpt_path"] = None if newest is None else str(newest)
             rank_zero_info(f"--ckpt_path newest: {newest or 'no checkpoint yet, starting afresh'}")
         return kwargs

@@ -149,3 +149,23 @@ def test_the_fit_template_resumes_a_newer_last_checkpoint_over_a_stale_hpc_one(t
     assert done.returncode == 0, done.stderr[-3000:]
     assert start.read_text().split() == ["8"]
     assert checkpoint_step(run / "checkpoints" / "last.ckpt") == 12
+
+
+def test_evaluating_the_newest_checkpoint_of_a_run_without_one_is_refused(tmp_path, tiny_clip, corpus, capsys):
+    """`lit-retrieval test --ckpt_path newest` (eval.sbatch with CKPT=newest) on a run folder with no
+    checkpoint: one error line naming the folder, exit status 2 (not a test of the untrained model)."""
+    import yaml
+
+    from fit_configs import clip_fit_config
+    from lit_retrieval.cli import main
+
+    run = tmp_path / "run"
+    config = tmp_path / "test.yaml"
+    trainer = {"default_root_dir": str(run), "logger": False, "enable_progress_bar": False}
+    config.write_text(yaml.safe_dump(clip_fit_config(tiny_clip, corpus, trainer, data={"test_split": "test"})))
+    with pytest.raises(SystemExit) as stopped:
+        main(["test", "--config", str(config), "--ckpt_path", "newest"])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    reason = "--ckpt_path newest: no hpc_ckpt_*.ckpt or last checkpoint of this run"
+    assert err[-1] == f"lit-retrieval test: {run}: {reason}"
