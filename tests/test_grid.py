@@ -258,7 +258,7 @@ def test_an_interrupted_fit_resumes_the_newest_of_hpc_and_last_checkpoints(local
     os.utime(run / "hpc_ckpt_1.ckpt", (1e9, 1e9))
     assert run_command("grid", ["plan.yaml", "--out", str(runs), "--local"]) == 0
     resumed = (run / "fit.log").read_text().rsplit("\n$ lit-retrieval fit", 1)[1]  # this attempt's output
-    assert f"--ckpt_path newest: {run / 'checkpoints' / 'last.ckpt'}" in resumed
+    assert f"--ckpt_path newest: {Path.cwd() / run / 'checkpoints' / 'last.ckpt'}" in resumed
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 2
     assert (run / "done.json").is_file()
 
