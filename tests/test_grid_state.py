@@ -6,6 +6,7 @@ while what it names exists, and runs a run folder in one process at a time (its 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -116,10 +117,16 @@ def test_one_process_runs_a_run_folder_at_a_time(finished, capsys):
     assert sorted(p.name for p in run.iterdir() if p.name != ".run.lock.guard") == before
 
 
-def test_a_requeued_array_task_takes_over_its_own_earlier_lock(finished, monkeypatch):
+def test_a_requeued_array_task_takes_over_its_own_earlier_lock(finished, monkeypatch, tmp_path):
     """Slurm requeues an array task (maybe on another node); its earlier attempt's lock, held in
-    the name of the same JOB_TASK, must not keep it out. Another task's lock still does."""
+    the name of the same JOB_TASK, must not keep it out. The lock of a task that squeue still lists
+    does; that of a task Slurm no longer holds (cancelled on another node) does not."""
     run = finished / "a" / "seed0"
+    squeue = tmp_path / "bin" / "squeue"
+    squeue.parent.mkdir()
+    squeue.write_text("#!/bin/bash\necho 41_0; echo 41_1\n")
+    squeue.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{squeue.parent}:{os.environ['PATH']}")
     monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "41")
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "0")
     holder = {"host": "node-elsewhere", "pid": 1, "command": "lit-retrieval grid ...", "slurm": "41_0"}
@@ -129,3 +136,6 @@ def test_a_requeued_array_task_takes_over_its_own_earlier_lock(finished, monkeyp
     (run / ".run.lock").write_text(json.dumps({**holder, "slurm": "41_1"}))
     with pytest.raises(OutputLocked, match="node-elsewhere"):
         RunLock(run).acquire()
+    squeue.write_text("#!/bin/bash\necho 41_0\n")  # task 1 was cancelled
+    with RunLock(run) as lock:
+        assert lock.holder["slurm"] == "41_0"

@@ -253,8 +253,10 @@ def status(folder: Path) -> str:
 
 class RunLock(OutputLock):
     """One process runs a run folder at a time (`.run.lock`). Under Slurm the holder also records
-    its array task (`slurm`): a requeued task (same array job and task id, possibly on another node)
-    takes over its own earlier attempt's lock, which a host-and-pid check alone would refuse."""
+    its array task (`slurm`), which frees a lock whose holder a host-and-pid check cannot judge (it
+    ran on another node): a requeued task (the same array job and task id) takes over its own earlier
+    attempt's lock, and any task takes over the lock of an array task that Slurm no longer holds
+    (cancelled, or killed at its time limit)."""
 
     def __init__(self, folder: Path) -> None:
         super().__init__(folder, name="run")
@@ -263,14 +265,33 @@ class RunLock(OutputLock):
         return {**super()._me(), "slurm": _slurm_task()}
 
     def _stale(self, holder: dict[str, Any], host: str) -> bool:
-        mine = _slurm_task()
-        return (mine is not None and holder.get("slurm") == mine) or super()._stale(holder, host)
+        task = holder.get("slurm")
+        if isinstance(task, str) and (task == _slurm_task() or _slurm_task_ended(task)):
+            return True
+        return super()._stale(holder, host)
 
 
 def _slurm_task() -> str | None:
     """`ARRAYJOB_TASK` of the Slurm array task this process runs in, else None."""
     job, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
     return f"{job}_{task}" if job and task else None
+
+
+def _slurm_task_ended(task: str) -> bool:
+    """Whether Slurm no longer holds array task `task` (`JOB_TASK`): squeue does not list it, or no
+    longer knows the job. False when squeue cannot be asked (no Slurm here: the lock stays)."""
+    try:
+        done = subprocess.run(
+            ["squeue", "--noheader", "--array", "--format=%i", f"--jobs={task.split('_')[0]}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    if done.returncode:
+        return "Invalid job id" in done.stderr
+    return task not in done.stdout.split()
 
 
 def _step(args: list[str], log: Path, launcher: list[str]) -> int:
