@@ -168,8 +168,9 @@ def _entry_problem(entry: Any, frame_format: FrameFormat) -> str | None:
     """What makes an index line not an entry `CacheWriter.add` writes, None if nothing."""
     if not isinstance(entry, dict):
         return f"expected a JSON object, got {type(entry).__name__}"
-    if not isinstance(entry.get("video"), str) or not entry["video"]:
-        return f"'video' must be a path, got {entry.get('video', 'nothing')!r}"
+    video = entry.get("video")
+    if not (isinstance(video, str) and os.path.isabs(video) and "\0" not in video):
+        return f"'video' must be an absolute path, got {entry.get('video', 'nothing')!r}"
     for key in ("start", "end"):
         value = entry.get(key, "nothing")
         if value is not None and not (_is_number(value) and math.isfinite(value)):
