@@ -809,15 +809,15 @@ INDEX_FOLDERS: dict[str, tuple[Callable[[Path], Path], str, str]] = {
 }
 
 
-def index_folder_case(entry: str, name: str, subprocess: bool = False):
+def index_folder_case(entry: str, name: str, subprocess: bool = False, *extra: str):
     write, file, reason = INDEX_FOLDERS[name]
 
     def build(tmp: Path) -> Expect:
         index = write(tmp)
-        argv = ["search", str(index), "a dog"] if entry == "search" else ["serve", str(index), "--port", "0"]
+        argv = ["search", str(index), "a dog"] if entry == "search" else ["serve", str(index), "--port", "0", *extra]
         return Expect(argv, str(index / file) if file else str(index), reason)
 
-    CASES.append(Case(entry, name, build, subprocess))
+    CASES.append(Case(entry, " ".join((name, *extra)), build, subprocess))
 
 
 for _name in INDEX_FOLDERS:
@@ -825,6 +825,7 @@ for _name in INDEX_FOLDERS:
 for _name in ("meta.json without fingerprint", "videos.json shorter than the index", "videos.json empty"):
     index_folder_case("serve", _name, subprocess=_name == "videos.json empty")
 index_folder_case("serve", "built by another model")
+index_folder_case("serve", "videos.json shorter than the index", False, "--workers", "2")
 
 
 def query_case(name: str, extra: list[str], path: str, reason: str):
