@@ -74,6 +74,9 @@ def run(argv: list[str]) -> int:
 
         uvicorn.run(app_from_environment(), host=args.host, port=args.port, log_level="warning")
     else:
+        from lit_retrieval.search.index import VideoIndex
+
+        VideoIndex.load(args.index)  # a bad index folder: one line here, not an error in every worker
         uvicorn.run(
             "lit_retrieval.serve.loading:app_from_environment",
             factory=True,
