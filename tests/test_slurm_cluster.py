@@ -213,7 +213,8 @@ def test_preemption_signal_writes_the_hpc_checkpoint_requeues_and_the_job_loses_
     wait_for("the fit to reach step 5", marker.exists, job_id)
     subprocess.run(["scancel", "--signal=USR1", job_id], check=True)
     # Slurm holds a requeued job back about 2 minutes (its begin time); start it as soon as it is pending again
-    wait_for("the requeue", lambda: job(job_id).get("Restarts") == "1", job_id)
+    requeued = {"JobState": "PENDING", "Restarts": "1"}
+    wait_for("the requeue", lambda: requeued.items() <= job(job_id).items(), job_id)
     subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], capture_output=True)
     info = wait_for_end(job_id, restarts=1)
     log = output(run)
