@@ -9,6 +9,7 @@ from dataclasses import asdict, replace
 from lit_retrieval.search.index import VideoIndex
 from lit_retrieval.search.loading import ModelSpec, load_item_embedder
 from lit_retrieval.serve.app import Limits, SearchService, create_app
+from lit_retrieval.serve.guards import GuardedH11Protocol, default_allowed_hosts
 from lit_retrieval.serve.thumbnails import default_cache_dir, index_cache_dir
 
 CONFIG_ENV = "LIT_RETRIEVAL_SERVE_CONFIG"  # how `--workers N` hands the settings to each worker process
@@ -47,10 +48,13 @@ def settings_json(**settings) -> str:
 
 
 def app_from_environment():
-    """App factory for uvicorn worker processes: settings from `CONFIG_ENV`."""
+    """App factory for uvicorn worker processes: settings from `CONFIG_ENV` (`allowed_hosts` and the
+    limits' header timeout for the server, the rest for `load_service`)."""
     settings = json.loads(os.environ[CONFIG_ENV])
-    settings["limits"] = Limits(**settings["limits"]) if settings.get("limits") else None
-    return create_app(load_service(**settings))
+    limits = Limits(**settings["limits"]) if settings.get("limits") else Limits()
+    allowed_hosts = tuple(settings.pop("allowed_hosts", None) or default_allowed_hosts("127.0.0.1"))
+    GuardedH11Protocol.header_timeout_s = limits.header_timeout_s
+    return create_app(load_service(**{**settings, "limits": limits}), allowed_hosts)
 
 
 def is_loopback(host: str) -> bool:
