@@ -13,12 +13,13 @@ processes loads its own copy of the model and index. The port is taken before th
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import socket
 import sys
 
-from lit_retrieval.serve.app import Limits
+from lit_retrieval.serve.limits import Limits
 
 MB = 2**20
 
@@ -37,6 +38,22 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+class OneLineInterruptions(logging.Filter):
+    """A request cut short by its client (disconnect) or by shutdown (cancelled after
+    `--shutdown-timeout`) is logged as one line, not as uvicorn's traceback; other errors keep theirs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, (asyncio.CancelledError, ConnectionError)) or type(error).__name__ == "ClientDisconnect":
+            record.msg, record.args, record.exc_info = f"request cut short: {type(error).__name__}: {error}", (), None
+        return True
+
+
+def configure_logging() -> None:
+    logging.basicConfig(format="lit-retrieval serve: %(message)s", level=logging.WARNING)
+    logging.getLogger("uvicorn.error").addFilter(OneLineInterruptions())
+
+
 def serve_forever(app, sock: socket.socket, header_timeout_s: float, shutdown_timeout_s: float) -> None:
     """Serve `app` on the bound `sock` until SIGTERM/SIGINT: headers bounded by `header_timeout_s`
     (`GuardedH11Protocol`), open requests cut `shutdown_timeout_s` after the signal, log lines
@@ -45,11 +62,11 @@ def serve_forever(app, sock: socket.socket, header_timeout_s: float, shutdown_ti
 
     from lit_retrieval.serve.guards import GuardedH11Protocol
 
-    logging.basicConfig(format="lit-retrieval serve: %(message)s", level=logging.WARNING)
     GuardedH11Protocol.header_timeout_s = header_timeout_s
     config = uvicorn.Config(
         app, http=GuardedH11Protocol, log_level="warning", timeout_graceful_shutdown=shutdown_timeout_s
     )
+    configure_logging()  # after uvicorn's own logging set-up
     uvicorn.Server(config).run(sockets=[sock])
 
 
@@ -137,16 +154,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def run(argv: list[str]) -> int:
     args = parse_args(argv)
-    import uvicorn
-
-    from lit_retrieval.serve.guards import GuardedH11Protocol, default_allowed_hosts
-    from lit_retrieval.serve.loading import CONFIG_ENV, app_from_environment, is_loopback, settings_json
-
     try:
         sock = listening_socket(args.host, args.port)
     except OSError as err:
         print(f"lit-retrieval serve: cannot listen on {args.host}:{args.port}: {err.strerror}", file=sys.stderr)
         return 2
+    import uvicorn
+
+    from lit_retrieval.serve.guards import GuardedH11Protocol, default_allowed_hosts
+    from lit_retrieval.serve.loading import CONFIG_ENV, app_from_environment, is_loopback, settings_json
+
     if not is_loopback(args.host):
         print(
             f"lit-retrieval serve: listening on {args.host}, reachable from other machines; "
@@ -179,7 +196,7 @@ def run(argv: list[str]) -> int:
         serve_forever(app_from_environment(), sock, args.header_timeout, args.shutdown_timeout)
     else:
         sock.close()  # uvicorn's supervisor binds it again and hands it to the workers
-        logging.basicConfig(format="lit-retrieval serve: %(message)s", level=logging.WARNING)
+        configure_logging()
         uvicorn.run(
             "lit_retrieval.serve.loading:app_from_environment",
             factory=True,

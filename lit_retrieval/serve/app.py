@@ -20,7 +20,7 @@ import re
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -44,32 +44,12 @@ from lit_retrieval.serve.caches import ByteBoundedLRU
 from lit_retrieval.serve.guards import BodyGuard, HostGuard, WithoutRange, check_range, error_response
 from lit_retrieval.serve.moments import MomentFinder
 from lit_retrieval.serve.thumbnails import ThumbnailCache
-from lit_retrieval.serve.uploads import ClientGate, DecodeBounds, check_upload
+from lit_retrieval.serve.limits import Limits
+from lit_retrieval.serve.uploads import ClientGate, check_upload
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif"}
 PAGE = Path(__file__).parent / "static" / "index.html"
 log = logging.getLogger("lit_retrieval.serve")
-
-
-@dataclass(frozen=True)
-class Limits:
-    max_json_bytes: int = 64 * 1024  # a JSON search request
-    max_upload_bytes: int = 64 * 1024 * 1024  # an uploaded query image or video
-    max_k: int = 100
-    max_text_chars: int = 2000
-    max_events: int = 32
-    max_upload_pixels: int = DecodeBounds.max_pixels  # per decoded frame or image of an upload
-    max_upload_frames: int = DecodeBounds.max_frames  # decoded frames of an uploaded video
-    decode_timeout_s: float = DecodeBounds.timeout_s  # decoding one upload
-    header_timeout_s: float = 10.0  # request line and headers, from connect (or the last answer)
-    body_timeout_s: float = 60.0  # a whole request body, from its headers
-    text_cache_bytes: int = 16 * 2**20  # query vectors kept in memory
-    thumbnail_cache_bytes: int = 64 * 2**20  # thumbnails kept on disk
-    batch_window_ms: float = 2.0  # how long the batcher waits for more concurrent text queries
-
-    @property
-    def decode_bounds(self) -> DecodeBounds:
-        return DecodeBounds(self.max_upload_pixels, self.max_upload_frames, self.decode_timeout_s)
 
 
 class SearchRequest(BaseModel):

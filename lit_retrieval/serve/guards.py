@@ -22,6 +22,7 @@ from starlette.responses import FileResponse, JSONResponse
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 LOCAL_NAMES = ("localhost",)
+CLOSE = {"Connection": "close"}  # an answer given before the whole body was read ends the connection
 
 
 def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -95,10 +96,11 @@ class BodyGuard:
                 async with asyncio.timeout_at(deadline):
                     message = await receive()
             except TimeoutError:
-                raise HTTPException(408, f"the request body did not arrive within {self.timeout_s:g} s") from None
+                message = f"the request body did not arrive within {self.timeout_s:g} s"
+                raise HTTPException(408, message, CLOSE) from None
             received += len(message.get("body", b""))
             if received > limit:
-                raise HTTPException(413, f"request body over the limit of {limit} bytes")
+                raise HTTPException(413, f"request body over the limit of {limit} bytes", CLOSE)
             return message
 
         return await self.app(scope, guarded_receive, send)

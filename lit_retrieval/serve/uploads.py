@@ -14,18 +14,12 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import av
 from PIL import Image
 from starlette.exceptions import HTTPException
 
-
-@dataclass(frozen=True)
-class DecodeBounds:
-    max_pixels: int = 1920 * 1088  # per frame or image
-    max_frames: int = 3600  # decoded frames of a video (2 min at 30 fps)
-    timeout_s: float = 10.0
+from lit_retrieval.serve.limits import DecodeBounds
 
 
 def check_image(path: str, bounds: DecodeBounds) -> None:
