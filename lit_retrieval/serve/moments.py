@@ -7,7 +7,7 @@ highest score is the moment. The papers rank whole videos and say nothing about 
 the match is; equal windows are our choice (`--moment-segments`, 0 turns moments off). Window
 embeddings are computed the first time a video is found and kept in `EmbeddingCache` under the
 server's cache folder (keyed by model, file size/mtime and window) and in memory (`ByteBoundedLRU`,
-keyed by file, size and mtime), so later queries take one `stat` and a dot product per found video.
+keyed by the resolved file, size and mtime), so later queries take one `stat` and a dot product per found video.
 """
 
 from __future__ import annotations
@@ -61,10 +61,11 @@ class MomentFinder:
     def window_vectors(self, video: str) -> tuple[list[tuple[float, float]], np.ndarray] | None:
         """The windows of `video` and their embeddings; None when it cannot be decoded."""
         try:
-            stat = os.stat(video)
+            real = os.path.realpath(video)  # entries linking to one file share its windows
+            stat = os.stat(real)
         except OSError:
             return None
-        key = (video, stat.st_size, stat.st_mtime_ns)
+        key = (real, stat.st_size, stat.st_mtime_ns)
         known = self.memory.get(key)
         if known is not None:
             return known
