@@ -281,11 +281,16 @@ class SlowCountingEmbedder(AnnotationVectors):
 
 
 def test_concurrent_text_queries_share_one_forward_pass(corpus, tmp_path):
-    """Eight clients at once: each gets its own ranking (as a lone query gets it), in at most two passes."""
+    """Eight clients at once: each gets its own ranking (checked by brute force), in at most two
+    forward passes and two index searches."""
     index_dir = tmp_path / "index"
     make_service(corpus, index_dir, tmp_path / "c0")
     embedder = SlowCountingEmbedder(corpus)
-    service = SearchService(VideoIndex.load(index_dir), embedder, index_dir, tmp_path / "cache", 0)
+    index = VideoIndex.load(index_dir)
+    scans = []
+    exact_search = index.search
+    index.search = lambda queries, k: scans.append(len(queries)) or exact_search(queries, k)
+    service = SearchService(index, embedder, index_dir, tmp_path / "cache", 0)
     client = TestClient(create_app(service), base_url="http://localhost")
     texts = [concat_query(r.descriptions) for r in load_annotations(corpus / "annotations.json")[:8]]
     answers: dict[str, dict] = {}
@@ -299,6 +304,7 @@ def test_concurrent_text_queries_share_one_forward_pass(corpus, tmp_path):
     for thread in threads:
         thread.join(30)
     assert sum(embedder.passes) == 8 and len(embedder.passes) <= 2, embedder.passes
+    assert sum(scans) == 8 and len(scans) <= 2, scans  # and as many scans of the index
     reference = AnnotationVectors(corpus)  # brute force: every video's vector against the text's
     videos = reference.embed([MediaItem(video=p) for p in service.index.videos]).numpy()
     for text in texts:

@@ -13,8 +13,6 @@ processes loads its own copy of the model and index. The port is taken before th
 from __future__ import annotations
 
 import argparse
-import asyncio
-import logging
 import os
 import socket
 import sys
@@ -38,22 +36,6 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-class OneLineInterruptions(logging.Filter):
-    """A request cut short by its client (disconnect) or by shutdown (cancelled after
-    `--shutdown-timeout`) is logged as one line, not as uvicorn's traceback; other errors keep theirs."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        error = record.exc_info[1] if record.exc_info else None
-        if isinstance(error, (asyncio.CancelledError, ConnectionError)) or type(error).__name__ == "ClientDisconnect":
-            record.msg, record.args, record.exc_info = f"request cut short: {type(error).__name__}: {error}", (), None
-        return True
-
-
-def configure_logging() -> None:
-    logging.basicConfig(format="lit-retrieval serve: %(message)s", level=logging.WARNING)
-    logging.getLogger("uvicorn.error").addFilter(OneLineInterruptions())
-
-
 def serve_forever(app, sock: socket.socket, header_timeout_s: float, shutdown_timeout_s: float) -> None:
     """Serve `app` on the bound `sock` until SIGTERM/SIGINT: headers bounded by `header_timeout_s`
     (`GuardedH11Protocol`), open requests cut `shutdown_timeout_s` after the signal, log lines
@@ -61,6 +43,7 @@ def serve_forever(app, sock: socket.socket, header_timeout_s: float, shutdown_ti
     import uvicorn
 
     from lit_retrieval.serve.guards import GuardedH11Protocol
+    from lit_retrieval.serve.loading import configure_logging
 
     GuardedH11Protocol.header_timeout_s = header_timeout_s
     config = uvicorn.Config(
@@ -162,12 +145,18 @@ def run(argv: list[str]) -> int:
     import uvicorn
 
     from lit_retrieval.serve.guards import GuardedH11Protocol, default_allowed_hosts
-    from lit_retrieval.serve.loading import CONFIG_ENV, app_from_environment, is_loopback, settings_json
+    from lit_retrieval.serve.loading import (
+        CONFIG_ENV,
+        app_from_environment,
+        configure_logging,
+        is_loopback,
+        settings_json,
+    )
 
     if not is_loopback(args.host):
         print(
             f"lit-retrieval serve: listening on {args.host}, reachable from other machines; "
-            "the API has no authentication",
+            "the API has no authentication (clients must name it by an --allowed-host)",
             file=sys.stderr,
         )
     limits = Limits(

@@ -117,7 +117,7 @@ class SearchService:
         self.lock = threading.Lock()  # one embedding at a time: the model is not shared between threads
         turn_off_text_caches(embedder)
         self.text_vectors: ByteBoundedLRU[np.ndarray] = ByteBoundedLRU(self.limits.text_cache_bytes)
-        self.batcher = TextBatcher(embedder, self.lock, self.limits.batch_window_ms / 1000)
+        self.batcher = TextBatcher(embedder, self.lock, index.search, self.limits.batch_window_ms / 1000)
         self.uploads = ClientGate()
         self.thumbnails = ThumbnailCache(Path(cache_dir) / "thumbnails", self.limits.thumbnail_cache_bytes)
         self.moments = MomentFinder(embedder, moment_segments, cache_dir, self.lock)
@@ -173,25 +173,26 @@ class SearchService:
             return MediaItem(text=concat_query(request.events))
         return MediaItem(text=request.text)
 
-    def query_vector(self, query: MediaItem, instruction: str | None) -> np.ndarray:
-        """A text query from the cache or the batcher; any other query embedded on its own."""
+    def ranked(self, query: MediaItem, k: int, instruction: str | None) -> tuple[np.ndarray, list[tuple[str, float]]]:
+        """The query's vector and its top k: a new text through the batcher, a cached text or any
+        other query embedded on its own, then searched."""
         if query.modality not in self.embedder.modalities:
             accepted = sorted(self.embedder.modalities)
             raise HTTPException(422, f"this model embeds {accepted} queries, not {query.modality}")
-        if query.modality == "T":
-            key = (instruction, query.text)
-            vector = self.text_vectors.get(key)
-            if vector is None:
-                vector = self.batcher.embed(query.text, instruction)
-                self.text_vectors.put(key, vector)
-            return vector
-        with self.lock:
-            return self.embedder.embed([query], instruction, 1).numpy()[0]
+        key = (instruction, query.text)
+        vector = self.text_vectors.get(key) if query.modality == "T" else None
+        if query.modality == "T" and vector is None:
+            vector, hits = self.batcher.query(query.text, instruction, k)
+            self.text_vectors.put(key, vector)
+            return vector, hits
+        if vector is None:
+            with self.lock:
+                vector = self.embedder.embed([query], instruction, 1).numpy()[0]
+        return vector, self.index.search(vector[None], k)[0]
 
     def search(self, query: MediaItem, k: int, instruction: str | None, label: str) -> dict:
         started = time.perf_counter()
-        vector = self.query_vector(query, instruction)
-        hits = self.index.search(vector[None], k)[0]
+        vector, hits = self.ranked(query, k, instruction)
         results = []
         for rank, (path, score) in enumerate(hits, 1):
             video_id = self.ids[path]
