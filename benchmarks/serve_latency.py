@@ -181,7 +181,7 @@ def main() -> None:
         index = work / "index"
         write_synthetic_index(index, clips, args.size, embedder.fingerprint, dim, spec.__dict__)
         next_query = 0
-        for moments in (0, 4):
+        for moments in (4, 0):  # the RSS queries last, on the server with moments off
             server, port, startup = start_server(index, work, moments, args, env)
             try:
                 run_clients(port, 1, next_query, args.warmup, args.k, env)  # and the clips' moment windows
@@ -190,6 +190,7 @@ def main() -> None:
                     latencies = run_clients(port, clients, next_query, args.queries, args.k, env)
                     next_query += clients * args.queries
                     table.append({"moments": moments, "clients": clients, **summary(latencies)})
+                    print(json.dumps(table[-1]), file=sys.stderr, flush=True)  # progress
                 if moments == 0 and args.rss_queries:
                     before = rss_mb(server.pid)
                     run_clients(port, 8, next_query, args.rss_queries // 8, args.k, env)
