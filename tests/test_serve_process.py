@@ -69,6 +69,14 @@ def test_a_body_sent_too_slowly_gets_408(impatient):
     assert status == 408 and "body" in error["error"] and took < 5
 
 
+def test_malformed_http_gets_a_json_400(impatient):
+    with socket.create_connection(("127.0.0.1", impatient.port)) as sock:
+        sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+        answer, _ = read_answer(sock, 10)
+    status, error = json_status(answer)
+    assert status == 400 and error["status"] == 400
+
+
 @pytest.fixture()
 def server_process(corpus, tmp_path):
     """The helper server process (`serve_forever`, as the command runs it), shutdown timeout 1 s."""
