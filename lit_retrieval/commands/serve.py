@@ -184,6 +184,9 @@ def run(argv: list[str]) -> int:
     if args.workers == 1:  # load here, so a bad index or model fails before the server starts
         serve_forever(app_from_environment(), sock, args.header_timeout, args.shutdown_timeout)
     else:
+        from lit_retrieval.search.index import VideoIndex
+
+        VideoIndex.load(args.index)  # a bad index folder: one line here, not an error in every worker
         sock.close()  # uvicorn's supervisor binds it again and hands it to the workers
         configure_logging()
         uvicorn.run(
