@@ -88,14 +88,14 @@ class BodyGuard:
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
             return await error_response(413, f"request body over the limit of {limit} bytes")(scope, receive, send)
         received = 0
-        deadline = asyncio.get_running_loop().time() + self.timeout_s
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_s
 
         async def guarded_receive():
             nonlocal received
             try:
-                async with asyncio.timeout_at(deadline):
-                    message = await receive()
-            except TimeoutError:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+            except asyncio.TimeoutError:
                 message = f"the request body did not arrive within {self.timeout_s:g} s"
                 raise HTTPException(408, message, CLOSE) from None
             received += len(message.get("body", b""))
