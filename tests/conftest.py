@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,37 @@ from lit_retrieval.data.synthetic import SynthConfig, generate_corpus
 from lit_retrieval.models.encoders.tiny import save_tiny_clip
 
 SMALL = SynthConfig(num_videos=24, seed=3)
+SLURM_START = "bash slurm/local_cluster.sh start"
+
+
+def _slurm_partition_up() -> str | None:
+    """None when a real Slurm takes jobs here, else why not."""
+    if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
+        return "no Slurm client (sinfo, sbatch) on PATH"
+    try:
+        done = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=20)
+    except subprocess.TimeoutExpired:
+        return "sinfo did not answer in 20 s"
+    states = done.stdout.split()
+    if done.returncode != 0 or not any(s.rstrip("*~#").startswith(("idle", "mixed", "alloc")) for s in states):
+        return f"no Slurm node takes jobs (sinfo: {done.stdout.strip() or done.stderr.strip()!r})"
+    return None
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> None:
+    """A real Slurm (slurmctld + slurmd) on this machine, as `slurm/local_cluster.sh start` makes it.
+
+    Tests marked `slurm` take this fixture. Without a running cluster they skip here with the reason and
+    the command that starts one; under CI (`CI=true`, where `.ci/run` starts it) they fail instead.
+    """
+    why = _slurm_partition_up()
+    if why is None:
+        return
+    message = f"real Slurm needed: {why}; start it with `{SLURM_START}`"
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(message)
+    pytest.skip(message)
 
 
 @pytest.fixture(scope="session")
