@@ -118,6 +118,7 @@ def collate_items(items: list[dict[str, Any]]) -> dict[str, Any]:
         "video_id": [item["video_id"] for item in good],
         "events": [item["events"] for item in good],
         "skipped": [item["error"] for item in items if "error" in item],
+        "skipped_index": torch.tensor([item["index"] for item in items if "error" in item], dtype=torch.long),
         "duration": torch.tensor([item["duration"] for item in good], dtype=torch.float64),
     }
     for key in ("frames", "frame_mask", "frame_times"):
