@@ -1,14 +1,15 @@
-"""`lit-retrieval serve` against the one-shot `lit-retrieval search`: per-query latency (p50/p95) and
-queries/s of the running server, and the wall time of one `search` command, for indexes of 10^4 and
-10^5 videos. Prints one JSON line.
+"""`lit-retrieval serve` under load: per-query latency (p50/p95) with 1 and 8 concurrent clients,
+moments off and on, at 10^5 videos; the server's RSS before and after 10^4 distinct queries; and
+the wall time of one `lit-retrieval search` command for comparison. Prints one JSON line.
 
-The model is the quick-start one (configs/quickstart.yaml: CLIP4Clip-meanP with all-MiniLM-L6-v2 as
-text tower; its checkpoint with --ckpt, untrained weights otherwise: the cost is the same). The
-indexes hold synthetic unit vectors of the model's dimension under its fingerprint (embedding 10^5
-real videos takes hours on a CPU); the video files do not exist, so the server runs with moments off
-and a query costs one text embedding plus one faiss search, as in `search`. The server listens on
-127.0.0.1 only; a second process sends `--queries` distinct text queries one after another (each new
-to the text tower's cache) after `--warmup` untimed ones.
+The model is the quick-start one (configs/quickstart.yaml: CLIP4Clip-meanP, a tiny ViT and the
+packaged all-MiniLM-L6-v2 as text tower; its checkpoint with --ckpt, untrained weights otherwise:
+the cost is the same). The index holds synthetic unit vectors of the model's dimension under its
+fingerprint (embedding 10^5 real videos takes hours on a CPU); its 10^5 entries are symbolic
+links to `--clips` real synthetic clips, so the moment finder embeds real windows (once per clip,
+during the warm-up queries; the timed queries then find cached windows, as a running service
+does). Every query text is distinct (none is answered from the text cache). Clients are separate
+processes, each on one keep-alive connection to 127.0.0.1, sending one query after another.
 """
 
 from __future__ import annotations
@@ -32,33 +33,33 @@ SCENES = ["on a sandy field", "over a pitch black backdrop", "against a striped 
 
 
 def query_text(i: int) -> str:
-    """Distinct natural queries (none repeats, so no query is answered from the text cache)."""
+    """The i-th of an unbounded list of distinct natural queries."""
     return f"{SUBJECTS[i % 5]} {ACTIONS[(i // 5) % 6]} {SCENES[(i // 30) % 4]}" + (
         f", then stops after {i // 120 + 1} seconds" if i >= 120 else ""
     )
 
 
-def write_synthetic_index(out: Path, size: int, fingerprint: str, dim: int, spec: dict) -> None:
-    """An index folder as `lit-retrieval index` writes it, over `size` random unit vectors."""
+def write_synthetic_index(out: Path, clips: list[Path], size: int, fingerprint: str, dim: int, spec: dict) -> None:
+    """An index folder as `lit-retrieval index` writes it: `size` random unit vectors, entry i a link
+    to clip i mod len(clips)."""
     import faiss
     import numpy as np
 
-    out.mkdir(parents=True, exist_ok=True)
+    links = out / "videos"
+    links.mkdir(parents=True, exist_ok=True)
+    videos = []
+    for i in range(size):
+        link = links / f"video_{i:06d}.mp4"
+        link.symlink_to(clips[i % len(clips)])
+        videos.append(str(link))
     vectors = np.random.default_rng(size).standard_normal((size, dim)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     index = faiss.IndexFlatIP(dim)
     index.add(vectors)
     faiss.write_index(index, str(out / "index.faiss"))
-    (out / "videos.json").write_text(json.dumps([f"/synthetic/video_{i:06d}.mp4" for i in range(size)]))
-    meta = {
-        "fingerprint": fingerprint,
-        "model": spec,
-        "settings": {"kind": "flat"},
-        "dim": dim,
-        "count": size,
-        "failed": 0,
-    }
-    (out / "meta.json").write_text(json.dumps(meta))
+    (out / "videos.json").write_text(json.dumps(videos))
+    meta = {"fingerprint": fingerprint, "model": spec, "settings": {"kind": "flat"}, "dim": dim, "count": size}
+    (out / "meta.json").write_text(json.dumps({**meta, "failed": 0}))
 
 
 def free_port() -> int:
@@ -67,7 +68,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_until_up(port: int, server: subprocess.Popen, timeout: float = 300) -> float:
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    raise RuntimeError("no VmRSS")
+
+
+def wait_until_up(port: int, server: subprocess.Popen, timeout: float = 600) -> float:
     started = time.perf_counter()
     while time.perf_counter() - started < timeout:
         if server.poll() is not None:
@@ -82,131 +90,135 @@ def wait_until_up(port: int, server: subprocess.Popen, timeout: float = 300) -> 
     raise RuntimeError("the server did not come up")
 
 
-def client(port: int, queries: int, warmup: int, k: int) -> dict:
-    """Runs in its own process: send the queries over one keep-alive connection, time each."""
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+def client(port: int, first: int, queries: int, k: int) -> list[float]:
+    """Runs in its own process: queries `first`.. over one keep-alive connection; seconds of each."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
     latencies = []
-    for i in range(warmup + queries):
+    for i in range(first, first + queries):
         body = json.dumps({"text": query_text(i), "k": k})
         started = time.perf_counter()
         connection.request("POST", "/search", body, {"Content-Type": "application/json"})
         response = connection.getresponse()
         answer = json.loads(response.read())
-        elapsed = time.perf_counter() - started
+        latencies.append(time.perf_counter() - started)
         if response.status != 200 or len(answer["results"]) != k:
             raise RuntimeError(f"bad answer: {answer}")
-        if i >= warmup:
-            latencies.append(elapsed)
-    latencies.sort()
+    return latencies
+
+
+def run_clients(port: int, clients: int, first: int, queries: int, k: int, env: dict) -> list[float]:
+    """`clients` client processes at once, each sending `queries` distinct queries; all latencies."""
+    commands = [
+        [sys.executable, __file__, "--client", str(port), "--first", str(first + c * queries)]
+        + ["--queries", str(queries), "-k", str(k)]
+        for c in range(clients)
+    ]
+    processes = [subprocess.Popen(c, stdout=subprocess.PIPE, text=True, env=env) for c in commands]
+    latencies = []
+    for process in processes:
+        out, _ = process.communicate()
+        if process.returncode:
+            raise RuntimeError("a client failed")
+        latencies += json.loads(out.strip().splitlines()[-1])
+    return latencies
+
+
+def summary(latencies: list[float]) -> dict:
+    ordered = sorted(latencies)
     return {
-        "p50_ms": round(1000 * statistics.median(latencies), 2),
-        "p95_ms": round(1000 * latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))], 2),
-        "qps": round(len(latencies) / sum(latencies), 2),
-        "queries": len(latencies),
+        "p50_ms": round(1000 * statistics.median(ordered), 1),
+        "p95_ms": round(1000 * ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 1),
+        "queries": len(ordered),
     }
 
 
-def one_shot_search(index: Path, runs: int, k: int, env: dict) -> float:
-    """Median wall seconds of `lit-retrieval search INDEX TEXT` (a fresh process: imports, model, index, query)."""
-    times = []
-    for i in range(runs):
-        started = time.perf_counter()
-        command = ["search", str(index), query_text(1000 + i), "-k", str(k), "--json"]
-        subprocess.run([sys.executable, "-m", "lit_retrieval", *command], check=True, capture_output=True, env=env)
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+def one_shot_search(index: Path, k: int, env: dict) -> float:
+    """Wall seconds of `lit-retrieval search INDEX TEXT` (a fresh process: imports, model, index, query)."""
+    started = time.perf_counter()
+    command = ["search", str(index), query_text(10**7), "-k", str(k), "--json"]
+    subprocess.run([sys.executable, "-m", "lit_retrieval", *command], check=True, capture_output=True, env=env)
+    return time.perf_counter() - started
+
+
+def start_server(index: Path, work: Path, moments: int, args, env: dict) -> tuple[subprocess.Popen, int, float]:
+    port = free_port()
+    command = [sys.executable, "-m", "lit_retrieval", "serve", str(index), "--port", str(port)]
+    command += ["--moment-segments", str(moments), "--threads", str(args.threads), "--cache-dir", str(work / "cache")]
+    server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=work)
+    return server, port, wait_until_up(port, server)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=str(ROOT / "configs" / "quickstart.yaml"))
     parser.add_argument("--ckpt")
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
-    parser.add_argument("--queries", type=int, default=40, help="timed queries per size")
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--search-runs", type=int, default=1, help="one-shot `search` commands timed per size")
-    parser.add_argument("-k", type=int, default=10)
+    parser.add_argument("--size", type=int, default=100_000, help="videos in the index")
+    parser.add_argument("--clips", type=int, default=8, help="real clips the index entries link to")
+    parser.add_argument("--queries", type=int, default=40, help="timed queries per client")
+    parser.add_argument("--warmup", type=int, default=16)
+    parser.add_argument("--rss-queries", type=int, default=10_000, help="distinct queries between the RSS readings")
+    parser.add_argument("-k", type=int, default=12)
     parser.add_argument("--threads", type=int, default=1, help="the server's --threads")
-    parser.add_argument("--client", type=int, help=argparse.SUPPRESS)  # internal: run as the client of this port
+    parser.add_argument("--client", type=int, help=argparse.SUPPRESS)  # internal: run as a client of this port
+    parser.add_argument("--first", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.client:
-        print(json.dumps(client(args.client, args.queries, args.warmup, args.k)))
+        print(json.dumps(client(args.client, args.first, args.queries, args.k)))
         return
+    from lit_retrieval.data.media import MediaItem
+    from lit_retrieval.data.synthetic import SynthConfig, generate_corpus
     from lit_retrieval.search.loading import ModelSpec, load_item_embedder
 
     spec = ModelSpec(config=args.config, ckpt=args.ckpt).resolved()
     embedder = load_item_embedder(spec)
-    from lit_retrieval.data.media import MediaItem
-
     dim = int(embedder.embed([MediaItem(text="probe")]).shape[1])
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    results = {}
-    with tempfile.TemporaryDirectory(prefix="serve-latency-") as work:
-        for size in args.sizes:
-            index = Path(work) / f"index-{size}"
-            write_synthetic_index(index, size, embedder.fingerprint, dim, spec.__dict__)
-            port = free_port()
-            server = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "lit_retrieval",
-                    "serve",
-                    str(index),
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                    "--moment-segments",
-                    "0",
-                    "--threads",
-                    str(args.threads),
-                    "--cache-dir",
-                    str(Path(work) / "cache"),
-                ],
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                cwd=work,
-            )
+    table, rss = [], {}
+    with tempfile.TemporaryDirectory(prefix="serve-latency-") as folder:
+        work = Path(folder)
+        generate_corpus(work / "clips", SynthConfig(num_videos=args.clips, seed=1), workers=1, progress=False)
+        clips = sorted((work / "clips" / "videos").glob("*.mp4"))
+        index = work / "index"
+        write_synthetic_index(index, clips, args.size, embedder.fingerprint, dim, spec.__dict__)
+        next_query = 0
+        for moments in (4, 0):  # the RSS queries last, on the server with moments off
+            server, port, startup = start_server(index, work, moments, args, env)
             try:
-                startup = wait_until_up(port, server)
-                command = [
-                    sys.executable,
-                    __file__,
-                    "--client",
-                    str(port),
-                    "--queries",
-                    str(args.queries),
-                    "--warmup",
-                    str(args.warmup),
-                    "-k",
-                    str(args.k),
-                ]
-                measured = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
-                served = json.loads(measured.stdout.strip().splitlines()[-1])
+                run_clients(port, 1, next_query, args.warmup, args.k, env)  # and the clips' moment windows
+                next_query += args.warmup
+                for clients in (1, 8):
+                    latencies = run_clients(port, clients, next_query, args.queries, args.k, env)
+                    next_query += clients * args.queries
+                    table.append({"moments": moments, "clients": clients, **summary(latencies)})
+                    print(json.dumps(table[-1]), file=sys.stderr, flush=True)  # progress
+                if moments == 0 and args.rss_queries:
+                    before = rss_mb(server.pid)
+                    run_clients(port, 8, next_query, args.rss_queries // 8, args.k, env)
+                    next_query += args.rss_queries
+                    rss = {"rss_mb_before": before, "rss_mb_after": rss_mb(server.pid), "queries": args.rss_queries}
             finally:
                 server.terminate()
                 server.wait(30)
-            search_s = one_shot_search(index, args.search_runs, args.k, env)
-            results[str(size)] = {
-                **served,
-                "server_startup_s": round(startup, 2),
-                "search_command_s": round(search_s, 2),
-                "speedup_p50": round(search_s / (served["p50_ms"] / 1000), 1),
-            }
+        search_s = one_shot_search(index, args.k, env)
+    single = next(r["p50_ms"] for r in table if r["clients"] == 1 and r["moments"] == 0)
+    eight = next(r["p95_ms"] for r in table if r["clients"] == 8 and r["moments"] == 0)
     print(
         json.dumps(
             {
                 "benchmark": "serve_latency",
                 "model": "configs/quickstart.yaml",
                 "index": "flat",
+                "size": args.size,
                 "dim": dim,
                 "k": args.k,
                 "threads": args.threads,
                 "cpus": os.cpu_count(),
                 "load_avg_1m": round(os.getloadavg()[0], 2),
-                "sizes": results,
+                "server_startup_s": round(startup, 1),
+                "latency": table,
+                "p95_8_clients_over_p50_1_client": round(eight / single, 2),
+                "rss": rss,
+                "search_command_s": round(search_s, 1),
             }
         )
     )

@@ -5,16 +5,19 @@ target in one step, so a crash or a full disk while writing keeps the previous c
 name intact (Lightning's default writes into the target directly). Loading turns a truncated or
 corrupt file into a `CorruptCheckpointError` naming the file and the reason, instead of a pickle
 or zip traceback. `lit-retrieval` installs it on every strategy that uses a checkpoint IO
-(DeepSpeed writes its own directories).
+(DeepSpeed writes its own directories). `newest_resume_checkpoint` picks what a run resumes from:
+the newest, by stored global step, of Lightning's Slurm `hpc_ckpt_*.ckpt` and the last checkpoints.
 """
 
 from __future__ import annotations
 
 import errno
 import io
+import logging
 import os
 import pickle
 import zipfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,8 @@ from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from lit_retrieval.errors import InputError
+
+log = logging.getLogger(__name__)
 
 
 class CorruptCheckpointError(InputError, RuntimeError):
@@ -102,3 +107,50 @@ class SafeCheckpointIO(TorchCheckpointIO):
         return read_checkpoint(
             path, map_location=map_location or (lambda storage, loc: storage), weights_only=weights_only
         )
+
+
+def checkpoint_step(path: _PATH) -> int:
+    """The `global_step` stored in a Lightning checkpoint: a file, or a DeepSpeed checkpoint
+    directory (whose `<tag>/*model_states.pt` holds Lightning's keys). Tensors are memory-mapped,
+    not read, so this is cheap for a checkpoint of billions of weights."""
+    path = Path(path)
+    if path.is_dir():
+        states = sorted(path.glob("*/*model_states.pt"))
+        if not states:
+            raise CorruptCheckpointError(f"{path}: a directory without DeepSpeed model states (*/*model_states.pt)")
+        path = states[0]
+    check_checkpoint_file(path)
+    try:
+        checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+    except (EOFError, RuntimeError, zipfile.BadZipFile, pickle.UnpicklingError, ValueError) as err:
+        raise CorruptCheckpointError(f"{path}: corrupt or partial checkpoint ({type(err).__name__}: {err})") from None
+    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("global_step"), int):
+        raise CorruptCheckpointError(f"{path}: not a Lightning checkpoint (no global_step)")
+    return checkpoint["global_step"]
+
+
+def newest_checkpoint(candidates: Iterable[_PATH]) -> Path | None:
+    """The candidate holding the largest `global_step` (the later-written one on a tie), or None.
+    Step, not modification time, decides: a copied or touched file keeps its step. A candidate
+    that cannot be read is skipped with a warning (an older readable one resumes instead)."""
+    steps: dict[Path, tuple[int, float]] = {}
+    for candidate in map(Path, candidates):
+        if not candidate.exists() or candidate in steps:
+            continue
+        try:
+            steps[candidate] = (checkpoint_step(candidate), candidate.stat().st_mtime)
+        except (CorruptCheckpointError, OSError) as err:
+            log.warning("not resuming from %s: %s", candidate, err)
+    return max(steps, key=steps.__getitem__) if steps else None
+
+
+def newest_resume_checkpoint(run_dir: _PATH, last_checkpoints: Iterable[_PATH] | None = None) -> Path | None:
+    """The checkpoint a run in `run_dir` resumes from: the newest (by `global_step`) of
+    Lightning's Slurm `hpc_ckpt_*.ckpt` in `run_dir` and the last checkpoints, which are
+    `last_checkpoints` if given, else every `last*.ckpt` under `run_dir`. None: start afresh.
+
+    Why: Lightning resumes the highest-numbered hpc checkpoint whenever one exists under Slurm,
+    although a later stop (SIGTERM, an interval checkpoint) may have written a newer last.ckpt."""
+    run_dir = Path(run_dir)
+    last = run_dir.rglob("last*.ckpt") if last_checkpoints is None else last_checkpoints
+    return newest_checkpoint([*run_dir.glob("hpc_ckpt_*.ckpt"), *last])

@@ -12,15 +12,18 @@ from pathlib import Path
 
 import lightning as L
 from jsonargparse import ActionConfigFile
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from lit_retrieval import __version__
 from lit_retrieval.callbacks.metrics_report import MetricsReport
 from lit_retrieval.callbacks.resume_checkpoint import ResumeCheckpoint
-from lit_retrieval.checkpoint_io import SafeCheckpointIO, check_checkpoint_file
+from lit_retrieval.checkpoint_io import SafeCheckpointIO, check_checkpoint_file, newest_resume_checkpoint
 from lit_retrieval.config_errors import ExplainingArgumentParser
+from lit_retrieval.errors import UsageError
 
 
 class RetrievalCLI(LightningCLI):
@@ -28,7 +31,15 @@ class RetrievalCLI(LightningCLI):
     report after evaluation, a saved config that may be overwritten (resumed/requeued runs), and
     `ResumeCheckpoint` in every run (`resume_checkpoint.every_n_steps / every_n_minutes /
     on_signal`): interval and on-signal last checkpoints, logs that continue on resume, and exit
-    status 128 + signal (143 for SIGTERM, 130 for SIGINT) for a run stopped by a signal."""
+    status 128 + signal (143 for SIGTERM, 130 for SIGINT) for a run stopped by a signal.
+
+    `--ckpt_path newest` resumes the newest (by stored global step) of Lightning's Slurm
+    `hpc_ckpt_*.ckpt` in `default_root_dir` and the `ModelCheckpoint`s' last checkpoints, or
+    starts afresh when there is none (validate/test: an error) (`checkpoint_io.newest_resume_checkpoint`); the Slurm
+    templates pass it. Lightning's own choice under Slurm (`ckpt_path=None`) is the highest
+    hpc checkpoint, even when a later stop wrote a newer last.ckpt."""
+
+    NEWEST = "newest"
 
     def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
         super().__init__(
@@ -59,6 +70,21 @@ class RetrievalCLI(LightningCLI):
                 c.stop_signal for c in self.trainer.callbacks if isinstance(c, ResumeCheckpoint) and c.stop_signal
             ]
             raise SystemExit(128 + int(stopped[0] if stopped else signal.SIGTERM)) from None
+
+    def _prepare_subcommand_kwargs(self, subcommand: str) -> dict:
+        kwargs = super()._prepare_subcommand_kwargs(subcommand)
+        if kwargs.get("ckpt_path") == self.NEWEST:
+            last = set()
+            for callback in self.trainer.checkpoint_callbacks:
+                if isinstance(callback, ModelCheckpoint):
+                    last |= callback._find_last_checkpoints(self.trainer)
+            newest = newest_resume_checkpoint(self.trainer.default_root_dir, last)
+            if newest is None and subcommand != "fit":  # evaluating the untrained model would be silently wrong
+                where = self.trainer.default_root_dir
+                raise UsageError(where, "--ckpt_path newest: no hpc_ckpt_*.ckpt or last checkpoint of this run")
+            kwargs["ckpt_path"] = None if newest is None else str(newest)
+            rank_zero_info(f"--ckpt_path newest: {newest or 'no checkpoint yet, starting afresh'}")
+        return kwargs
 
     def instantiate_trainer(self, **kwargs) -> L.Trainer:
         """The configured trainer, with `SafeCheckpointIO` wherever the strategy uses Lightning's

@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 HEAD = "--model.init_args.head.init_args"
 TRAIN = {  # SALI training settings (SALI Tab. 3 rows)
-    "max": [f"{HEAD}.train_operator", "max"],
-    "ot": [f"{HEAD}.train_operator", "ot"],
+    "max": [f"{HEAD}.train_operator", "max", f"{HEAD}.train_penalty", "false"],
+    "ot": [f"{HEAD}.train_operator", "ot", f"{HEAD}.train_penalty", "false"],
     "max_pen": [f"{HEAD}.train_operator", "max", f"{HEAD}.train_penalty", "true"],
     "ot_pen": [f"{HEAD}.train_operator", "ot", f"{HEAD}.train_penalty", "true"],
 }

@@ -11,17 +11,21 @@ import torch
 
 
 class PauseAtStep(L.Callback):
-    """After optimizer step `step`, writes `marker` and waits (up to a minute) for a SIGTERM: the
-    test kills the process meanwhile (or sends SIGTERM, after which training goes on)."""
+    """After optimizer step `step`, writes `marker` and waits (up to a minute) for a SIGTERM, or
+    for the file `release` to appear: the test kills the process meanwhile (or sends SIGTERM, after
+    which training goes on, or a signal whose handler writes `release`, e.g. Lightning's hpc
+    checkpoint on SIGUSR1)."""
 
-    def __init__(self, step: int, marker: str) -> None:
-        self.step, self.marker = step, marker
+    def __init__(self, step: int, marker: str, release: str | None = None) -> None:
+        self.step, self.marker, self.release = step, marker, release
 
     def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
         if trainer.global_step == self.step:
             Path(self.marker).write_text(str(self.step))
             deadline = time.monotonic() + 60
             while not trainer.received_sigterm and time.monotonic() < deadline:
+                if self.release is not None and Path(self.release).exists():
+                    break
                 time.sleep(0.02)
 
 
@@ -52,3 +56,14 @@ class SignalAtStep(L.Callback):
             import os
 
             os.kill(os.getpid(), self.signum)
+
+
+class RecordStartStep(L.Callback):
+    """Appends the global step at which training starts (the resumed step) to `path`, a line per start."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        with open(self.path, "a") as handle:
+            handle.write(f"{trainer.global_step}\n")

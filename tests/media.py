@@ -1,5 +1,6 @@
 """Test videos with known content, written with PyAV."""
 
+import math
 from fractions import Fraction
 from pathlib import Path
 
@@ -93,3 +94,27 @@ def full_decode(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, 
     times = np.array([t for t, _, _ in decoded]) - first
     assert (np.diff(times) > 0).all()
     return times, np.stack([f for _, f, _ in decoded]), np.array([k for _, _, k in decoded]), end - first, rate
+
+
+def write_video_with_audio(
+    path: Path, video_seconds: float, audio_seconds: float, fps: int = 8, rate: int = 8000
+) -> Path:
+    """Noise frames (mpeg4) for `video_seconds` and a silent AAC track of `audio_seconds`, as phones
+    and screen recorders write when the sound outlasts the picture."""
+    rng = np.random.default_rng(0)
+    with av.open(str(path), mode="w") as container:
+        video = container.add_stream("mpeg4", rate=fps)
+        video.width, video.height, video.pix_fmt = 32, 32, "yuv420p"
+        audio = container.add_stream("aac", rate=rate, layout="mono")
+        for k in range(round(video_seconds * fps)):
+            frame = av.VideoFrame.from_ndarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8), format="rgb24")
+            frame.pts = k
+            container.mux(video.encode(frame))
+        container.mux(video.encode(None))
+        samples = 1024
+        for k in range(math.ceil(audio_seconds * rate / samples)):
+            sound = av.AudioFrame.from_ndarray(np.zeros((1, samples), dtype=np.float32), format="fltp", layout="mono")
+            sound.sample_rate, sound.pts = rate, k * samples
+            container.mux(audio.encode(sound))
+        container.mux(audio.encode(None))
+    return path

@@ -84,13 +84,19 @@ def free_port() -> int:
 
 
 class LiveServer:
-    """uvicorn serving `service` on 127.0.0.1 in a thread (stopped on exit)."""
+    """uvicorn serving `service` on 127.0.0.1 in a thread, with the `serve` command's protocol
+    (header deadline: the service's limits) (stopped on exit)."""
 
     def __init__(self, service: SearchService) -> None:
         import uvicorn
 
+        from lit_retrieval.serve.guards import GuardedH11Protocol
+
+        GuardedH11Protocol.header_timeout_s = service.limits.header_timeout_s
         self.port = free_port()
-        config = uvicorn.Config(create_app(service), host="127.0.0.1", port=self.port, log_level="warning")
+        config = uvicorn.Config(
+            create_app(service), host="127.0.0.1", port=self.port, log_level="warning", http=GuardedH11Protocol
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
@@ -110,3 +116,20 @@ class LiveServer:
     def __exit__(self, *exc) -> None:
         self.server.should_exit = True
         self.thread.join(10)
+
+
+def serve_in_this_process(corpus: str, index: str, cache: str, port: str, shutdown_timeout_s: str) -> None:
+    """A server process as `lit-retrieval serve` runs one (`serve_forever`: signals, timeouts, logs),
+    over the annotation-vector index (no model to load); prints "ready" once listening."""
+    from lit_retrieval.commands.serve import listening_socket, serve_forever
+
+    sock = listening_socket("127.0.0.1", int(port))
+    service = SearchService(VideoIndex.load(index), AnnotationVectors(Path(corpus)), index, cache, moment_segments=2)
+    print("ready", flush=True)
+    serve_forever(create_app(service), sock, service.limits.header_timeout_s, float(shutdown_timeout_s))
+
+
+if __name__ == "__main__":
+    import sys
+
+    serve_in_this_process(*sys.argv[1:])

@@ -47,3 +47,18 @@ class RecordBatches(L.Callback):
                 {"batches": self.rows, "curriculum": curriculum, "val": getattr(module, "eval_results", {}).get("val")}
             )
         )
+
+
+class RecordEvaluation(L.Callback):
+    """Writes each rank's test metrics (`module.eval_results["test"]`) to `<out>/rank<r>.json`."""
+
+    def __init__(self, out: str) -> None:
+        self.out = out
+
+    def on_test_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        import json
+        from pathlib import Path
+
+        Path(self.out).mkdir(parents=True, exist_ok=True)
+        results = getattr(module, "eval_results", {}).get("test")
+        (Path(self.out) / f"rank{trainer.global_rank}.json").write_text(json.dumps(results))

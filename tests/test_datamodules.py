@@ -171,11 +171,11 @@ def test_activitynet_timestamp_repair(tmp_path):
 
 def test_didemo_chunks_order_and_extension():
     train = by_id(DiDeMoParser(video_ext=".mp4").load(FIXTURES / "didemo" / "train_data.json", "train"))
-    dog = train["55512345@N00_4412345678_0a1b2c3d4e.mov"]
-    assert dog.path == "55512345@N00_4412345678_0a1b2c3d4e.mp4" and dog.duration == 30.0
+    dog = train["55512345@N00_4412345678_0a1b2c3d4e"]
+    assert dog.path == "55512345@N00_4412345678_0a1b2c3d4e.mov.mp4" and dog.duration == 30.0
     assert dog.descriptions == ["a man throws a stick", "the dog leaps off the dock into the lake"]  # by start time
     assert dog.events[1].intervals == ((8.75, 16.25),) and dog.events[0].intervals == ((0.0, 6.25),)
-    assert train["77@N01_123_ffee.mp4"].duration == 25.0
+    assert train["77@N01_123_ffee"].duration == 25.0
 
 
 @pytest.mark.parametrize(
@@ -198,7 +198,7 @@ def test_didemo_bad_moment_is_dropped_alone(tmp_path, change, reason):
     collector = RecordCollector("skip")
     videos = by_id(DiDeMoParser().load(path, "train", collector))
     assert (
-        videos["55512345@N00_4412345678_0a1b2c3d4e.mov"].descriptions == ["a man throws a stick"]
+        videos["55512345@N00_4412345678_0a1b2c3d4e"].descriptions == ["a man throws a stick"]
         and len(collector.dropped) == 1
     )
 

@@ -15,11 +15,11 @@ FPS = 4  # frames at 0, 0.25, 0.5, ... s
 @pytest.fixture(scope="module")
 def didemo_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("didemo")
-    write_noise_video(root / "long.mp4", seconds=40, fps=FPS, width=32, height=32)
+    write_noise_video(root / "long.mov.mp4", seconds=40, fps=FPS, width=32, height=32)
     moment = {
         "annotation_id": 1,
         "description": "a boat leaves the harbour",
-        "video": "long.mp4",
+        "video": "long.mov",  # saved by the release's downloader as long.mov.mp4
         "times": [[0, 1], [0, 2]],
         "num_segments": 6,
     }

@@ -51,6 +51,7 @@ RUN_OUTPUT_NAMES = {
     "run.json",
     "grid.json",
     "submissions.jsonl",
+    "slurm.json",
     "report.md",  # lit-retrieval report
     "report.csv",
     "report.png",

@@ -1,7 +1,8 @@
 """Frame cache (`lit-retrieval cache-frames` + `data.init_args.frame_cache`): frames read back equal
 the frames decoded on the fly (real mp4 files written with PyAV: VFR with B-frames, an offset start,
-constant rate), mismatched parameters and changed videos are refused, an interrupted run resumes to
-the same bytes, array shards merge, undecodable videos follow `on_bad_video`, JPEG costs a bounded PSNR,
+constant rate), mismatched parameters are refused, changed videos, frames cut short and unreadable
+index lines are named and decoded again, an interrupted run (also by a full disk) resumes to the same
+bytes, array shards merge, undecodable videos follow `on_bad_video`, JPEG costs a bounded PSNR,
 and GVE's clips read from the cache equal its own sampling."""
 
 from __future__ import annotations
@@ -18,7 +19,14 @@ import yaml
 
 from lit_retrieval.commands import run_command
 from lit_retrieval.data import MultiEventDataModule
-from lit_retrieval.data.frame_cache import CacheJob, CacheWriter, FrameCache, FrameCacheMismatch
+from lit_retrieval.data.frame_cache import (
+    CacheJob,
+    CacheWriter,
+    CorruptFrameCache,
+    FrameCache,
+    FrameCacheMismatch,
+    StaleCacheEntry,
+)
 from lit_retrieval.data.video import VideoDecodeError
 from media import write_noise_video, write_timed_video
 
@@ -166,21 +174,140 @@ def test_other_sampling_parameters_are_refused(corpus, raw_cache):
     assert header["version"] == 1 and header["format"] == "raw" and header["sampling"]["num_frames"] == FRAMES
 
 
-def test_changed_video_is_refused(corpus, tmp_path):
-    (tmp_path / "videos").mkdir()
-    for name in ("noise_a", "noise_b"):
-        os.link(corpus / f"videos/{name}.mp4", tmp_path / f"videos/{name}.mp4")
+def _two_videos(root: Path) -> Path:
+    """`root` with noise_a (train) and noise_b (test) as fresh files (changed later by the tests)."""
+    (root / "videos").mkdir()
+    write_noise_video(root / "videos/noise_a.mp4", seconds=3, seed=1)
+    write_noise_video(root / "videos/noise_b.mp4", seconds=4, width=40, height=56, seed=2)
     records = [_record("noise_a", "train", 3.0), _record("noise_b", "test", 4.0)]
-    (tmp_path / "annotations.json").write_text(
+    (root / "annotations.json").write_text(
         json.dumps({"format": "lit-retrieval/multi-event", "version": 1, "videos": records})
     )
-    (tmp_path / "videos/noise_a.mp4").unlink()
-    write_noise_video(tmp_path / "videos/noise_a.mp4", seconds=3, seed=1)
-    assert _cache(tmp_path, tmp_path / "cache") == 0
-    write_noise_video(tmp_path / "videos/noise_a.mp4", seconds=3, seed=9)  # new content, same name
-    dataset = _module(tmp_path, frame_cache=str(tmp_path / "cache")).datasets["train"]
-    with pytest.raises(FrameCacheMismatch, match=r"noise_a.mp4: changed since it was cached"):
-        dataset[0]
+    return root
+
+
+def _decoded(root: Path, name: str) -> np.ndarray:
+    from lit_retrieval.data.video import SamplingSpec, sample_video
+
+    return sample_video(root / f"videos/{name}.mp4", SamplingSpec(FRAMES, SIZE)).frames
+
+
+def _cached(root: Path, cache: Path, name: str, **kwargs) -> np.ndarray:
+    cached = FrameCache(cache, json.loads((cache / "cache.json").read_text())["sampling"])
+    return cached.get(root / f"videos/{name}.mp4", **kwargs).frames
+
+
+def test_changed_video_is_named_skipped_and_decoded_again(tmp_path, capsys):
+    root = _two_videos(tmp_path)
+    assert _cache(root, tmp_path / "cache") == 0
+    write_noise_video(root / "videos/noise_a.mp4", seconds=3, seed=9)  # new content, same name
+    skipped = _module(root, frame_cache=str(tmp_path / "cache")).datasets["train"][0]  # on_bad_video: skip
+    assert "noise_a.mp4: changed since it was cached" in skipped["error"] and "frames" not in skipped
+    strict = MultiEventDataModule(
+        str(root / "annotations.json"), num_frames=FRAMES, image_size=SIZE, frame_cache=str(tmp_path / "cache")
+    )
+    strict.setup()
+    with pytest.raises(StaleCacheEntry, match=r"noise_a.mp4: changed since it was cached .*rerun lit-retrieval"):
+        strict.datasets["train"][0]
+    capsys.readouterr()
+    assert _cache(root, tmp_path / "cache") == 0
+    out = capsys.readouterr().out
+    assert f"{root}/videos/noise_a.mp4: changed since it was cached" in out
+    assert "(1 already cached, 1 decoded, 1 stale or unreadable entries dropped, 0 failed)" in out
+    assert np.array_equal(_cached(root, tmp_path / "cache", "noise_a"), _decoded(root, "noise_a"))
+    assert len(FrameCache(tmp_path / "cache", json.loads((tmp_path / "cache/cache.json").read_text())["sampling"])) == 2
+
+
+def test_frames_cut_short_are_never_read_and_are_decoded_again(tmp_path, capsys):
+    root = _two_videos(tmp_path)
+    cache = tmp_path / "cache"
+    assert _cache(root, cache) == 0
+    whole = _files(cache)
+    first = json.loads(whole["shard-00000-of-00001.index.jsonl"].splitlines()[0])
+    assert first["video"].endswith("noise_a.mp4")
+    with open(cache / "shard-00000-of-00001.frames", "r+b") as handle:
+        handle.truncate(first["lengths"][0] + 100)  # noise_b's frames, the second, cut short
+    item = _module(root, frame_cache=str(cache)).datasets["test"][0]  # on_bad_video: skip
+    assert "cut short" in item["error"] and "noise_b.mp4" in item["error"] and "frames" not in item
+    capsys.readouterr()
+    assert _cache(root, cache) == 0
+    out = capsys.readouterr().out
+    assert "noise_b.mp4: its frames in" in out and "cut short" in out
+    assert "(1 already cached, 1 decoded," in out  # not "2 already cached"
+    assert _files(cache) == whole  # the same bytes as the first run
+
+
+def test_unreadable_index_line_is_named_then_dropped_and_decoded_again(tmp_path, capsys):
+    root = _two_videos(tmp_path)
+    cache = tmp_path / "cache"
+    assert _cache(root, cache) == 0
+    whole = _files(cache)
+    index = cache / "shard-00000-of-00001.index.jsonl"
+    lines = whole["shard-00000-of-00001.index.jsonl"].splitlines(keepends=True)
+    index.write_bytes(lines[0] + b'{"video": "x", "garbage\n')
+    with pytest.raises(CorruptFrameCache, match=r"index.jsonl: line 2: not valid JSON"):
+        _module(root, frame_cache=str(cache))
+    capsys.readouterr()
+    assert _cache(root, cache) == 0
+    assert "index.jsonl: line 2: not valid JSON" in capsys.readouterr().out
+    assert _files(cache) == whole
+
+
+def test_cache_frames_writes_the_configs_own_frame_cache(tmp_path):
+    root = _two_videos(tmp_path)
+    config = _config(root, tmp_path / "train", frame_cache=str(tmp_path / "cache"))
+    assert run_command("cache-frames", ["--config", str(config)]) == 0  # no --out: the cache does not exist yet
+    assert np.array_equal(_cached(root, tmp_path / "cache", "noise_b"), _decoded(root, "noise_b"))
+
+
+@pytest.fixture()
+def small_disk(tmp_path, monkeypatch):
+    """A folder on a 48 KiB tmpfs (real ENOSPC), and how to make room; where mounting is not
+    allowed, an ordinary folder whose frame writes fail with ENOSPC (fsync) until room is made."""
+    import errno
+    import subprocess
+
+    folder = tmp_path / "disk"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48k", "tmpfs", str(folder)], capture_output=True)
+    if mounted.returncode == 0:
+        yield folder, lambda: subprocess.run(["mount", "-o", "remount,size=4m", str(folder)], check=True)
+        subprocess.run(["umount", str(folder)], check=True)
+        return
+    import lit_retrieval.data.frame_cache as frame_cache
+
+    calls = []
+
+    def full(fd):
+        calls.append(fd)
+        if len(calls) > 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(frame_cache.os, "fsync", full)
+    yield folder, monkeypatch.undo
+
+
+def test_full_disk_is_one_line_and_the_rerun_after_making_room_is_complete(
+    corpus, raw_cache, small_disk, capsys, monkeypatch
+):
+    from lit_retrieval.cli import main
+
+    folder, make_room = small_disk
+    out = folder / "cache"
+    config = _config(corpus, folder / "train")
+    monkeypatch.delenv("LIT_RETRIEVAL_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as finished:
+        main(["cache-frames", "--config", str(config), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert finished.value.code == 2 and "Traceback" not in err
+    assert err.strip().splitlines()[-1] == (
+        f"lit-retrieval cache-frames: {out}: No space left on device; the videos cached so far are kept: "
+        "make room and rerun lit-retrieval cache-frames to continue"
+    )
+    assert 0 < len((out / "shard-00000-of-00001.index.jsonl").read_bytes().splitlines()) < 5
+    make_room()
+    assert run_command("cache-frames", ["--config", str(config), "--out", str(out)]) == 0
+    assert _files(out) == _files(raw_cache)
 
 
 def test_missing_video_is_decoded_with_a_warning(corpus, tmp_path, caplog):

@@ -11,7 +11,6 @@ import os
 import shutil
 import signal
 import statistics
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -131,9 +130,10 @@ def local_grid(plan_dir, tmp_path_factory):
     work = tmp_path_factory.mktemp("local")
     shutil.copytree(plan_dir, work, dirs_exist_ok=True)
     previous, env = os.getcwd(), os.environ.copy()
+    launch = clean_launch_env(str(ROOT / "tests"))  # before clearing: it keeps PATH and this checkout's PYTHONPATH
     os.chdir(work)
     os.environ.clear()
-    os.environ.update(clean_launch_env(str(ROOT / "tests")))
+    os.environ.update(launch)
     try:
         assert run_command("grid", ["plan.yaml", "--out", "runs/grid", "--local"]) == 0
     finally:
@@ -216,17 +216,98 @@ def test_rerun_skips_finished_runs_and_missing_seeds_are_marked(local_grid, tmp_
     assert (runs / "meanp_mea" / "seed1" / "done.json").is_file()
 
 
-def fake_slurm(tmp_path: Path) -> dict[str, str]:
-    """`sbatch` that records its arguments and answers like Slurm; `srun` that records its own."""
+def _copy_grid(local_grid: Path, tmp_path: Path, monkeypatch) -> Path:
+    """A copy of the finished local grid to change, as the working directory, with a clean launch env."""
+    work = tmp_path / "work"
+    shutil.copytree(local_grid, work, symlinks=True)
+    monkeypatch.chdir(work)
+    for key in [
+        k for k in os.environ if k.startswith(("SLURM_", "MASTER_", "PL_")) or k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+    ]:
+        monkeypatch.delenv(key)
+    return Path("runs/grid")
+
+
+@pytest.mark.slow
+def test_a_finished_run_whose_metrics_file_is_gone_is_evaluated_again(local_grid, tmp_path, monkeypatch):
+    """Issue 24: done.json alone meant done, so a run whose metrics were lost was never repaired."""
+    runs = _copy_grid(local_grid, tmp_path, monkeypatch)
+    run = runs / "meanp" / "seed0"
+    (run / "logs" / "test" / "metrics.json").unlink()
+    before = {p: p.stat().st_size for p in runs.rglob("*.log")}
+    assert run_command("grid", ["plan.yaml", "--out", str(runs), "--local"]) == 0
+    assert {p for p in runs.rglob("*.log") if p.stat().st_size != before.get(p)} == {run / "test.log"}
+    done = json.loads((run / "done.json").read_text())
+    assert done["checkpoint"] == "checkpoints/last.ckpt" and (run / done["metrics"]).is_file()
+    assert "test" in json.loads((run / done["metrics"]).read_text())
+
+
+@pytest.mark.slow
+def test_an_interrupted_fit_resumes_the_newest_of_hpc_and_last_checkpoints(local_grid, tmp_path, monkeypatch):
+    """Issue 24: a stale hpc_ckpt_*.ckpt (step 1) hid a newer last.ckpt (step 2): the fit resumed
+    from neither (or the hpc one under Slurm). The grid resumes with `--ckpt_path newest`."""
+    import torch
+
+    runs = _copy_grid(local_grid, tmp_path, monkeypatch)
+    run = runs / "meanp" / "seed1"
+    for name in ("done.json", "fit.done"):
+        (run / name).unlink()
+    last = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)
+    assert last["global_step"] == 2
+    torch.save({**last, "global_step": 1}, run / "hpc_ckpt_1.ckpt")
+    os.utime(run / "hpc_ckpt_1.ckpt", (1e9, 1e9))
+    assert run_command("grid", ["plan.yaml", "--out", str(runs), "--local"]) == 0
+    resumed = (run / "fit.log").read_text().rsplit("\n$ lit-retrieval fit", 1)[1]  # this attempt's output
+    assert f"--ckpt_path newest: {Path.cwd() / run / 'checkpoints' / 'last.ckpt'}" in resumed
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 2
+    assert (run / "done.json").is_file()
+
+
+@pytest.mark.slow
+def test_a_deepspeed_checkpoint_directory_is_converted_before_the_evaluation(local_grid, tmp_path, monkeypatch):
+    """Issue 24: DeepSpeed writes last.ckpt as a directory, which the grid handed to `test`/`uvrb`
+    as it was. The grid runs `convert-checkpoint` first (once) and evaluates the file it writes.
+    The directory is built here in DeepSpeed's layout (`latest`, `<tag>/mp_rank_00_model_states.pt`):
+    DeepSpeed is not installed here, so the conversion stops the run with that reason, and the
+    evaluation never sees the directory; with DeepSpeed (the `gpu` extra) it converts."""
+    import importlib.util
+
+    import torch
+
+    runs = _copy_grid(local_grid, tmp_path, monkeypatch)
+    run = runs / "meanp" / "seed0"
+    (run / "done.json").unlink()
+    checkpoint = run / "checkpoints" / "last.ckpt"
+    state = torch.load(checkpoint, weights_only=False)
+    checkpoint.unlink()
+    (checkpoint / "checkpoint").mkdir(parents=True)
+    (checkpoint / "latest").write_text("checkpoint")
+    torch.save({**state, "module": state.pop("state_dict")}, checkpoint / "checkpoint" / "mp_rank_00_model_states.pt")
+    test_log = (run / "test.log").stat().st_size
+    code = run_command("grid", ["plan.yaml", "--out", str(runs), "--local"])
+    convert = (run / "convert.log").read_text()
+    assert f"$ lit-retrieval convert-checkpoint {checkpoint} {run / 'converted' / 'last.ckpt'}" in convert
+    if importlib.util.find_spec("deepspeed") is None:
+        assert code == 1 and "converting needs DeepSpeed" in convert
+        assert json.loads((run / "failed.json").read_text())["step"] == "convert-checkpoint"
+        assert (run / "test.log").stat().st_size == test_log and not (run / "done.json").exists()
+    else:
+        assert code == 0 and f"--ckpt_path {run / 'converted' / 'last.ckpt'}" in (run / "test.log").read_text()
+
+
+def fake_slurm(tmp_path: Path, queued: str = "") -> dict[str, str]:
+    """`sbatch` that records its arguments and answers like Slurm; `srun` that records its own;
+    `squeue` that lists `queued` (array tasks as JOB_TASK)."""
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    bin_dir.mkdir(exist_ok=True)
     (bin_dir / "sbatch").write_text(
         f'#!/bin/bash\necho "$@" >> "{tmp_path}/sbatch.log"\necho "Submitted batch job 777"\n'
     )
     (bin_dir / "srun").write_text(f'#!/bin/bash\necho "$@" >> "{tmp_path}/srun.log"\n')
-    for tool in ("sbatch", "srun"):
+    (bin_dir / "squeue").write_text(f"#!/bin/bash\necho '{queued}' | tr ' ' '\\n'\n")
+    for tool in ("sbatch", "srun", "squeue"):
         (bin_dir / tool).chmod(0o755)
-    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin").mkdir(parents=True, exist_ok=True)
     (tmp_path / "venv" / "bin" / "activate").write_text("")
     return {
         **os.environ,
@@ -237,8 +318,16 @@ def fake_slurm(tmp_path: Path) -> dict[str, str]:
     }
 
 
+def finish(run: Path) -> None:
+    """Mark `run` finished as the grid does: done.json naming a metrics file that exists."""
+    (run / "logs" / "test").mkdir(parents=True, exist_ok=True)
+    (run / "logs" / "test" / "metrics.json").write_text(json.dumps({"test": {"t2v/R@1": 50.0}}))
+    (run / "done.json").write_text(json.dumps({"metrics": "logs/test/metrics.json"}))
+
+
 def test_slurm_submits_one_array_of_the_unfinished_runs(plan_dir, tmp_path, monkeypatch):
-    """Runs 0 and 3 are finished (done.json written here), so the array holds tasks 1 and 2 only."""
+    """Runs 0 and 3 are finished, so the array holds tasks 1 and 2 only; the config trains on one
+    CPU process, so the job asks for 1 task and no GPU (`--gres=none`)."""
     work = tmp_path / "work"
     shutil.copytree(plan_dir, work)
     monkeypatch.chdir(work)
@@ -246,56 +335,30 @@ def test_slurm_submits_one_array_of_the_unfinished_runs(plan_dir, tmp_path, monk
     monkeypatch.setenv("PATH", env["PATH"])
     runs = Path("runs/grid")
     for run in ("meanp/seed0", "meanp_mea/seed1"):
-        (runs / run).mkdir(parents=True)
-        (runs / run / "done.json").write_text(json.dumps({"metrics": "logs/test/metrics.json"}))
-    args = [
-        "plan.yaml",
-        "--out",
-        str(runs),
-        "--slurm",
-        "--set",
-        "ACCOUNT=proj",
-        "PARTITION=a100",
-        "GPUS=2",
-        "TIME=02:00:00",
-        f"VENV={tmp_path / 'venv'}",
-    ]
-    assert run_command("grid", args) == 0
+        finish(runs / run)
+    args = ["plan.yaml", "--out", str(runs), "--slurm", "--set", "ACCOUNT=proj", "PARTITION=a100", "TIME=2-00"]
+    assert run_command("grid", [*args, f"VENV={tmp_path / 'venv'}"]) == 0
     submitted = (tmp_path / "sbatch.log").read_text().split()
     script = Path(submitted[-1]).read_text()
-    assert (
-        "#SBATCH --array=1-2%64" in script
-        and "#SBATCH --requeue" in script
-        and "#SBATCH --signal=SIGUSR1@300" in script
-    )
-    assert (
-        "#SBATCH --ntasks-per-node=2" in script
-        and "#SBATCH --gres=gpu:2" in script
-        and "#SBATCH --time=02:00:00" in script
-    )
+    for line in ("--array=1-2%64", "--requeue", "--signal=SIGUSR1@300", "--time=2-00", "--nodes=1"):
+        assert f"#SBATCH {line}\n" in script, line
+    assert "#SBATCH --ntasks-per-node=1\n" in script and "#SBATCH --gres=none\n" in script
+    assert "gpu" not in script.replace("lit-retrieval-grid", "")
     for run in ("meanp/seed1", "meanp_mea/seed0"):
         config = yaml.safe_load((runs / run / "config.yaml").read_text())
-        assert str(config["trainer"]["devices"]) == "2" and str(config["trainer"]["num_nodes"]) == "1"
+        assert config["trainer"]["devices"] == 1 and config["trainer"]["num_nodes"] == 1
         assert config["trainer"]["default_root_dir"] == str(runs / run)
+        assert json.loads((runs / run / "slurm.json").read_text())["job"] == "777"
     assert not (runs / "meanp" / "seed0" / "config.yaml").exists()  # a finished run is left as it is
     record = json.loads((runs / "slurm" / "submissions.jsonl").read_text().splitlines()[-1])
     assert record["job"] == "777" and record["array"] == "1-2%64"
-    subprocess.run(
-        ["bash", submitted[-1]], env=env, check=True, capture_output=True
-    )  # the array task under a fake srun
-    srun = (tmp_path / "srun.log").read_text().split()
-    assert srun == [
-        "--kill-on-bad-exit=1",
-        "lit-retrieval",
-        "grid",
-        str((work / "plan.yaml").resolve()),
-        "--out",
-        str(runs.resolve()),
-        "--task",
-        "2",
-    ]
+    # the task process alone runs in the batch step; it starts fit/test through the launcher (srun)
+    assert script.rstrip().endswith(
+        f'lit-retrieval grid "{(work / "plan.yaml").resolve()}" --out "{runs.resolve()}" '
+        '--task "$SLURM_ARRAY_TASK_ID" --launcher "srun --kill-on-bad-exit=1"'
+    )
     # the task process outlives Slurm's SIGUSR1 (meant for its fit, which saves and requeues)
-    (runs / "meanp" / "seed1" / "done.json").write_text(json.dumps({"metrics": "logs/test/metrics.json"}))
+    finish(runs / "meanp" / "seed1")
     previous = signal.getsignal(signal.SIGUSR1)
     try:
         assert run_command("grid", ["plan.yaml", "--out", str(runs), "--task", "1"]) == 0
@@ -306,12 +369,94 @@ def test_slurm_submits_one_array_of_the_unfinished_runs(plan_dir, tmp_path, monk
         run_command("grid", ["plan.yaml", "--out", str(runs), "--task", "4"])
 
 
+def test_a_second_submission_leaves_queued_and_running_runs_alone(plan_dir, tmp_path, monkeypatch):
+    """Issue 24: a second `grid --slurm` while the array runs resubmitted its running runs. Here
+    squeue still lists task 1 of job 777: only the other unfinished run is submitted again."""
+    work = tmp_path / "work"
+    shutil.copytree(plan_dir, work)
+    monkeypatch.chdir(work)
+    args = ["plan.yaml", "--out", "runs", "--slurm", "--set", "ACCOUNT=proj", "PARTITION=p"]
+    monkeypatch.setenv("PATH", fake_slurm(tmp_path, queued="777_0 777_1 12_3")["PATH"])
+    assert run_command("grid", args) == 0  # submits 0-3 (nothing had a submission record)
+    finish(Path("runs/meanp/seed0"))
+    (tmp_path / "sbatch.log").unlink()
+    config = Path("runs/meanp/seed1/config.yaml").read_text()
+    assert run_command("grid", args) == 0
+    script = Path((tmp_path / "sbatch.log").read_text().split()[-1]).read_text()
+    assert "#SBATCH --array=2-3%64\n" in script
+    assert Path("runs/meanp/seed1/config.yaml").read_text() == config
+
+
+@pytest.mark.parametrize(
+    ("overrides", "settings", "expected"),
+    [
+        ({"trainer.devices": 8, "trainer.num_nodes": 4, "trainer.accelerator": "gpu"}, [], (4, 8, "gpu:8")),
+        ({"trainer.devices": 8, "trainer.num_nodes": 4, "trainer.accelerator": "gpu"}, ["NODES=4"], (4, 8, "gpu:8")),
+        ({"trainer.devices": "auto", "trainer.accelerator": "gpu"}, ["GPUS=4"], (1, 4, "gpu:4")),
+        ({"trainer.devices": 2}, [], (1, 2, "none")),
+    ],
+)
+def test_slurm_resources_come_from_the_config(plan_dir, tmp_path, monkeypatch, overrides, settings, expected):
+    """Issue 24: GVE Tab. 3 (4 nodes x 8 GPUs) under --slurm trained on 1 GPU unless --set: the
+    template's defaults overrode the config. A config that leaves devices open takes --set's."""
+    work = tmp_path / "work"
+    shutil.copytree(plan_dir, work)
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("PATH", fake_slurm(tmp_path)["PATH"])
+    plan = yaml.safe_load(Path("plan.yaml").read_text())
+    plan.update(seeds=[0], rows=plan["rows"][:1], overrides=overrides)
+    Path("one.yaml").write_text(yaml.safe_dump(plan))
+    assert (
+        run_command("grid", ["one.yaml", "--out", "runs", "--slurm", "--set", "ACCOUNT=a", "PARTITION=p", *settings])
+        == 0
+    )
+    script = Path((tmp_path / "sbatch.log").read_text().split()[-1]).read_text()
+    nodes, ranks, gres = expected
+    assert f"#SBATCH --nodes={nodes}\n" in script and f"#SBATCH --ntasks-per-node={ranks}\n" in script
+    assert f"#SBATCH --gres={gres}\n" in script
+    config = yaml.safe_load(Path("runs/meanp/seed0/config.yaml").read_text())
+    assert int(config["trainer"]["devices"]) == ranks and int(config["trainer"]["num_nodes"]) == nodes
+
+
+@pytest.mark.parametrize(
+    ("overrides", "settings", "message"),
+    [
+        (
+            {"trainer.devices": 8, "trainer.num_nodes": 4, "trainer.accelerator": "gpu"},
+            ["GPUS=1"],
+            "GPUS=1, but its config trains on trainer.devices=8",
+        ),
+        (
+            {"trainer.devices": 8, "trainer.num_nodes": 4, "trainer.accelerator": "gpu"},
+            ["NODES=1"],
+            "NODES=1, but its config trains on trainer.num_nodes=4",
+        ),
+        ({}, ["GPUS=2"], r"GPUS=2, but its config trains on the CPU"),
+        ({}, ["GPUS=two"], "GPUS must be a whole number"),
+    ],
+)
+def test_slurm_settings_that_contradict_the_config_are_refused(
+    plan_dir, tmp_path, monkeypatch, overrides, settings, message
+):
+    work = tmp_path / "work"
+    shutil.copytree(plan_dir, work)
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("PATH", fake_slurm(tmp_path)["PATH"])
+    plan = yaml.safe_load(Path("plan.yaml").read_text())
+    plan.update(seeds=[0], rows=plan["rows"][:1], overrides=overrides)
+    Path("one.yaml").write_text(yaml.safe_dump(plan))
+    with pytest.raises(UsageError, match=message):
+        run_command("grid", ["one.yaml", "--out", "runs", "--slurm", "--set", "ACCOUNT=a", "PARTITION=p", *settings])
+    assert not (tmp_path / "sbatch.log").exists()
+
+
 def test_grid_template_renders_and_rejects_unknown_variables():
     text = (ROOT / "slurm" / "grid.sbatch").read_text()
     script = render_template(
         text, {"PLAN": "p.yaml", "RUNS_DIR": "r", "ARRAY": "0-5%64", "ACCOUNT": "a", "PARTITION": "p"}
     )
     assert "#SBATCH --array=0-5%64" in script and 'grid "p.yaml" --out "r" --task "$SLURM_ARRAY_TASK_ID"' in script
+    assert "#SBATCH --gres=gpu:1\n" in script and "#SBATCH --ntasks-per-node=1\n" in script
     with pytest.raises(ValueError, match="unknown variable"):
         render_template(
             text, {"PLAN": "p", "RUNS_DIR": "r", "ARRAY": "0", "ACCOUNT": "a", "PARTITION": "p", "GPU": "1"}

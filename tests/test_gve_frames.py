@@ -39,9 +39,11 @@ def clips(tmp_path_factory):
 def authors_frames(path, start=None, end=None, max_frames=8):
     """qwen-vl-utils with min_frames 32 > max_frames: n = min(max_frames, frames in the window)
     floored to even (at least 2, the last frame repeated); indices round(linspace(first, last, n));
-    sample_fps = n / frames in the window x the video's fps."""
-    times, frames, _, span, rate = full_decode(path)
-    lo, hi = start or 0.0, span if end is None else end
+    sample_fps = n / frames in the window x the video's fps. Without an end every frame counts (qwen-vl-utils
+    reads all frames without `video_end`), also one presented after the header's declared end (the B-frame
+    VFR clip: header 8.36 s, last frame at 8.394 s)."""
+    times, frames, _, _, rate = full_decode(path)
+    lo, hi = start or 0.0, np.inf if end is None else end
     window = np.flatnonzero((times >= lo - 1e-9) & (times <= hi + 1e-9))
     n = min(max_frames, len(window)) // 2 * 2
     if n == 0:

@@ -9,6 +9,7 @@ keeps its Modality Pyramid curriculum and LoRA weights the same way."""
 from __future__ import annotations
 
 import csv
+import os
 import signal
 import subprocess
 import sys
@@ -28,9 +29,17 @@ EPOCHS = 2
 
 
 def write_config(
-    path: Path, tiny_clip: Path, corpus: Path, run: Path, *, callbacks: list | None = None, resume: dict | None = None
+    path: Path,
+    tiny_clip: Path,
+    corpus: Path,
+    run: Path,
+    *,
+    callbacks: list | None = None,
+    resume: dict | None = None,
+    num_workers: int = 0,
 ) -> Path:
-    """The tiny MEA fit, its CSV + TensorBoard logs and checkpoints in `run`."""
+    """The tiny MEA fit, its CSV + TensorBoard logs and checkpoints in `run` (the data pipeline
+    is deterministic, so the number of loader workers does not change the result)."""
     config = clip_fit_config(
         tiny_clip,
         corpus,
@@ -65,7 +74,7 @@ def write_config(
             ],
         },
         model={"mea": {"weight": 0.5}},
-        data={"num_workers": 0},
+        data={"num_workers": num_workers},
     )
     config["resume_checkpoint"] = {"every_n_steps": None, "every_n_minutes": None, **(resume or {})}
     path.write_text(yaml.safe_dump(config))
@@ -85,35 +94,69 @@ def whole(tiny_clip, corpus, tmp_path_factory) -> Path:
 
 
 def interrupted_fit(
-    tmp_path: Path, tiny_clip: Path, corpus: Path, step: int, sig: signal.Signals, resume: dict
+    tmp_path: Path,
+    tiny_clip: Path,
+    corpus: Path,
+    step: int,
+    sig: signal.Signals,
+    resume: dict,
+    *,
+    num_workers: int = 0,
+    env: dict[str, str] | None = None,
+    release: str | None = None,
 ) -> tuple[int, Path]:
-    """A `lit-retrieval fit` process paused after `step`, sent `sig`; its exit status and run folder."""
+    """A `lit-retrieval fit` process paused after `step`, sent `sig`; its exit status and run folder.
+    With `num_workers` > 0 the fit runs in its own process group and `sig` goes to the whole group
+    (`kill -SIG -- -PGID`: the DataLoader workers too), as a scheduler signals a job step."""
     run = tmp_path / "run"
     marker = tmp_path / "paused"
-    pause = {"class_path": "interrupt_callbacks.PauseAtStep", "init_args": {"step": step, "marker": str(marker)}}
-    config = write_config(tmp_path / "fit.yaml", tiny_clip, corpus, run, callbacks=[pause], resume=resume)
+    pause = {
+        "class_path": "interrupt_callbacks.PauseAtStep",
+        "init_args": {"step": step, "marker": str(marker), "release": release},
+    }
+    config = write_config(
+        tmp_path / "fit.yaml", tiny_clip, corpus, run, callbacks=[pause], resume=resume, num_workers=num_workers
+    )
     log = tmp_path / "fit.log"  # a file, not a pipe: a full pipe would block the process before its pause
     with open(log, "w") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "lit_retrieval", "fit", "--config", str(config)],
             cwd=ROOT,
-            env=clean_launch_env(str(ROOT / "tests")),
+            env={**clean_launch_env(str(ROOT / "tests")), **(env or {})},
             stdout=out,
             stderr=subprocess.STDOUT,
+            start_new_session=num_workers > 0,
         )
     deadline = time.monotonic() + 300
     while not marker.exists():
         assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
         time.sleep(0.05)
-    process.send_signal(sig)
+    if num_workers > 0:
+        group = process_group(process.pid)
+        assert len(group) >= 1 + num_workers, group  # the fit and its live workers
+        os.killpg(process.pid, sig)
+    else:
+        process.send_signal(sig)
     process.communicate(timeout=300)
     return process.returncode, run
 
 
-def resume(tmp_path: Path, tiny_clip: Path, corpus: Path, run: Path) -> None:
-    main(
-        ["fit", "--config", str(write_config(tmp_path / "resume.yaml", tiny_clip, corpus, run)), "--ckpt_path", "last"]
-    )
+def process_group(pgid: int) -> list[int]:
+    """The processes of process group `pgid` (read from /proc)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(stat.parent.name))
+    return members
+
+
+def resume(tmp_path: Path, tiny_clip: Path, corpus: Path, run: Path, num_workers: int = 0) -> None:
+    config = write_config(tmp_path / "resume.yaml", tiny_clip, corpus, run, num_workers=num_workers)
+    main(["fit", "--config", str(config), "--ckpt_path", "last"])
 
 
 def assert_same_state(got_model: dict, got_optimizer: dict, want: dict) -> None:
@@ -175,6 +218,60 @@ def test_a_signal_mid_epoch_writes_a_checkpoint_exits_nonzero_and_the_resumed_ru
     want = torch.load(whole / "checkpoints" / "last.ckpt", weights_only=False)
     assert_same_state(*final_state(run), {"state_dict": want["state_dict"], "optimizer": want["optimizer_states"][0]})
     assert_same_logs(run, whole)
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_whole_process_group_with_loader_workers_writes_a_checkpoint_and_loses_nothing(
+    tmp_path, tiny_clip, corpus, whole
+):
+    """`kill -TERM -- -PGID`, as Slurm signals every process of a step (time limit, scancel,
+    preemption): the workers ignore it, the main process stops after the step, writes last.ckpt,
+    exits 143, and the resumed run ends as the uninterrupted one. (Before, the workers died first
+    and the fit failed with "DataLoader worker ... killed by signal: Terminated", no checkpoint.)"""
+    status, run = interrupted_fit(tmp_path, tiny_clip, corpus, step=5, sig=signal.SIGTERM, resume={}, num_workers=2)
+    assert status == 128 + signal.SIGTERM, (tmp_path / "fit.log").read_text()[-3000:]
+    saved = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)
+    assert saved["global_step"] == 5
+    assert_same_state(
+        saved["state_dict"], saved["optimizer_states"][0], torch.load(whole / "states" / "step5.pt", weights_only=False)
+    )
+    resume(tmp_path, tiny_clip, corpus, run, num_workers=2)
+    want = torch.load(whole / "checkpoints" / "last.ckpt", weights_only=False)
+    assert_same_state(*final_state(run), {"state_dict": want["state_dict"], "optimizer": want["optimizer_states"][0]})
+    assert_same_logs(run, whole)
+
+
+@pytest.mark.slow
+def test_sigusr1_to_the_whole_process_group_runs_lightnings_requeue_path_and_the_workers_survive(
+    tmp_path, tiny_clip, corpus, whole
+):
+    """Slurm's `--signal=SIGUSR1@N` reaches every process of the step: the workers ignore it and
+    Lightning's Slurm handler writes `hpc_ckpt_1.ckpt` and calls `scontrol requeue` (a recording
+    stand-in here; the real requeue is tested under Slurm in test_slurm_cluster.py). Training goes
+    on to the end with the same workers. (Before, the workers died: "killed by signal: User
+    defined signal 1", and the fit failed.)"""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(f'#!/bin/bash\necho "$@" >> "{tmp_path}/scontrol.log"\n')
+    (bin_dir / "scontrol").chmod(0o755)
+    slurm = {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        **{f"SLURM_{k}": v for k, v in dict(NTASKS="1", PROCID="0", LOCALID="0", NODEID="0").items()},
+        **{"SLURM_NODELIST": "node01", "SLURM_JOB_NAME": "fit", "SLURM_JOB_ID": "4242"},
+    }
+    hpc = tmp_path / "run" / "hpc_ckpt_1.ckpt"
+    status, run = interrupted_fit(
+        tmp_path, tiny_clip, corpus, step=5, sig=signal.SIGUSR1, resume={}, num_workers=2, env=slurm, release=str(hpc)
+    )
+    assert status == 0, (tmp_path / "fit.log").read_text()[-3000:]
+    assert (tmp_path / "scontrol.log").read_text().split() == ["requeue", "4242"]
+    saved = torch.load(hpc, weights_only=False)
+    assert saved["global_step"] == 5
+    assert_same_state(
+        saved["state_dict"], saved["optimizer_states"][0], torch.load(whole / "states" / "step5.pt", weights_only=False)
+    )
+    want = torch.load(whole / "checkpoints" / "last.ckpt", weights_only=False)
+    assert_same_state(*final_state(run), {"state_dict": want["state_dict"], "optimizer": want["optimizer_states"][0]})
 
 
 @pytest.mark.slow

@@ -36,6 +36,7 @@ LAYERS: dict[str, int] = {
     "uvrb": 9,  # UVRB benchmark runner (uses search's embedders and cache)
     "grid": 9,  # `grid` / `report`: plans, run folders, seed statistics (uses retrieval_cli's parser)
     "serve": 9,  # `lit-retrieval serve`: HTTP API and page over a search index (uses search)
+    "melon_build": 9,  # `build-melon`: MELON's construction pipeline (uses search's item embedders)
     "commands": 10,  # subcommands, imported when dispatched
     "cli": 11,  # the `lit-retrieval` entry point: nothing in the library imports it
     "__main__": 12,

@@ -58,3 +58,22 @@ def test_old_checkpoint_keys_load_into_the_composed_objectives():
     holder = Holder(event_loss=MeVTRLoss(dynamic_alpha=True))
     holder.load_state_dict({"event_loss.prev_ratio": torch.tensor(1.75)})
     assert holder.objectives.event_loss.loss.prev_ratio.item() == 1.75
+
+
+def test_mea_partial_queries_follow_the_run_seed_unless_mea_seed_is_set(monkeypatch):
+    """`mea.seed: null` (default): the draws follow `seed_everything`, so a grid row's seeds differ;
+    the same run seed draws the same queries; an explicit `mea.seed` (as older checkpoints hold) is
+    kept whatever the run seed."""
+    from lightning.pytorch import seed_everything
+
+    events = [[f"event {i} of video {v}" for i in range(6)] for v in range(8)]
+
+    def draws(config: MEAConfig, run_seed: int) -> list[list[str]]:
+        seed_everything(run_seed, verbose=False)
+        objectives = TrainingObjectives(MeanPHead(), mea=config)
+        return [objectives.texts(events, epoch, 0, 0).partial.events for epoch in range(3)]
+
+    monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
+    assert draws(MEAConfig(), 0) != draws(MEAConfig(), 1)
+    assert draws(MEAConfig(), 1) == draws(MEAConfig(), 1)
+    assert draws(MEAConfig(seed=0), 0) == draws(MEAConfig(seed=0), 1) == draws(MEAConfig(), 0)

@@ -81,3 +81,35 @@ def test_tab2_baselines_x_clip_and_ts2net_at_128_frames(row, head, epochs, posit
     assert config["trainer"]["default_root_dir"] == f"runs/sali/{row}"
     checkpoint = [c for c in config["trainer"]["callbacks"] if c["class_path"].endswith("ModelCheckpoint")]
     assert checkpoint[0]["init_args"]["monitor"] == "val/t2v/R@1"
+
+
+def test_tab3_rows_train_as_their_labels_say(capsys, monkeypatch):
+    # SALI Sec. 4 "Mechanism": the Tab. 2 runs learn penalty weights, so the base (SALI+max) is "max+pen"
+    plan = yaml.safe_load((ROOT / "configs" / "plans" / "sali_tab3.yaml").read_text())
+    for row in plan["rows"][1:]:
+        train, infer = (part.split()[-1] for part in row["label"].split(" / "))
+        head = resolved(capsys, monkeypatch, *row["configs"], *row["test_configs"])["model"]["init_args"]["head"]
+        args = head["init_args"]
+        assert (args["train_operator"], args["train_penalty"]) == (train.split("+")[0].lower(), "+pen" in train)
+        assert (args["eval_operator"], args["eval_penalty"]) == (infer.split("+")[0].lower(), "+pen" in infer)
+    tab2 = yaml.safe_load((ROOT / "configs" / "plans" / "sali_tab2.yaml").read_text())
+    rows = {row["name"]: row["configs"] for row in tab2["rows"]}
+    assert {name: configs for name, configs in rows.items() if name.startswith("sali_")} == {
+        "sali_max": plan["rows"][2]["configs"],  # = Tab. 3 "train max+pen / infer max"
+        "sali_ot": plan["rows"][6]["configs"],  # = Tab. 3 "train OT+pen / infer OT"
+    }
+
+
+@pytest.mark.parametrize("name", REAL_DATA)
+def test_epoch_by_val_r1_and_the_official_clip4clip_recipe(name, capsys, monkeypatch):
+    # SALI Sec. 4: "the epoch is chosen by overall R@1 on the val splits"; baselines "with their
+    # official implementations": CLIP4Clip's BertAdam decays weights by 0.2
+    for config in (f"{name}_clip4clip.yaml", f"{name}_sali_max.yaml"):
+        callbacks = resolved(capsys, monkeypatch, f"configs/sali/{config}")["trainer"]["callbacks"]
+        [checkpoint] = [c for c in callbacks if c["class_path"].endswith("ModelCheckpoint")]
+        assert (checkpoint["init_args"]["monitor"], checkpoint["init_args"]["mode"]) == ("val/t2v/R@1", "max")
+        assert checkpoint["init_args"]["filename"] == "best"
+    baseline = resolved(capsys, monkeypatch, f"configs/sali/{name}_clip4clip.yaml")["model"]["init_args"]["optim"]
+    assert (baseline["optimizer"], baseline["weight_decay"]) == ("adamw", 0.2)
+    sali = resolved(capsys, monkeypatch, f"configs/sali/{name}_sali_max.yaml")["model"]["init_args"]
+    assert "last.ckpt" not in sali["warm_start"] and sali["warm_start"].endswith("best.ckpt")

@@ -12,6 +12,7 @@ import torch
 
 from lit_retrieval.commands import run_command
 from lit_retrieval.data.media import MediaItem
+from lit_retrieval.errors import UsageError
 from lit_retrieval.search.index import (
     IndexMismatch,
     IndexConfig,
@@ -110,6 +111,16 @@ def test_index_of_another_model_is_refused(tmp_path, videos):
         )
 
 
+def test_query_model_of_another_dimension_is_refused(tmp_path, videos):
+    """Same fingerprint, but the query model embeds 12 numbers where the index holds 8: refused at
+    load, before faiss would assert on the first query."""
+    build_video_index(KnownVectors(), SPEC, list_videos(videos), tmp_path / "idx", progress=False)
+    index = VideoIndex.load(tmp_path / "idx")
+    index.check(KnownVectors())  # the model that built it
+    with pytest.raises(IndexMismatch, match="holds 8-dimensional vectors, the query model embeds 12"):
+        index.check(KnownVectors(dim=12))
+
+
 @pytest.mark.parametrize("kind", ["ivf", "hnsw"])
 def test_approximate_indexes_find_near_duplicates(kind):
     rng = np.random.default_rng(0)
@@ -148,10 +159,10 @@ def test_index_and_search_commands_with_a_tiny_gve(tmp_path, tiny_qwen, videos, 
         index.videos[j] for j in brute[0].argsort(descending=True)[:3].tolist()
     ]
     shutil.copytree(tiny_qwen, tmp_path / "other")
-    with pytest.raises(SystemExit, match="was built with"):
+    with pytest.raises(UsageError, match="built with"):
         run_command("search", [str(tmp_path / "idx"), "noise", "--model", str(tmp_path / "other")])
     (tmp_path / "model" / "config.json").touch()  # the model changed since indexing
-    with pytest.raises(SystemExit, match="another model or with other settings"):
+    with pytest.raises(IndexMismatch, match="another model or with other settings"):
         run_command("search", [str(tmp_path / "idx"), "noise"])
 
 

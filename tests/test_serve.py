@@ -31,7 +31,7 @@ def served(corpus, tmp_path_factory):
     root = tmp_path_factory.mktemp("served")
     limits = Limits(max_json_bytes=4096, max_upload_bytes=200_000, max_k=50)
     service = make_service(corpus, root / "index", root / "cache", limits)
-    return service, TestClient(create_app(service))
+    return service, TestClient(create_app(service), base_url="http://localhost")
 
 
 @pytest.fixture(scope="module")

@@ -71,3 +71,22 @@ def test_typing_a_caption_shows_its_video_and_clicking_plays_the_moment(corpus, 
         wait.until(lambda b: b.execute_script("return arguments[0].readyState", video) >= 1)
         wait.until(lambda b: b.execute_script("return arguments[0].currentTime", video) >= moment["start"] - 0.05)
         assert browser.execute_script("return arguments[0].currentTime", video) < moment["end"]
+
+
+def test_picking_a_video_with_text_typed_sends_what_the_model_embeds(corpus, tmp_path, browser):
+    """The annotation model embeds T and V queries but not TV: the page searches with the video
+    alone and says so, where it used to send both and show the server's 422."""
+    service = make_service(corpus, tmp_path / "index", tmp_path / "cache")
+    with LiveServer(service) as server:
+        browser.get(server.url + "/")
+        wait = WebDriverWait(browser, 30)
+        wait.until(lambda b: "24 videos indexed" in b.find_element(By.ID, "status").text)
+        caption = concat_query(load_annotations(corpus / "annotations.json")[0].descriptions)
+        browser.find_element(By.ID, "query").send_keys(caption)  # another video's caption
+        picker = browser.find_element(By.ID, "file")
+        assert picker.get_attribute("accept") == "video/*"  # the model embeds videos, not images
+        picker.send_keys(service.index.videos[7])
+        first_id = 'return document.querySelector("#results .result")?.dataset.id'
+        wait.until(lambda b: b.execute_script(first_id) == "7")
+        status = browser.find_element(By.ID, "status")
+        assert "video alone" in status.text and status.get_attribute("class") != "error"

@@ -13,7 +13,7 @@ import torch
 import pytest
 import yaml
 
-from lit_retrieval.commands.slurm import render_template, template_variables
+from lit_retrieval.commands.slurm import integer_expression, render_template, template_variables
 from fit_configs import clip_fit_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,6 +72,44 @@ def test_renderer_errors_name_the_variables():
     assert "#SBATCH --array=0-11" in array
 
 
+def test_set_values_are_verbatim_and_only_a_templates_own_defaults_compute():
+    """Issue 24: `--set TIME=2-00` (two days) was computed to `--time=2` (minutes), `ACCOUNT=123-45`
+    to 78, `JOB_NAME=2024-01` a traceback and `9**9**9` was evaluated."""
+    text = (ROOT / "slurm" / "array.sbatch").read_text()
+    base = {"COMMAND": "shots --list v.txt", "ACCOUNT": "a", "PARTITION": "p", "LOG_DIR": "l"}
+    for key, value in [
+        ("TIME", "2-00"),
+        ("TIME", "1-12"),
+        ("ACCOUNT", "123-45"),
+        ("JOB_NAME", "2024-01"),
+        ("JOB_NAME", "9**9**9"),
+        ("JOB_NAME", "{{TIME}}"),
+    ]:
+        script = render_template(text, {**base, key: value})
+        option = {"TIME": "time", "ACCOUNT": "account", "JOB_NAME": "job-name"}[key]
+        assert f"#SBATCH --{option}={value}\n" in script, (key, value)
+    assert "#SBATCH --array=0-6" in render_template(text, {**base, "SHARDS": "7"})  # LAST_SHARD={{SHARDS}} - 1
+    assert "#SBATCH --array=0-15" in render_template(text, base)
+    with pytest.raises(ValueError, match=r"LAST_SHARD .*needs integers.*'x - 1'"):
+        render_template(text, {**base, "SHARDS": "x"})
+    with pytest.raises(ValueError, match="needs integers"):
+        render_template(text, {**base, "SHARDS": "9**9**9"})
+
+
+@pytest.mark.parametrize(
+    ("expression", "value"),
+    [("16 - 1", 15), ("2*3+4", 10), ("2 + 3 * 4 - 1", 13), ("-3 + 5", 2), ("4 * -2", -8), ("007", 7)],
+)
+def test_integer_expression_follows_arithmetic(expression, value):
+    assert integer_expression(expression) == value
+
+
+@pytest.mark.parametrize("expression", ["", "3 -", "* 2", "2 ** 3", "9**9**9", "1.5", "1/2", "(1)", "x", "1e9"])
+def test_integer_expression_refuses_anything_else(expression):
+    with pytest.raises(ValueError, match="not an integer expression"):
+        integer_expression(expression)
+
+
 def test_fit_job_launches_one_task_per_gpu_and_resumes(tmp_path):
     run_dir = tmp_path / "run"
     values = {**FIT, "RUN_DIR": str(run_dir), "NODES": "2", "GPUS": "4", "EXTRA": "--trainer.max_epochs 3"}
@@ -99,12 +137,8 @@ def test_fit_job_launches_one_task_per_gpu_and_resumes(tmp_path):
         "--trainer.default_root_dir",
         str(run_dir),
     ]
-    assert "--ckpt_path" not in args and args[-2:] == ["--trainer.max_epochs", "3"]
-    (run_dir / "checkpoints").mkdir(parents=True)
-    (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"x")
-    assert run_job(tmp_path, "fit.sbatch", values)[13:15] == ["--ckpt_path", str(run_dir / "checkpoints" / "last.ckpt")]
-    (run_dir / "hpc_ckpt_1.ckpt").write_bytes(b"x")  # a requeued job: Lightning resumes from it itself
-    assert "--ckpt_path" not in run_job(tmp_path, "fit.sbatch", values)
+    # which checkpoint `newest` picks is tested with real fits (test_newest_checkpoint.py, test_slurm_cluster.py)
+    assert args[13:15] == ["--ckpt_path", "newest"] and args[-2:] == ["--trainer.max_epochs", "3"]
 
 
 def test_slurm_environment_reads_rank_and_world_size(monkeypatch):

@@ -1,7 +1,8 @@
 """Subject/object span splitting and relational queries (SALI Sec. 2-3).
 
 Expected flags are worked by hand from the paper's rule: relational = one of the 11 interpersonal
-verbs plus two person nouns or pronouns (Sec. 2), names being capitalised non-initial tokens (Sec. 4),
+verbs plus two person nouns or pronouns (Sec. 2), names being capitalised tokens (Sec. 4 names the
+non-initial ones; a sentence-initial capital counts unless it is a function word such as "The"),
 each sentence having its own initial token."""
 
 import pytest
@@ -12,7 +13,7 @@ from lit_retrieval.data.synthetic import CHARACTER_WORDS
 TABLE = [
     # query, subject, object, verb, relational
     ("The woman confronts Mark about the ledger.", "The woman", "Mark about the ledger", "confronts", True),
-    # "Anna" starts the sentence (not a name), but "her" and "father" are two person words
+    # "Anna" (a name opening the sentence), "her" and "father": three mentions
     ("Anna talks to her father in the kitchen", "Anna", "her father in the kitchen", "talks to", True),
     ("Then Anna talks to her father", "Then Anna", "her father", "talks to", True),
     ("He looked at the stranger, then left.", "He", "the stranger, then left", "looked at", True),
@@ -25,7 +26,7 @@ TABLE = [
     ("Confronts him at the door", None, "him at the door", "Confronts", False),  # empty subject -> full; 1 person
     # empty object -> full; the paper's rule asks for two persons anywhere, not one on each side
     ("The man and the woman kiss.", "The man and the woman", None, "kiss", True),
-    # Anna: initial; Mark (non-initial capital) and she: two mentions
+    # Anna (initial name), Mark (non-initial capital) and she: three mentions
     ("Anna tells Mark that she is leaving", "Anna", "Mark that she is leaving", "tells", True),
     # "The" is initial and "waiter" is no person word, but Anna and Mark are two names
     ("The waiter talks to Anna and Mark", "The waiter", "Anna and Mark", "talks to", True),
@@ -42,10 +43,23 @@ def test_span_table(query, subject, obj, verb, relational):
     assert spans.relational is relational
 
 
-def test_names_count_only_when_not_sentence_initial_unless_asked():
-    query = "Nora confronts Eli on the pier"
-    assert not SpanSplitter().split(query).relational  # paper rule: initial capitals are not names
-    assert SpanSplitter(initial_names=True).split(query).relational
+@pytest.mark.parametrize(
+    "query, relational",
+    [
+        ("Anna confronts Mark.", True),  # the paper's example (Sec. 1): Anna opens the sentence
+        ("Forrest talks to Jenny about the war.", True),
+        ("The room is dark. Nora confronts Eli.", True),  # a later sentence's initial name
+        ("A woman talks to the camera.", False),  # woman; "A" is no name
+        ("The dog looks at Mark.", False),  # Mark; "The" is no name
+        ("Then Anna talks to the camera.", False),  # Anna; "Then" is no name
+        ("It looks at Mark.", False),  # Mark; "It" is no name (and no person pronoun)
+        ("Confronts him at the door", False),  # him; the verb itself is no name
+    ],
+)
+def test_sentence_initial_names_count_but_function_words_do_not(query, relational):
+    assert SpanSplitter().split(query).relational is relational
+    # the literal wording (Sec. 4: "capitalized non-initial tokens") misses every initial name
+    assert SpanSplitter(initial_names=False).split(query).relational is False
 
 
 def test_custom_verbs_and_person_words():
@@ -98,3 +112,4 @@ def test_bad_scope_is_refused_and_old_pickles_load():
         {"verbs": ["greet(?:s)?"], "person_words": ["man"], "extra_person_words": [], "initial_names": False}
     )
     assert restored.scope == "query" and restored.split("The man greets Ann").relational
+    assert not restored.split("Bob greets Ann").relational  # the pickled initial_names=False is kept

@@ -102,3 +102,55 @@ def test_unreadable_file_is_a_usage_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as finished:
         main(["validate-melon", str(tmp_path / "missing.json")])
     assert finished.value.code == 2 and "missing.json" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--min-seconds", "nan"], "--min-seconds: must be a finite number >= 0, got nan"),
+        (["--min-seconds", "inf"], "--min-seconds: must be a finite number >= 0, got inf"),
+        (["--min-events", "4", "--max-events", "3"], "--min-events: 4 must lie in [1, --max-events 3]"),
+        (["--t2t", "nan"], "--t2t: must be a cosine similarity in [-1, 1], got nan"),
+    ],
+)
+def test_rules_that_would_pass_everything_are_refused_in_one_line(tmp_path, capsys, options, message):
+    """Issue 28: `min_seconds: NaN` reported no violations (every comparison with NaN is false) and
+    `min_events > max_events` ran; both are refused before anything is read."""
+    path = tmp_path / "melon.json"
+    path.write_text(json.dumps(ANNOTATION))
+    with pytest.raises(SystemExit) as finished:
+        main(["validate-melon", str(path), *options])
+    err = capsys.readouterr().err.strip()
+    assert finished.value.code == 2 and err == f"lit-retrieval validate-melon: {message}"
+
+
+def test_t2t_lists_adjacent_descriptions_that_say_the_same(tmp_path, capsys):
+    """MELON supp. C.2: adjacent descriptions above 0.70 (all-MiniLM-L6-v2) mark a video without
+    distinct events; the same sentence reworded is caught, distinct scenes are not."""
+    annotation = {
+        "same": {
+            "duration": 240,
+            "split": "train",
+            "events": [
+                event(0, 60, "A woman kneads white dough on a floured table."),
+                event(60, 120, "A woman kneads the white dough on a floured kitchen table."),
+                event(130, 200, "Red sauce simmers in a small metal pot."),
+            ],
+        },
+        "distinct": {
+            "duration": 240,
+            "split": "train",
+            "events": [
+                event(0, 60, "A chef slices red tomatoes on a wooden board."),
+                event(60, 120, "Green paint is rolled onto a large garage wall."),
+                event(130, 200, "A blue kayak drifts across a calm mountain lake."),
+            ],
+        },
+    }
+    path = tmp_path / "melon.json"
+    path.write_text(json.dumps(annotation))
+    code, out = report(capsys, path)
+    assert code == 0  # not checked unless asked
+    code, out = report(capsys, path, "--t2t", 0.7)
+    assert code == 1 and [(v["record"], v["rule"]) for v in out["violations"]] == [("same", "t2t")]
+    assert out["violations"][0]["reason"].startswith("events 0 and 1: description similarity 0.9")

@@ -6,6 +6,9 @@
   path) resumes mid-epoch; the data modules restart their sampler at the next batch
   (`data/resume.py`). A run without a `ModelCheckpoint(save_last=...)` gets `save_last=True` on
   its default one (an explicit `save_last: false` is respected, with a warning).
+- **The end.** When `fit` ends, the last checkpoint is written (unless already at that step), so
+  `last.ckpt` holds the final state even after interval checkpoints (Lightning's
+  `ModelCheckpoint(save_top_k=0)` alone would leave the last interval's state there).
 - **Signals.** SIGTERM (what a scheduler sends before killing a job) makes Lightning stop at the
   next step boundary with `SIGTERMException`; this callback then writes the last checkpoint, and
   `RetrievalCLI` exits with status 128 + 15 = 143 instead of Lightning's 0, so the scheduler
@@ -108,6 +111,14 @@ class ResumeCheckpoint(L.Callback):
             due = trainer.strategy.broadcast(time.monotonic() - self._last_save >= 60 * self.every_n_minutes)
         if due:
             self.save_last(trainer)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """The final state goes to the last checkpoint. `ModelCheckpoint(save_top_k=0)` writes its
+        last checkpoint at the end of training only if it never wrote one before, so without this
+        an interval checkpoint would stay the run's `last.ckpt` (issue 24). Runs before
+        `ModelCheckpoint.on_train_end` (Lightning puts checkpoint callbacks last), which then
+        has nothing left to do."""
+        self.save_last(trainer)
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         if isinstance(exception, SIGTERMException):

@@ -18,6 +18,7 @@ COMMANDS = {
     "slurm": "lit_retrieval.commands.slurm",
     "convert-checkpoint": "lit_retrieval.commands.convert_checkpoint",
     "validate-melon": "lit_retrieval.commands.validate_melon",
+    "build-melon": "lit_retrieval.commands.build_melon",
     "export-gve": "lit_retrieval.commands.export_gve",
     "cache-frames": "lit_retrieval.commands.cache_frames",
     "grid": "lit_retrieval.commands.grid",

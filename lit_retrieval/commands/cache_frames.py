@@ -12,17 +12,22 @@ where configured, runs as in training: it decides which records are kept); GVE's
 `MultiTaskDataModule` caches every video item of its training (`train`) and validation (`val`)
 tasks as the model's input processing samples it (`model.init_args.embedder.inputs`).
 
-An interrupted run is resumed by running it again (the result is the same as an uninterrupted
-run); array tasks (`--shard`, `slurm/array.sbatch`) write their own files into the same folder, and
-readers take them all. Undecodable videos are listed in the shard's `.failed.txt` and follow the
-data module's `on_bad_video` when read; the exit status is 1 if any failed under `raise`.
+An interrupted run (a crash, a full disk: one line naming the folder) is resumed by running it
+again (the result is the same as an uninterrupted run); a cached video that changed since, an entry
+whose frames were cut short and an unreadable index line are named in one line each and decoded
+again (`lit_retrieval.data.frame_cache`); array tasks (`--shard`, `slurm/array.sbatch`) write
+their own files into the same folder, and readers take them all. Undecodable videos are listed in
+the shard's `.failed.txt` and follow the data module's `on_bad_video` when read; the exit status
+is 1 if any failed under `raise`.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import gc
 import multiprocessing
+import os
 import time
 import warnings
 from dataclasses import dataclass
@@ -31,8 +36,13 @@ from typing import Any
 from lit_retrieval.commands.sharding import add_shard_arguments, check_shard
 from lit_retrieval.data.frame_cache import CacheJob, CacheWriter, FrameFormat, file_stamp, frame_chunks, video_key
 from lit_retrieval.data.video import FrameSample, SamplingSpec, VideoDecodeError, sample_video
-from lit_retrieval.errors import ConfigError
+from lit_retrieval.errors import ConfigError, InputError
 from lit_retrieval.locking import OutputLock
+
+
+class DiskFull(InputError):
+    """The cache folder's disk is full (or over quota): reported in one line like bad input, since
+    the user fixes it (make room, run again; what was written is kept)."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +117,8 @@ def _sorted_unique(jobs: list[CacheJob]) -> list[CacheJob]:
 def video_text_plan(datamodule: Any, splits: list[str]) -> Plan:
     from lit_retrieval.data.datamodule import MultiEventDataset
 
+    out = datamodule.frame_cache
+    datamodule.frame_cache = None  # the records alone: the cache it names is what this command writes
     datamodule.prepare_data()
     datamodule.setup()
     jobs = []
@@ -124,7 +136,7 @@ def video_text_plan(datamodule: Any, splits: list[str]) -> Plan:
         WindowSampler(spec, datamodule.seek_threshold),
         _sorted_unique(jobs),
         datamodule.on_bad_video,
-        datamodule.frame_cache,
+        out,
     )
 
 
@@ -166,6 +178,26 @@ def _decode(task: tuple[WindowSampler | ClipSampler, CacheJob, FrameFormat, int 
     return job, stamp, sample, frame_chunks(sample.frames, frame_format, quality)
 
 
+def _write(
+    writer: CacheWriter,
+    sampler: WindowSampler | ClipSampler,
+    todo: list[CacheJob],
+    frame_format: FrameFormat,
+    quality: int | None,
+    workers: int,
+) -> None:
+    """Decode `todo` (in `workers` processes) and append each video to the shard, in order."""
+    tasks = ((sampler, job, frame_format, quality) for job in todo)
+    if workers == 1:
+        for job, stamp, result, chunks in map(_decode, tasks):
+            writer.add(job, stamp, result, chunks)
+        return
+    gc.collect()  # PyAV objects of earlier decoding freed by a forked child's collector can hang it
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        for job, stamp, result, chunks in pool.imap(_decode, tasks, chunksize=1):  # in order: resumable
+            writer.add(job, stamp, result, chunks)
+
+
 def run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="lit-retrieval cache-frames", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -202,25 +234,27 @@ def run(argv: list[str]) -> int:
     start = time.perf_counter()
     jobs = plan.jobs[args.shard :: args.num_shards]
     with OutputLock(out, name=f"cache-frames-s{args.shard}" if args.num_shards > 1 else "cache-frames"):
-        writer = CacheWriter(out, plan.params, args.format, quality, args.shard, args.num_shards)
-        todo = writer.pending(jobs)
-        tasks = ((plan.sampler, job, args.format, quality) for job in todo)
-        if args.workers == 1:
-            results = map(_decode, tasks)
-            for job, stamp, result, chunks in results:
-                writer.add(job, stamp, result, chunks)
-        else:
-            gc.collect()  # PyAV objects of earlier decoding freed by a forked child's collector can hang it
-            with multiprocessing.get_context("fork").Pool(args.workers) as pool:
-                for job, stamp, result, chunks in pool.imap(_decode, tasks, chunksize=1):  # in order: resumable
-                    writer.add(job, stamp, result, chunks)
-        failed = writer.write_failures()
+        try:
+            writer = CacheWriter(out, plan.params, args.format, quality, args.shard, args.num_shards)
+            todo = writer.pending(jobs)
+            for line in writer.repairs:
+                print(f"dropped from the cache (decoded again): {line}")
+            _write(writer, plan.sampler, todo, args.format, quality, args.workers)
+            failed = writer.write_failures()
+        except OSError as err:
+            if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise DiskFull(
+                f"{out}: {os.strerror(err.errno)}; the videos cached so far are kept: "
+                "make room and rerun lit-retrieval cache-frames to continue"
+            ) from None
     seconds = time.perf_counter() - start
     for video, reason in failed:
         print(f"failed: {video}: {reason}")
+    dropped = f", {len(writer.repairs)} stale or unreadable entries dropped" if writer.repairs else ""
     print(
         f"{len(jobs)} videos in shard {args.shard} of {args.num_shards} ({len(jobs) - len(todo)} already cached, "
-        f"{len(todo)} decoded, {len(failed)} failed) in {seconds:.1f} s; cache {out} ({args.format}"
+        f"{len(todo)} decoded{dropped}, {len(failed)} failed) in {seconds:.1f} s; cache {out} ({args.format}"
         + (f", quality {quality})" if quality else ")")
     )
     if failed:

@@ -9,7 +9,10 @@
 Each row x seed runs in RUNS_DIR/<row>/seed<k>/ with its resolved config (config.yaml); re-running
 the command skips finished runs (done.json) and runs or submits only the missing and failed ones.
 `--local` runs them one after another here; `--slurm` renders slurm/grid.sbatch with one array task
-per unfinished run (requeue on SIGUSR1 included) and submits it with `sbatch`.
+per unfinished run (requeue on SIGUSR1 included) and submits it with `sbatch`. Nodes, ranks and GPUs
+come from each run's config (trainer.num_nodes, devices, accelerator); --set may fill what a config
+leaves open, never contradict it (refused). Runs whose array task Slurm still holds (slurm.json +
+squeue) are left alone, and one process at a time runs a run folder (its .run.lock).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -28,7 +32,9 @@ import yaml
 from lit_retrieval.commands.slurm import render_template, template_variables
 from lit_retrieval.errors import UsageError
 from lit_retrieval.grid.plan import Plan, Run, load_plan
-from lit_retrieval.grid.runs import execute, prepare, status
+from lit_retrieval.grid.runs import execute, prepare, row_config, status, write_atomic
+from lit_retrieval.grid.slurm import Resources, record_submission, resources, submitted_and_queued
+from lit_retrieval.locking import OutputLocked
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "slurm" / "grid.sbatch"
 SUBMITTED = re.compile(r"Submitted batch job (\d+)")
@@ -57,13 +63,22 @@ def _array_spec(indices: list[int]) -> str:
 def _record(runs_dir: Path, plan: Plan) -> None:
     """RUNS_DIR/grid.json names the plan, so `report RUNS_DIR` finds its rows, seeds and metrics."""
     runs_dir.mkdir(parents=True, exist_ok=True)
-    (runs_dir / "grid.json").write_text(json.dumps({"plan": str(plan.path.resolve()), "title": plan.title}, indent=2))
+    record = {"plan": str(plan.path.resolve()), "title": plan.title}
+    write_atomic(runs_dir / "grid.json", json.dumps(record, indent=2))
 
 
 def _submit(
-    plan: Plan, runs_dir: Path, pending: list[Run], values: dict[str, str], sbatch: str, max_parallel: int
+    plan: Plan,
+    runs_dir: Path,
+    pending: list[Run],
+    values: dict[str, str],
+    sbatch: str,
+    max_parallel: int,
+    group: Resources,
 ) -> int:
+    """One array job of the `pending` runs, which all ask for `group`; slurm.json in each run folder."""
     settings = {
+        **group.variables(),
         **values,
         "PLAN": str(plan.path.resolve()),
         "RUNS_DIR": str(runs_dir.resolve()),
@@ -74,36 +89,38 @@ def _submit(
     except ValueError as err:
         raise UsageError(str(TEMPLATE), str(err)) from None
     (runs_dir / "slurm").mkdir(parents=True, exist_ok=True)
-    job = runs_dir / "slurm" / f"grid-{time.strftime('%Y%m%d-%H%M%S')}.sbatch"
+    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{group.nodes}x{group.tasks_per_node}"
+    job = runs_dir / "slurm" / f"grid-{stamp}.sbatch"
     job.write_text(script)
     done = subprocess.run([sbatch, str(job)], capture_output=True, text=True)
     if done.returncode:
         print(f"lit-retrieval grid: {sbatch} {job} failed ({done.returncode}): {done.stderr.strip()}", file=sys.stderr)
         return 1
     match = SUBMITTED.search(done.stdout)
+    job_id = match.group(1) if match else None
+    for run_ in pending:
+        record_submission(run_.folder(runs_dir), job_id, run_.index, job)
     with (runs_dir / "slurm" / "submissions.jsonl").open("a") as log:
-        log.write(
-            json.dumps(
-                {
-                    "job": match.group(1) if match else None,
-                    "script": str(job),
-                    "array": settings["ARRAY"],
-                    "time": time.time(),
-                }
-            )
-            + "\n"
-        )
-    print(f"submitted {len(pending)} task(s) ({settings['ARRAY']}) as job {match.group(1) if match else '?'}: {job}")
+        log.write(json.dumps({"job": job_id, "script": str(job), "array": settings["ARRAY"], "time": time.time()}))
+        log.write("\n")
+    print(f"submitted {len(pending)} task(s) ({settings['ARRAY']}) as job {job_id or '?'}: {job}")
     return 0
 
 
-def _slurm_overrides(values: dict[str, str]) -> dict[str, object]:
-    """Each task trains on NODES x GPUS (the template's defaults unless --set)."""
-    declared = template_variables(TEMPLATE.read_text())
-    return {
-        "trainer.num_nodes": int(values.get("NODES", declared["NODES"])),
-        "trainer.devices": int(values.get("GPUS", declared["GPUS"])),
-    }
+def _slurm_groups(
+    plan: Plan, runs: list[Run], runs_dir: Path, extra: dict, values: dict[str, str], resolved: dict
+) -> dict[Resources, list[Run]]:
+    """The runs grouped by what they ask Slurm for (one array per group); a row's config that leaves
+    devices or nodes open gets the value it will run with (written into its config.yaml)."""
+    default_gpus = int(template_variables(TEMPLATE.read_text())["GPUS"] or 1)
+    groups: dict[Resources, list[Run]] = {}
+    for run_ in runs:
+        config = row_config(plan, run_, runs_dir, extra, resolved)
+        group, fill = resources(config, values, default_gpus, f"{plan.path}: row {run_.row.name!r}")
+        if config is not None and fill:
+            config.setdefault("trainer", {}).update(fill)
+        groups.setdefault(group, []).append(run_)
+    return groups
 
 
 def run(argv: list[str]) -> int:
@@ -116,6 +133,7 @@ def run(argv: list[str]) -> int:
     where.add_argument("--local", action="store_true", help="run here, one run after another (default)")
     where.add_argument("--slurm", action="store_true", help="submit one Slurm job array (slurm/grid.sbatch)")
     where.add_argument("--task", type=int, help=argparse.SUPPRESS)  # one array task (what grid.sbatch runs)
+    parser.add_argument("--launcher", default="", help=argparse.SUPPRESS)  # --task: starts fit/test (srun ...)
     parser.add_argument(
         "--set",
         nargs="*",
@@ -140,8 +158,6 @@ def run(argv: list[str]) -> int:
     runs_dir = Path(args.out)
     extra = {k: yaml.safe_load(v) for k, v in _pairs(args.override, "--override").items()}
     values = _pairs(args.set, "--set")
-    if args.slurm:
-        extra = {**_slurm_overrides(values), **extra}
     runs = plan.runs()
     if args.task is not None:
         if not 0 <= args.task < len(runs):
@@ -153,16 +169,19 @@ def run(argv: list[str]) -> int:
                 str(folder),
                 "not prepared: `lit-retrieval grid PLAN --out RUNS_DIR --slurm` writes it before submitting",
             )
-        return execute(folder)
-    pending = [r for r in runs if status(r.folder(runs_dir)) != "done"]
+        return execute(folder, shlex.split(args.launcher))
+    queued = submitted_and_queued({r.index: r.folder(runs_dir) for r in runs}) if not args.dry_run else {}
+    pending = [r for r in runs if status(r.folder(runs_dir)) != "done" and r.index not in queued]
     print(
         f"{plan.title}: {len(runs)} runs ({len(plan.rows)} rows, seeds {plan.seeds}), "
-        f"{len(runs) - len(pending)} finished"
+        f"{sum(status(r.folder(runs_dir)) == 'done' for r in runs)} finished"
+        + (f", {len(queued)} queued or running in Slurm (left alone: {sorted(set(queued.values()))})" if queued else "")
     )
     resolved: dict = {}
+    groups = _slurm_groups(plan, pending, runs_dir, extra, values, resolved) if args.slurm else {}
     for run_ in runs:
         steps = prepare(plan, run_, runs_dir, extra, resolved, write=not args.dry_run and run_ in pending)
-        state = status(run_.folder(runs_dir))
+        state = "queued or running in Slurm" if run_.index in queued else status(run_.folder(runs_dir))
         if args.dry_run:
             shown = " && ".join(f"lit-retrieval {' '.join(s)}" for s in (steps["fit"], steps["evaluate"]) if s)
             print(f"[{run_.index}] {run_.row.name} seed {run_.seed}: {state}\n    {shown}")
@@ -170,11 +189,19 @@ def run(argv: list[str]) -> int:
         return 0
     _record(runs_dir, plan)
     if args.slurm:
-        return _submit(plan, runs_dir, pending, values, args.sbatch, args.max_parallel)
+        codes = [
+            _submit(plan, runs_dir, group, values, args.sbatch, args.max_parallel, resources_)
+            for resources_, group in groups.items()
+        ]
+        return max(codes)
     failures = 0
     for run_ in pending:
         print(f"[{run_.index}] {run_.row.name} seed {run_.seed} ...", flush=True)
-        code = execute(run_.folder(runs_dir))
+        try:
+            code = execute(run_.folder(runs_dir))
+        except OutputLocked as locked:
+            print(f"[{run_.index}] {run_.row.name} seed {run_.seed}: left alone, {locked}", flush=True)
+            continue
         print(
             f"[{run_.index}] {run_.row.name} seed {run_.seed}: {'done' if code == 0 else f'failed ({code})'}",
             flush=True,

@@ -12,12 +12,12 @@ different command: UVRB's ability table of one results.json.)
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from lit_retrieval.errors import UsageError
 from lit_retrieval.grid.plan import load_plan
 from lit_retrieval.grid.report import collect, markdown, plot, write_csv
+from lit_retrieval.grid.runs import read_object
 
 
 def run(argv: list[str]) -> int:
@@ -35,7 +35,9 @@ def run(argv: list[str]) -> int:
         record = runs_dir / "grid.json"
         if not record.is_file():
             raise UsageError(str(runs_dir), "no grid.json here (not a `lit-retrieval grid` runs folder); pass --plan")
-        plan_path = json.loads(record.read_text())["plan"]
+        plan_path = read_object(record, "grid.json").get("plan")
+        if not isinstance(plan_path, str) or not plan_path:
+            raise UsageError(str(record), "grid.json names no plan ('plan'); pass --plan")
     plan = load_plan(plan_path)
     try:
         rows = collect(plan, runs_dir)

@@ -5,7 +5,8 @@
     lit-retrieval search runs/index/my_videos --image query.jpg --instruction "Find the video according to the image."
 
 The index remembers its model; `--model`/`--config` may be given only to confirm it (a different
-model or settings is refused).
+model or settings is refused). The arguments are checked before anything loads: `-k` at least 1,
+no empty or blank query text or event; the index folder is checked whole (`VideoIndex.load`).
 """
 
 from __future__ import annotations
@@ -20,8 +21,19 @@ from rich.table import Table
 from lit_retrieval.commands.index import add_model_arguments
 from lit_retrieval.data.media import MediaItem
 from lit_retrieval.data.queries import concat_query
-from lit_retrieval.search.index import IndexMismatch, VideoIndex
+from lit_retrieval.errors import UsageError
+from lit_retrieval.search.index import VideoIndex
 from lit_retrieval.search.loading import ModelSpec, load_item_embedder
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Refuse what would rank videos for nothing: `-k` below 1, an empty or blank query or event."""
+    if args.k < 1:
+        raise UsageError("-k", f"must be at least 1, got {args.k}")
+    for flag, texts in (("query", args.queries), ("--event", args.event or [])):
+        for number, text in enumerate(texts, start=1):
+            if not text.strip():
+                raise UsageError(f"{flag} {number}", f"empty or blank text ({text!r}); give words to search for")
 
 
 def queries_from(args: argparse.Namespace) -> list[MediaItem]:
@@ -49,6 +61,7 @@ def run(argv: list[str]) -> int:
     add_model_arguments(parser)
     parser.add_argument("--gpu", action="store_true")
     args = parser.parse_args(argv)
+    check_arguments(args)
     queries = queries_from(args)
     if not queries:
         parser.error("give a query: text, --event ..., --image or --video")
@@ -57,13 +70,10 @@ def run(argv: list[str]) -> int:
     if args.model or args.config:
         given = ModelSpec(args.model, args.config, args.ckpt, args.device).resolved()
         if (given.model, given.config, given.ckpt) != (spec.model, spec.config, spec.ckpt):
-            raise SystemExit(f"lit-retrieval search: {args.index} was built with {index.meta['model']}, not {given}")
+            raise UsageError(args.index, f"built with {index.meta['model']}, not {given}")
     spec = replace(spec, device=args.device)  # the rest (frame sampling too) as the index was built
     embedder = load_item_embedder(spec)
-    try:
-        index.check(embedder)
-    except IndexMismatch as err:
-        raise SystemExit(f"lit-retrieval search: {err}") from None
+    index.check(embedder)
     results = index.search(embedder.embed(queries, args.instruction).numpy(), args.k)
     for query, hits in zip(queries, results):
         label = query.text or query.image or query.video

@@ -4,27 +4,70 @@
     lit-retrieval serve runs/index/my_videos --port 9000 --workers 4 --cache-dir /scratch/serve-cache
 
 Binds to 127.0.0.1 unless --host says otherwise (the API has no authentication: expose it only
-behind something that has). Thumbnails and moment embeddings go to --cache-dir (default the
+behind something that has) and answers only requests whose Host header names the bound address,
+localhost or an --allowed-host. Thumbnails and moment embeddings go to --cache-dir (default the
 per-user cache, ~/.cache/lit-retrieval/serve); the index folder is only read. Each of --workers
-processes loads its own copy of the model and index.
+processes loads its own copy of the model and index. The port is taken before the model loads.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 
-from lit_retrieval.serve.app import Limits
+from lit_retrieval.serve.limits import Limits
+
+MB = 2**20
 
 
-def run(argv: list[str]) -> int:
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The bound socket the server will listen on (taken before the model loads: a busy port fails at once)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve_forever(app, sock: socket.socket, header_timeout_s: float, shutdown_timeout_s: float) -> None:
+    """Serve `app` on the bound `sock` until SIGTERM/SIGINT: headers bounded by `header_timeout_s`
+    (`GuardedH11Protocol`), open requests cut `shutdown_timeout_s` after the signal, log lines
+    prefixed with the command's name."""
+    import uvicorn
+
+    from lit_retrieval.serve.guards import GuardedH11Protocol
+    from lit_retrieval.serve.loading import configure_logging
+
+    GuardedH11Protocol.header_timeout_s = header_timeout_s
+    config = uvicorn.Config(
+        app, http=GuardedH11Protocol, log_level="warning", timeout_graceful_shutdown=shutdown_timeout_s
+    )
+    configure_logging()  # after uvicorn's own logging set-up
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="lit-retrieval serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("index", help="index folder written by `lit-retrieval index`")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
     parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another name clients may reach the server by (Host header; the bound address and localhost always; "
+        "'*': any, which lets web pages reach it through DNS rebinding)",
+    )
     parser.add_argument("--workers", type=int, default=1, help="server processes, each with its own model and index")
     parser.add_argument("--cache-dir", help="thumbnails and moment embeddings (default ~/.cache/lit-retrieval/serve)")
     parser.add_argument("--device", default="cpu", help="device of the query model")
@@ -42,24 +85,92 @@ def run(argv: list[str]) -> int:
         help="CPU threads per worker for the query model and faiss (0: torch's default). One query is "
         "small: one thread avoids thread contention; add --workers for throughput",
     )
-    parser.add_argument("--max-k", type=int, default=Limits.max_k, help="largest k a request may ask for")
+    defaults = Limits()
+    parser.add_argument("--max-k", type=int, default=defaults.max_k, help="largest k a request may ask for")
     parser.add_argument(
-        "--max-upload-mb", type=float, default=Limits.max_upload_bytes / 2**20, help="largest query image/video upload"
+        "--max-upload-mb", type=float, default=defaults.max_upload_bytes / MB, help="largest query image/video upload"
+    )
+    parser.add_argument(
+        "--max-upload-pixels", type=int, default=defaults.max_upload_pixels, help="pixels per frame of an upload"
+    )
+    parser.add_argument(
+        "--max-upload-frames", type=int, default=defaults.max_upload_frames, help="frames of an uploaded video"
+    )
+    parser.add_argument(
+        "--decode-timeout", type=float, default=defaults.decode_timeout_s, help="seconds to decode one upload"
+    )
+    parser.add_argument(
+        "--text-cache-mb", type=float, default=defaults.text_cache_bytes / MB, help="query vectors kept in memory"
+    )
+    parser.add_argument(
+        "--thumbnail-cache-mb",
+        type=float,
+        default=defaults.thumbnail_cache_bytes / MB,
+        help="thumbnails kept in the cache folder",
+    )
+    parser.add_argument(
+        "--header-timeout", type=float, default=defaults.header_timeout_s, help="seconds for a request's headers"
+    )
+    parser.add_argument(
+        "--body-timeout", type=float, default=defaults.body_timeout_s, help="seconds for a request's whole body"
+    )
+    parser.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=5.0,
+        help="seconds open requests get to finish after SIGTERM/Ctrl-C before they are cut",
+    )
+    parser.add_argument(
+        "--batch-window-ms",
+        type=float,
+        default=defaults.batch_window_ms,
+        help="how long concurrent text queries are gathered into one forward pass",
     )
     args = parser.parse_args(argv)
     if args.workers < 1 or args.moment_segments < 0 or args.max_k < 1 or args.threads < 0:
         parser.error("--workers and --max-k must be at least 1, --moment-segments and --threads at least 0")
+    timings = (args.decode_timeout, args.header_timeout, args.body_timeout, args.shutdown_timeout)
+    if min(timings) <= 0 or args.batch_window_ms < 0 or args.max_upload_pixels < 1 or args.max_upload_frames < 1:
+        parser.error("timeouts, --max-upload-pixels and --max-upload-frames must be positive")
+    return args
+
+
+def run(argv: list[str]) -> int:
+    args = parse_args(argv)
+    try:
+        sock = listening_socket(args.host, args.port)
+    except OSError as err:
+        print(f"lit-retrieval serve: cannot listen on {args.host}:{args.port}: {err.strerror}", file=sys.stderr)
+        return 2
     import uvicorn
 
-    from lit_retrieval.serve.loading import CONFIG_ENV, is_loopback, settings_json
+    from lit_retrieval.serve.guards import GuardedH11Protocol, default_allowed_hosts
+    from lit_retrieval.serve.loading import (
+        CONFIG_ENV,
+        app_from_environment,
+        configure_logging,
+        is_loopback,
+        settings_json,
+    )
 
     if not is_loopback(args.host):
         print(
             f"lit-retrieval serve: listening on {args.host}, reachable from other machines; "
-            "the API has no authentication",
+            "the API has no authentication (clients must name it by an --allowed-host)",
             file=sys.stderr,
         )
-    limits = Limits(max_upload_bytes=int(args.max_upload_mb * 2**20), max_k=args.max_k)
+    limits = Limits(
+        max_upload_bytes=int(args.max_upload_mb * MB),
+        max_k=args.max_k,
+        max_upload_pixels=args.max_upload_pixels,
+        max_upload_frames=args.max_upload_frames,
+        decode_timeout_s=args.decode_timeout,
+        header_timeout_s=args.header_timeout,
+        body_timeout_s=args.body_timeout,
+        text_cache_bytes=int(args.text_cache_mb * MB),
+        thumbnail_cache_bytes=int(args.thumbnail_cache_mb * MB),
+        batch_window_ms=args.batch_window_ms,
+    )
     os.environ[CONFIG_ENV] = settings_json(
         index=args.index,
         cache_dir=args.cache_dir,
@@ -68,18 +179,24 @@ def run(argv: list[str]) -> int:
         moment_segments=args.moment_segments,
         limits=limits,
         threads=args.threads or None,
+        allowed_hosts=[*default_allowed_hosts(args.host), *args.allowed_host],
     )
     if args.workers == 1:  # load here, so a bad index or model fails before the server starts
-        from lit_retrieval.serve.loading import app_from_environment
-
-        uvicorn.run(app_from_environment(), host=args.host, port=args.port, log_level="warning")
+        serve_forever(app_from_environment(), sock, args.header_timeout, args.shutdown_timeout)
     else:
+        from lit_retrieval.search.index import VideoIndex
+
+        VideoIndex.load(args.index)  # a bad index folder: one line here, not an error in every worker
+        sock.close()  # uvicorn's supervisor binds it again and hands it to the workers
+        configure_logging()
         uvicorn.run(
             "lit_retrieval.serve.loading:app_from_environment",
             factory=True,
             host=args.host,
             port=args.port,
             workers=args.workers,
+            http=GuardedH11Protocol,
             log_level="warning",
+            timeout_graceful_shutdown=args.shutdown_timeout,
         )
     return 0

@@ -5,8 +5,10 @@ nodes, GPUs, time and config.
         RUN_DIR=/scratch/runs/gve3b NODES=4 GPUS=8 --out gve3b.sbatch && sbatch gve3b.sbatch
 
 A template declares its variables in `#@ NAME[=default]` lines (no default: required) and uses
-them as `{{NAME}}`. A default may refer to other variables; one that is then plain integer
-arithmetic (digits, + - *) is computed, e.g. `LAST_SHARD={{SHARDS}} - 1`.
+them as `{{NAME}}`. A value given with --set is used verbatim (`TIME=2-00` is two days, `ACCOUNT=123-45`
+an account name). A default may refer to other variables; a default that combines them with integer
+arithmetic (digits, + - *, e.g. `LAST_SHARD={{SHARDS}} - 1`) is computed by `integer_expression`
+(a parser for integers and + - *, never `eval`), and needs those variables to be integers.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from pathlib import Path
 DECLARATION = re.compile(r"^#@\s+([A-Z][A-Z0-9_]*)(?:=([^#]*))?(?:\s+#.*)?$")
 PLACEHOLDER = re.compile(r"\{\{([A-Z][A-Z0-9_]*)\}\}")
 ARITHMETIC = re.compile(r"^[0-9+\-* ]+$")
+TOKEN = re.compile(r"\s*(?:(\d{1,18})|([+\-*]))")
+MAX_TOKENS = 64
 
 
 def template_variables(text: str) -> dict[str, str | None]:
@@ -32,7 +36,48 @@ def template_variables(text: str) -> dict[str, str | None]:
     return found
 
 
+def integer_expression(text: str) -> int:
+    """The value of `text`, integers joined by + - * (`*` binds tighter; a leading - negates), e.g.
+    `16 - 1` -> 15. Anything else is a `ValueError`. Hand-written because it is small and bounded
+    (at most 64 numbers and operators of at most 18 digits each), where `eval` is neither."""
+    tokens, position = [], 0
+    while position < len(text.rstrip()):
+        match = TOKEN.match(text, position)
+        if not match:
+            raise ValueError(f"not an integer expression (digits and + - * only): {text!r}")
+        tokens.append(int(match.group(1)) if match.group(1) else match.group(2))
+        position = match.end()
+    if not tokens or len(tokens) > MAX_TOKENS:
+        raise ValueError(f"not an integer expression of at most {MAX_TOKENS} terms: {text!r}")
+    total, product, sign, expect_number = 0, None, 1, True
+    for token in [*tokens, "+"]:
+        if expect_number:
+            if token == "-":
+                sign = -sign
+                continue
+            if not isinstance(token, int):
+                raise ValueError(f"not an integer expression (an operator where a number belongs): {text!r}")
+            product = sign * token if product is None else product * sign * token
+            sign, expect_number = 1, False
+        elif token == "*":
+            expect_number = True
+        else:
+            total += product
+            product, sign, expect_number = None, -1 if token == "-" else 1, True
+    if product is not None or sign != 1:
+        raise ValueError(f"not an integer expression (it ends with an operator): {text!r}")
+    return total
+
+
+def _is_arithmetic(default: str) -> bool:
+    """A default that computes from other variables: placeholders joined by digits and + - *."""
+    numbers = PLACEHOLDER.sub("0", default)
+    return bool(PLACEHOLDER.search(default)) and bool(ARITHMETIC.match(numbers)) and any(op in numbers for op in "+-*")
+
+
 def render_template(text: str, values: dict[str, str]) -> str:
+    """`text` with its variables replaced: `values` verbatim, the defaults of the others (which may
+    refer to further variables, and are computed when `_is_arithmetic`)."""
     declared = template_variables(text)
     unknown = set(values) - set(declared)
     if unknown:
@@ -40,14 +85,25 @@ def render_template(text: str, values: dict[str, str]) -> str:
     missing = [k for k, v in declared.items() if v is None and k not in values]
     if missing:
         raise ValueError(f"missing required variable(s) {missing} (set them with --set NAME=VALUE)")
-    resolved = {k: values.get(k, v) for k, v in declared.items()}
-    for _ in range(len(resolved)):  # defaults may refer to other variables
-        resolved = {k: PLACEHOLDER.sub(lambda m: resolved[m.group(1)], v) for k, v in resolved.items()}
-    for key, value in resolved.items():
-        if PLACEHOLDER.search(value):
-            raise ValueError(f"variable {key} refers to an undeclared or circular variable: {value!r}")
-        if ARITHMETIC.match(value) and any(op in value for op in "+-*"):
-            resolved[key] = str(eval(value, {"__builtins__": {}}))  # digits and + - * only
+    resolved: dict[str, str] = dict(values)
+
+    def value(name: str, chain: tuple[str, ...]) -> str:
+        if name in resolved:
+            return resolved[name]
+        if name not in declared or name in chain:
+            raise ValueError(f"variable {chain[0]} refers to an undeclared or circular variable: {name}")
+        default = str(declared[name])
+        text = PLACEHOLDER.sub(lambda m: value(m.group(1), (*chain, name)), default)
+        if _is_arithmetic(default):
+            try:
+                text = str(integer_expression(text))
+            except ValueError as err:
+                raise ValueError(f"variable {name} (default {default!r}) needs integers: {err}") from None
+        resolved[name] = text
+        return text
+
+    for name in declared:
+        value(name, ())
     body = [line for line in text.splitlines() if not DECLARATION.match(line.strip())]
     used = {m.group(1) for line in body for m in PLACEHOLDER.finditer(line)}
     undeclared = used - set(resolved)

@@ -7,6 +7,9 @@ videos shorter than 2 minutes"). Records the parser (`lit_retrieval.data.melon`)
 timestamps, broken descriptions, duplicate ids) are listed too (supp. C.1 "annotation
 completeness"). With `--videos`, every video file must exist and its own length (container header)
 must also reach the minimum. Touching intervals (one ends where the next starts) do not overlap.
+With `--t2t THRESHOLD` (MELON supp. C.2, 0.70 in the paper), adjacent event descriptions whose
+cosine similarity under the packaged all-MiniLM-L6-v2 (`--t2t-model`) exceeds the threshold are
+listed too (rule `t2t`): the filter `build-melon` applies, by the same function.
 
 Each ANNOTATION is a file whose records carry a split field, or `SPLIT=FILE` for a file per split.
 Exit status: 0 when nothing is violated, 1 when something is, 2 when a file cannot be read at all.
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,6 +28,8 @@ from lit_retrieval.data.bad_records import RecordCollector
 from lit_retrieval.data.melon import MelonParser
 from lit_retrieval.data.records import AnnotationError, VideoRecord
 from lit_retrieval.data.video import VideoDecodeError, video_duration
+from lit_retrieval.errors import UsageError
+from lit_retrieval.melon_build.config import T2TConfig
 
 
 @dataclass(frozen=True)
@@ -33,6 +39,16 @@ class MelonRules:
     min_events: int = 3
     max_events: int = 5
     min_seconds: float = 120.0
+    t2t_threshold: float | None = None  # supp. C.2's 0.70; None: not checked
+
+    def __post_init__(self) -> None:
+        """Refuse rules that would silently pass everything (a NaN compares false) or nothing."""
+        if self.min_events < 1 or self.min_events > self.max_events:
+            raise UsageError("--min-events", f"{self.min_events} must lie in [1, --max-events {self.max_events}]")
+        if not math.isfinite(self.min_seconds) or self.min_seconds < 0:
+            raise UsageError("--min-seconds", f"must be a finite number >= 0, got {self.min_seconds}")
+        if self.t2t_threshold is not None and not -1 <= self.t2t_threshold <= 1:  # NaN fails too
+            raise UsageError("--t2t", f"must be a cosine similarity in [-1, 1], got {self.t2t_threshold}")
 
 
 @dataclass(frozen=True)
@@ -81,7 +97,23 @@ def video_violations(video: VideoRecord, source: str, rules: MelonRules, video_r
     return [Violation(source, video.video_id, rule, reason) for rule, reason in found]
 
 
-def validate(files: dict[str | None, Path], rules: MelonRules, video_root: Path | None) -> dict:
+def t2t_violations(videos: list[tuple[VideoRecord, str]], threshold: float, model: str) -> list[Violation]:
+    """Adjacent descriptions more similar than `threshold` (MELON supp. C.2), per video."""
+    from lit_retrieval.melon_build.filters import redundant_pairs, sentence_encoder
+
+    encoder = sentence_encoder(model)
+    found = []
+    for video, source in videos:
+        similarities = encoder.adjacent_similarities(video.descriptions)
+        for i, score in redundant_pairs(similarities, threshold):
+            reason = f"events {i} and {i + 1}: description similarity {score:.3f} > {threshold:g}"
+            found.append(Violation(source, video.video_id, "t2t", reason))
+    return found
+
+
+def validate(
+    files: dict[str | None, Path], rules: MelonRules, video_root: Path | None, t2t_model: str = T2TConfig.model
+) -> dict:
     """The report: counts per split and per event count, and every violation."""
     prober = (lambda path: video_duration(video_root / path)) if video_root is not None else None
     parser = MelonParser(duration_of=prober)
@@ -94,9 +126,12 @@ def validate(files: dict[str | None, Path], rules: MelonRules, video_root: Path 
                 violations.append(Violation(str(path), video.video_id, "duplicate", duplicate))
                 continue
             seen[video.video_id] = str(path)
-            videos.append(video)
+            videos.append((video, str(path)))
             violations.extend(video_violations(video, str(path), rules, video_root))
         violations.extend(Violation(e.source, e.record, "record", e.reason) for e in collector.dropped)
+    if rules.t2t_threshold is not None:
+        violations.extend(t2t_violations(videos, rules.t2t_threshold, t2t_model))
+    videos = [video for video, _ in videos]
     return {
         "videos": len(videos),
         "splits": dict(sorted(Counter(v.split for v in videos).items())),
@@ -125,6 +160,13 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--min-events", type=int, default=MelonRules.min_events)
     parser.add_argument("--max-events", type=int, default=MelonRules.max_events)
     parser.add_argument("--min-seconds", type=float, default=MelonRules.min_seconds, help="shortest allowed video (s)")
+    parser.add_argument(
+        "--t2t",
+        type=float,
+        metavar="THRESHOLD",
+        help="also list adjacent descriptions more similar than this (MELON supp. C.2: 0.70)",
+    )
+    parser.add_argument("--t2t-model", default=T2TConfig.model, help="sentence encoder folder or package:MODULE")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
     args = parser.parse_args(argv)
     files = dict(_file_argument(a) for a in args.annotation)
@@ -133,7 +175,8 @@ def run(argv: list[str]) -> int:
     if args.videos is not None and not args.videos.is_dir():
         parser.error(f"--videos {args.videos}: not a folder")
     try:
-        report = validate(files, MelonRules(args.min_events, args.max_events, args.min_seconds), args.videos)
+        rules = MelonRules(args.min_events, args.max_events, args.min_seconds, args.t2t)
+        report = validate(files, rules, args.videos, args.t2t_model)
     except AnnotationError as err:  # a file that cannot be read at all
         parser.error(str(err))
     if args.json:

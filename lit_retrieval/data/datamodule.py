@@ -30,6 +30,7 @@ from lit_retrieval.data.shots import ShotConfig, Shots, detect_many, frame_shot_
 from lit_retrieval.data.synthetic import SynthConfig, generate_corpus
 from lit_retrieval.data.transforms import CLIP_MEAN, CLIP_STD, NormalizeFrames
 from lit_retrieval.data.video import Sampling, SamplingSpec, VideoDecodeError, sample_video
+from lit_retrieval.data.workers import worker_init_fn
 from lit_retrieval.errors import ConfigError, check_at_least
 
 log = logging.getLogger(__name__)
@@ -117,6 +118,7 @@ def collate_items(items: list[dict[str, Any]]) -> dict[str, Any]:
         "video_id": [item["video_id"] for item in good],
         "events": [item["events"] for item in good],
         "skipped": [item["error"] for item in items if "error" in item],
+        "skipped_index": torch.tensor([item["index"] for item in items if "error" in item], dtype=torch.long),
         "duration": torch.tensor([item["duration"] for item in good], dtype=torch.float64),
     }
     for key in ("frames", "frame_mask", "frame_times"):
@@ -386,6 +388,7 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
             collate_fn=collate_items,
             persistent_workers=self.num_workers > 0,
             generator=torch.Generator().manual_seed(self.shuffle_seed),  # worker seeds never touch the global RNG
+            worker_init_fn=worker_init_fn(),  # workers leave SIGTERM/SIGINT/SIGUSR1 to the main process
         )
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:

@@ -14,7 +14,7 @@ from lit_retrieval.data.activitynet import ActivityNetParser
 from lit_retrieval.data.condensed_movies import CondensedMoviesParser
 from lit_retrieval.data.bad_records import RecordCollector
 from lit_retrieval.data.datamodule import VideoTextDataModule
-from lit_retrieval.data.didemo import DiDeMoParser
+from lit_retrieval.data.didemo import DiDeMoParser, FileNames
 from lit_retrieval.data.melon import MelonFields, MelonParser
 from lit_retrieval.data.msrvtt import MSRVTTParser
 from lit_retrieval.data.records import VideoRecord
@@ -122,7 +122,10 @@ class DiDeMoDataModule(SplitFilesDataModule):
     Args:
         annotation_dir: folder of `train_data.json`, `val_data.json`, `test_data.json`.
         split_files: file of each split name.
-        video_ext: replace the extension of the `video` field (e.g. `.mp4` after transcoding).
+        video_ext: appended to the `video` name (`.mp4`: the release downloader's `<video>.mp4`;
+            `None`: the name as written).
+        file_names: `full` (`<video><video_ext>`) or `stem` (`<stem><video_ext>`, the name less its
+            extension, for files renamed by stem). Names of one stem are one video either way.
         window_seconds: frames are sampled in [0, window_seconds) of each file (clipped to its
             length): 32 by default, the seconds 0-31 CLIP4Clip's loader reads; `None`: the
             annotated window, 5 s x `num_segments` (see `lit_retrieval.data.didemo`).
@@ -134,18 +137,22 @@ class DiDeMoDataModule(SplitFilesDataModule):
         self,
         annotation_dir: str,
         split_files: dict[str, str] | None = None,
-        video_ext: str | None = None,
+        video_ext: str | None = ".mp4",
+        file_names: FileNames = "full",
         window_seconds: float | None = 32.0,
         trim_to_annotation: bool = True,
         **kwargs,
     ) -> None:
         split_files = split_files or {"train": "train_data.json", "val": "val_data.json", "test": "test_data.json"}
         super().__init__(annotation_dir, split_files, trim_to_annotation=trim_to_annotation, **kwargs)
+        DiDeMoParser(video_ext, window_seconds, file_names)  # refuses bad options when the config is parsed
         self.video_ext = video_ext
+        self.file_names = file_names
         self.window_seconds = window_seconds
 
     def parser(self) -> DiDeMoParser:
-        return DiDeMoParser(self.video_ext, self.window_seconds)
+        root = self.video_root or self.default_video_root()
+        return DiDeMoParser(self.video_ext, self.window_seconds, self.file_names, root)
 
 
 class CondensedMoviesDataModule(VideoTextDataModule):

@@ -13,22 +13,43 @@ second included) whatever the annotation, i.e. the first 32 s of the file; `DiDe
 follows it with `window_seconds: 32`. Set `window_seconds: null` for the annotated 30 s (25 s for
 5-segment videos).
 
-Files are matched literally by `video` (extension included), unless `video_ext` replaces the
-extension (e.g. after transcoding to mp4). A bad moment (empty description, chunks out of range,
-end before start) raises `AnnotationError` naming its `annotation_id`, or under `skip` is dropped
-alone; the video stays with its other moments.
+One video per stem: the release names some videos twice, under two extensions of one Flickr file
+name (`x.mov` and `x.mp4`, or `x.` with a bare dot and `x.mp4`), each name with its own moments:
+33 of the 1,037 test names and 29 of the 1,094 val names. Both names hold the same Flickr video (the
+same `dl_link`), so the moments of a stem (the name less its last extension: `x.mov`, `x.mp4` and
+`x.` all have the stem `x`) make one video and one paragraph. This gives the published gallery sizes
+(1,004 test and 1,065 val videos, 8,395 train); each merge is logged with examples.
+
+File names: the release's downloader (`download/download_videos_AWS.py` of LocalizingMoments) saves
+each video as `<video>.mp4`, the full name plus `.mp4`, so `video_ext` (default `.mp4`) is appended
+to the full name; `video_ext: null` takes the name as written. `file_names: stem` looks for
+`<stem><video_ext>` instead, for collections renamed by stem (e.g. after transcoding). For a merged
+stem the first of its names (in file order) whose file exists under the video root is used, else the
+first name. Every stem has its own file, so no two videos share one path.
+
+A bad moment (empty description, chunks out of range, end before start) raises `AnnotationError`
+naming its `annotation_id`, or under `skip` is dropped alone; the video stays with its other moments.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Literal
 
 from lit_retrieval.data.bad_records import RecordCollector
 from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, checked_interval, read_json
+from lit_retrieval.errors import ConfigError
 
 CHUNK_SECONDS = 5.0
+FileNames = Literal["full", "stem"]
+log = logging.getLogger(__name__)
+
+
+def name_stem(video: str) -> str:
+    """The release name less its last extension: `x.mov`, `x.mp4` and the bare-dot `x.` give `x`."""
+    return video[: video.rindex(".")] if "." in PurePosixPath(video).name else video
 
 
 def _chunk_pairs(times: Any, num_segments: int, source: str, record: str) -> list[tuple[int, int]]:
@@ -48,13 +69,25 @@ def _chunk_pairs(times: Any, num_segments: int, source: str, record: str) -> lis
 
 
 class DiDeMoParser:
-    """Turns DiDeMo files into `VideoRecord`s, one per video."""
+    """Turns DiDeMo files into `VideoRecord`s, one per stem (see the module notes)."""
 
-    def __init__(self, video_ext: str | None = None, window_seconds: float | None = None) -> None:
+    def __init__(
+        self,
+        video_ext: str | None = ".mp4",
+        window_seconds: float | None = None,
+        file_names: FileNames = "full",
+        video_root: str | Path | None = None,
+    ) -> None:
         if window_seconds is not None and not window_seconds > 0:
             raise ValueError(f"window_seconds must be positive, got {window_seconds}")
-        self.video_ext = video_ext
+        if file_names not in ("full", "stem"):
+            raise ConfigError(f"data.file_names must be 'full' or 'stem', got {file_names!r}")
+        if file_names == "stem" and not video_ext:
+            raise ConfigError("data.file_names: stem needs a video_ext (files are looked for as <stem><video_ext>)")
+        self.video_ext = video_ext or ""
         self.window_seconds = window_seconds
+        self.file_names = file_names
+        self.video_root = Path(video_root) if video_root is not None else None
 
     def load(self, path: str | Path, split: str, collector: RecordCollector | None = None) -> list[VideoRecord]:
         collector = collector or RecordCollector()
@@ -63,6 +96,7 @@ class DiDeMoParser:
         if not isinstance(data, list):
             raise AnnotationError(source, "-", "expected a list of moment annotations")
         moments: dict[str, list[tuple[Event, int]]] = defaultdict(list)
+        names: dict[str, list[str]] = defaultdict(list)
         windows: dict[str, float] = {}
         seen: set[str] = set()
         for position, raw in enumerate(data):
@@ -73,9 +107,24 @@ class DiDeMoParser:
                     collector.reject(AnnotationError(source, f"annotation {event.event_id}", "duplicate annotation_id"))
                     continue
                 seen.add(event.event_id)
-                moments[video].append((event, position))
-                windows[video] = max(windows.get(video, 0.0), window)
-        return [self._video(video, items, windows[video], split) for video, items in moments.items()]
+                stem = name_stem(video)
+                moments[stem].append((event, position))
+                if video not in names[stem]:
+                    names[stem].append(video)
+                windows[stem] = max(windows.get(stem, 0.0), window)
+        self._log_merges(source, names)
+        return [self._video(stem, items, names[stem], windows[stem], split) for stem, items in moments.items()]
+
+    @staticmethod
+    def _log_merges(source: str, names: dict[str, list[str]], examples: int = 3) -> None:
+        merged = {stem: found for stem, found in names.items() if len(found) > 1}
+        if merged:
+            shown = "; ".join(" + ".join(found) for found in list(merged.values())[:examples])
+            log.warning(
+                "%s: %d file names -> %d videos: %d videos named under several extensions of one file name were "
+                "merged into one video and one paragraph each (e.g. %s)",
+                source, sum(len(found) for found in names.values()), len(names), len(merged), shown,
+            )
 
     def parse_moment(self, raw: Any, source: str, position: int) -> tuple[str, Event, float]:
         if not isinstance(raw, dict):
@@ -102,8 +151,20 @@ class DiDeMoParser:
             raise AnnotationError(source, record, f"annotation_id must be a string or an integer, got {annotation_id!r}")
         return video, Event(description.strip(), (interval,), event_id=str(annotation_id)), window
 
-    def _video(self, video: str, items: list[tuple[Event, int]], window: float, split: str) -> VideoRecord:
+    def video_path(self, stem: str, names: list[str]) -> str:
+        """The file of a stem: `<stem><video_ext>`, or `<name><video_ext>` for the first of its names
+        whose file exists under `video_root` (else the first name)."""
+        if self.file_names == "stem":
+            return stem + self.video_ext
+        paths = [name + self.video_ext for name in names]
+        if self.video_root is not None:
+            return next((p for p in paths if (self.video_root / p).is_file()), paths[0])
+        return paths[0]
+
+    def _video(
+        self, stem: str, items: list[tuple[Event, int]], names: list[str], window: float, split: str
+    ) -> VideoRecord:
         ordered = tuple(event for event, _ in sorted(items, key=lambda item: (item[0].start, item[0].end, item[1])))
-        path = str(PurePosixPath(video).with_suffix(self.video_ext)) if self.video_ext else video
         duration = self.window_seconds if self.window_seconds is not None else window
-        return VideoRecord(video_id=video, path=path, duration=duration, split=split, events=ordered)
+        path = self.video_path(stem, names)
+        return VideoRecord(video_id=stem, path=path, duration=duration, split=split, events=ordered)

@@ -33,6 +33,7 @@ from lit_retrieval.data.resume import EpochPosition
 from lit_retrieval.data.task_sampler import TaskBatchSampler, default_steps
 from lit_retrieval.data.tasks import TaskRecord, TaskSpec, read_task
 from lit_retrieval.data.video import VideoDecodeError
+from lit_retrieval.data.workers import worker_init_fn
 from lit_retrieval.errors import ConfigError, check_at_least
 
 log = logging.getLogger(__name__)
@@ -310,8 +311,9 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
         the model (curriculum probing, training steps) crashed workers in torch's thread pools
         here. The sampler runs in the main process, so kept workers still see new probabilities.
         Each loader draws its worker seeds from its own generator, never from the global random
-        state, so a resumed run's dropout continues exactly wherever its iterators are created."""
-        own = {"generator": torch.Generator().manual_seed(self.seed)}
+        state, so a resumed run's dropout continues exactly wherever its iterators are created.
+        Workers ignore the stop signals (`data/workers.py`)."""
+        own = {"generator": torch.Generator().manual_seed(self.seed), "worker_init_fn": worker_init_fn()}
         if self.num_workers == 0:
             return {"num_workers": 0, **own}
         keep = self.negative_mining == "offline"  # mined negatives reach fresh workers only

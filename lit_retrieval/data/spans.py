@@ -54,7 +54,23 @@ DEFAULT_PERSON_WORDS: tuple[str, ...] = (
     "king", "queen", "soldier", "stranger", "family",
 )
 TITLES: tuple[str, ...] = ("Mr", "Mrs", "Ms", "Dr", "Prof", "St", "Jr", "Sr")
+# Capitalised words that open a sentence without being a name (`initial_names`): articles and
+# determiners, numbers, non-person pronouns, conjunctions, prepositions and sentence adverbs.
+INITIAL_STOP_WORDS: tuple[str, ...] = (
+    "a", "an", "the", "this", "that", "these", "those", "some", "any", "each", "every", "another", "all",
+    "both", "either", "neither", "no", "none", "one", "two", "three", "four", "five", "six", "seven", "eight",
+    "nine", "ten", "several", "many", "most", "few", "other", "others", "such", "it", "its", "there", "here",
+    "what", "who", "whom", "whose", "which", "why", "how", "when", "whenever", "where", "while", "whilst",
+    "and", "but", "or", "nor", "so", "yet", "for", "if", "unless", "because", "since", "though", "although",
+    "as", "after", "before", "once", "until", "till", "despite", "during", "following", "in", "on", "at", "by",
+    "with", "without", "within", "from", "to", "into", "onto", "upon", "of", "off", "out", "over", "under",
+    "inside", "outside", "back", "behind", "near", "amid", "among", "against", "about", "around", "through",
+    "meanwhile", "later", "then", "now", "next", "finally", "suddenly", "eventually", "soon", "still", "also",
+    "even", "just", "only", "instead", "together", "elsewhere", "first", "afterwards", "afterward", "again",
+    "not", "yes", "oh", "well",
+)
 
+SETTINGS = ("verbs", "person_words", "extra_person_words", "initial_names", "initial_stop_words", "scope")
 _WORD = re.compile(r"[A-Za-z][A-Za-z'\-]*")
 _SENTENCE_END = re.compile(r"[.!?][\"')\]]*\s+")
 
@@ -96,9 +112,11 @@ class SpanSplitter:
             do not start their sentence always count (names; Sec. 4).
         extra_person_words: added to `person_words` (e.g. the shape nouns that play the characters
             of the synthetic relational scenes).
-        initial_names: also count a capitalised sentence-initial token as a name. Off by default:
-            the paper counts only non-initial capitalised tokens, since every sentence starts with
-            a capital ("Nora confronts Eli" then has one mention unless "Nora" is a person word).
+        initial_names: also count a capitalised sentence-initial token as a name unless it is one
+            of `initial_stop_words` ("Anna confronts Mark." has two mentions; "The", "A", "Then"
+            open sentences without being names). On by default (see the module notes); off: only
+            non-initial capitals count, the paper's literal wording (Sec. 4).
+        initial_stop_words: lower-case words that are never names at the start of a sentence.
         scope: `query` (the paper's wording) finds the verb and two mentions anywhere in the query;
             `sentence` needs both in the same sentence.
     """
@@ -106,7 +124,8 @@ class SpanSplitter:
     verbs: list[str] = field(default_factory=lambda: list(DEFAULT_VERBS))
     person_words: list[str] = field(default_factory=lambda: list(DEFAULT_PERSON_WORDS))
     extra_person_words: list[str] = field(default_factory=list)
-    initial_names: bool = False
+    initial_names: bool = True
+    initial_stop_words: list[str] = field(default_factory=lambda: list(INITIAL_STOP_WORDS))
     scope: Literal["query", "sentence"] = "query"
 
     def __post_init__(self) -> None:
@@ -121,14 +140,17 @@ class SpanSplitter:
                 raise ValueError(f"verb pattern {pattern!r} is not a valid regular expression: {err}") from None
         self._verb = re.compile(r"\b(?:" + "|".join(f"(?:{p})" for p in self.verbs) + r")\b", re.IGNORECASE)
         self._people = {w.lower() for w in (*self.person_words, *self.extra_person_words)}
+        self._not_names = {w.lower() for w in self.initial_stop_words}
 
     def __getstate__(self) -> dict[str, object]:
         # Only the settings travel (checkpoints load with weights_only=True, which refuses
         # compiled patterns); the matchers are rebuilt on load.
-        return {f: getattr(self, f) for f in ("verbs", "person_words", "extra_person_words", "initial_names", "scope")}
+        return {f: getattr(self, f) for f in SETTINGS}
 
     def __setstate__(self, state: dict[str, object]) -> None:
-        state.setdefault("scope", "query")  # checkpoints written before the option existed
+        # checkpoints written before these options existed
+        state.setdefault("scope", "query")
+        state.setdefault("initial_stop_words", list(INITIAL_STOP_WORDS))
         self.__dict__.update(state)
         self.__post_init__()
 
@@ -144,7 +166,10 @@ class SpanSplitter:
             if run is not None and not (capital and gap and not gap.replace(".", "", 1).strip()):
                 count, run = count + run, None
             if capital:
-                run = bool(run) or person or self.initial_names or i > 0
+                initial_name = (
+                    self.initial_names and word.lower() not in self._not_names and not self._verb.fullmatch(word)
+                )
+                run = bool(run) or person or initial_name or i > 0
             else:
                 count += person
             previous_end = match.end()

@@ -114,30 +114,28 @@ def linspace_indices(count: int, num: int) -> np.ndarray:
     return np.round(np.linspace(0, count - 1, num)).astype(int)
 
 
-def probe_duration(container: av.container.InputContainer, stream: av.video.stream.VideoStream) -> float | None:
-    """Duration in seconds from the container, else the stream header, else None."""
-    if container.duration:
-        return container.duration / 1e6
-    if stream.duration and stream.time_base:
-        return float(stream.duration * stream.time_base)
-    return None
-
-
 def video_duration(path: str | Path) -> float:
-    """Duration in seconds from the file's header (no decoding); `VideoDecodeError` if unknown."""
+    """Seconds of the video stream's span, as the sampler measures it (first frame's PTS to the end
+    of the last frame; from packet timestamps, no decoding), so every time below it can be sampled.
+    The container's duration is not used: it includes a longer audio track (5.312 s for a 5.280 s
+    video stream). `VideoDecodeError` for missing, empty, truncated or unreadable files."""
     path = Path(path)
     if not path.is_file():
         raise VideoDecodeError(path, "file not found")
+    if path.stat().st_size == 0:
+        raise VideoDecodeError(path, "file is empty")
     try:
         with av.open(str(path)) as container:
             if not container.streams.video:
                 raise VideoDecodeError(path, "no video stream")
-            duration = probe_duration(container, container.streams.video[0])
+            stream = _Stream(container, container.streams.video[0])
+            try:
+                span = _probe_span(stream, path, None)
+            finally:
+                stream.close()
     except av.error.FFmpegError as err:
         raise VideoDecodeError(path, f"unreadable ({err})") from None
-    if not duration:
-        raise VideoDecodeError(path, "duration unknown (no container or stream duration)")
-    return duration
+    return span.end - span.first
 
 
 def _declared_span(

@@ -164,9 +164,15 @@ def load_plan(path: str | Path) -> Plan:
     """Read and check a plan; any mistake is a `UsageError` naming the file and the entry."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.safe_load(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise UsageError(str(path), "plan file not found") from None
+    except OSError as err:
+        raise UsageError(str(path), f"cannot read the plan ({err.strerror or err})") from None
+    except UnicodeDecodeError as err:
+        raise UsageError(str(path), f"the plan is not UTF-8 text (byte {err.start})") from None
     except yaml.YAMLError as err:
-        raise UsageError(str(path), f"not valid YAML: {err}") from None
+        raise UsageError(str(path), f"not valid YAML: {' '.join(str(err).split())}") from None
     if not isinstance(raw, dict):
         raise UsageError(str(path), "a plan is a mapping with 'seeds', 'metrics' and 'rows'")
     unknown = set(raw) - PLAN_KEYS

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lit_retrieval.grid.plan import Plan, load_published
-from lit_retrieval.grid.runs import run_metrics, status
+from lit_retrieval.grid.runs import DONE, run_metrics
 
 
 @dataclass(frozen=True)
@@ -48,11 +48,13 @@ class RowResult:
 
 
 def collect(plan: Plan, runs_dir: Path) -> list[RowResult]:
-    """Every plan row's finished runs under `runs_dir`; a metric a run lacks is a `KeyError` naming it."""
+    """Every plan row's finished runs (those with a done.json) under `runs_dir`; a metric a run lacks is
+    a `KeyError` naming it, and a done.json or metrics file that cannot be trusted (damaged, or naming
+    a file that is gone) a `UsageError` naming it: `lit-retrieval grid` repairs such a run."""
     published = load_published(plan.published) if plan.published else {}
     results = []
     for row in plan.rows:
-        found = [s for s in row.seeds if status(Path(runs_dir) / row.name / f"seed{s}") == "done"]
+        found = [s for s in row.seeds if (Path(runs_dir) / row.name / f"seed{s}" / DONE).exists()]
         per_seed = [run_metrics(Path(runs_dir) / row.name / f"seed{s}") for s in found]
         cells = {}
         for metric in plan.metrics:

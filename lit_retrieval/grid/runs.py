@@ -5,11 +5,17 @@ A run folder `RUNS_DIR/<row>/seed<k>/` holds
                with the seed and every path under the row's own run folder moved into this folder;
   run.json     the exact `lit-retrieval` commands of its steps (fit, then test or uvrb);
   fit.done     fit finished (exit 0), so a restarted task goes straight to the evaluation;
-  done.json    written only after the evaluation's metrics file exists; names that file;
+  done.json    written only after the evaluation's metrics file exists; names that file and the
+               checkpoint it evaluated;
   failed.json  the step and exit status of the last failure (removed when the run completes);
+  slurm.json   the Slurm array task that was last submitted for it (`lit-retrieval grid --slurm`);
+  .run.lock    held while one process runs it (`RunLock`: a second writer is refused);
+  converted/   a DeepSpeed checkpoint directory consolidated into one file for the evaluation;
   fit.log, test.log / uvrb.log: the commands' output, appended across attempts.
-A finished run (done.json) is never run again; anything else runs again from where it stopped
-(Lightning's hpc checkpoint after a Slurm requeue, else the newest last.ckpt).
+Every state file is written whole (a temporary file renamed over it). A run is finished when its
+done.json is whole and what it names still exists; anything else runs again from where it stopped:
+fit resumes with `--ckpt_path newest` (the newest of Lightning's hpc checkpoints and last.ckpt), and
+a fitted run whose metrics file is gone is evaluated again.
 """
 
 from __future__ import annotations
@@ -28,10 +34,42 @@ from typing import Any
 
 import yaml
 
-from lit_retrieval.errors import UsageError
+from lit_retrieval.errors import InputError, UsageError
 from lit_retrieval.grid.plan import Plan, Run
+from lit_retrieval.locking import OutputLock
 
 DONE, FIT_DONE, FAILED, RUN_FILE, CONFIG = "done.json", "fit.done", "failed.json", "run.json", "config.yaml"
+CONVERTED = "converted"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` whole or not at all: a temporary file in the same folder, renamed over it."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    partial.write_text(text)
+    os.replace(partial, path)
+
+
+def read_json_file(path: Path, what: str) -> Any:
+    """The JSON of a file this package wrote; an empty, truncated or non-UTF-8 one is a `UsageError`."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(str(path), f"{what} is not UTF-8 text (a damaged file)") from None
+    except OSError as err:
+        raise UsageError(str(path), f"cannot read the {what} ({err.strerror or err})") from None
+    if not text.strip():
+        raise UsageError(str(path), f"empty {what} (an interrupted write?)")
+    try:
+        return json.loads(text)
+    except ValueError as err:
+        raise UsageError(str(path), f"{what} is not valid JSON ({err}); a truncated file?") from None
+
+
+def read_object(path: Path, what: str) -> dict[str, Any]:
+    raw = read_json_file(path, what)
+    if not isinstance(raw, dict):
+        raise UsageError(str(path), f"{what} must be a JSON object, got a {type(raw).__name__}")
+    return raw
 
 
 def override_args(overrides: dict[str, Any]) -> list[str]:
@@ -152,100 +190,203 @@ def commands(plan: Plan, run: Run, folder: Path, config: dict[str, Any] | None) 
     return {"fit": fit, "evaluate": evaluate, "kind": "test", "ckpt_flag": "--ckpt_path", "checkpoint": plan.checkpoint}
 
 
+def row_config(plan: Plan, run: Run, runs_dir: Path, extra: dict[str, Any], resolved: dict[str, Any]) -> dict | None:
+    """The row's fit config as the CLI resolves it (None for a row that evaluates a `model`), once
+    per row: `resolved` caches it by row name (a caller may adjust it there before `prepare`)."""
+    if not run.row.trains:
+        return None
+    if run.row.name not in resolved:
+        overrides = {
+            k: v.replace("{runs}", str(runs_dir)) if isinstance(v, str) else v
+            for k, v in {**run.row.overrides, **extra}.items()
+        }
+        resolved[run.row.name] = resolve_config(run.row.configs, overrides, f"{plan.path}: row {run.row.name!r}")
+    return resolved[run.row.name]
+
+
 def prepare(
     plan: Plan, run: Run, runs_dir: Path, extra: dict[str, Any], resolved: dict[str, Any], write: bool = True
 ) -> dict[str, Any]:
-    """Resolve the run's config (once per row: `resolved` caches it by row name) and commands; with
-    `write`, store them in its folder (config.yaml, run.json). Finished runs keep what they ran with."""
+    """Resolve the run's config (`row_config`) and commands; with `write`, store them in its folder
+    (config.yaml, run.json). Finished runs keep what they ran with."""
     folder = run.folder(runs_dir)
-    config = None
-    if run.row.trains:
-        if run.row.name not in resolved:
-            overrides = {
-                k: v.replace("{runs}", str(runs_dir)) if isinstance(v, str) else v
-                for k, v in {**run.row.overrides, **extra}.items()
-            }
-            resolved[run.row.name] = resolve_config(run.row.configs, overrides, f"{plan.path}: row {run.row.name!r}")
-        config = relocate(copy.deepcopy(resolved[run.row.name]), folder, run.seed)
+    base = row_config(plan, run, runs_dir, extra, resolved)
+    config = None if base is None else relocate(copy.deepcopy(base), folder, run.seed)
     steps = commands(plan, run, folder, config)
-    if write and not (folder / DONE).exists():
+    if write and status(folder) != "done":
         folder.mkdir(parents=True, exist_ok=True)
         if config is not None:
-            (folder / CONFIG).write_text(
+            write_atomic(
+                folder / CONFIG,
                 f"# {plan.title}: row {run.row.name}, seed {run.seed} (written by lit-retrieval grid)\n"
-                + yaml.safe_dump(config, sort_keys=False)
+                + yaml.safe_dump(config, sort_keys=False),
             )
-        (folder / RUN_FILE).write_text(
-            json.dumps({"row": run.row.name, "seed": run.seed, "index": run.index, **steps}, indent=2)
-        )
+        record = {"row": run.row.name, "seed": run.seed, "index": run.index, **steps}
+        write_atomic(folder / RUN_FILE, json.dumps(record, indent=2))
     return steps
 
 
+def read_done(folder: Path) -> dict[str, Any]:
+    """The run's done.json, checked: a JSON object naming its metrics file (and the checkpoint it
+    evaluated), both of which still exist; anything else is a `UsageError` saying what is wrong."""
+    path = folder / DONE
+    done = read_object(path, "done.json")
+    if not isinstance(done.get("metrics"), str):
+        raise UsageError(str(path), "done.json names no metrics file ('metrics')")
+    for key in ("metrics", "checkpoint"):
+        if isinstance(done.get(key), str) and not (folder / done[key]).exists():
+            raise UsageError(str(path), f"names {key} {done[key]} that is gone; `lit-retrieval grid` runs it again")
+    return done
+
+
 def status(folder: Path) -> str:
-    """`done`, `failed` (last attempt exited non-zero) or `pending` (never run, or interrupted)."""
+    """`done` (a done.json that `read_done` trusts), `failed` (the last attempt exited non-zero) or
+    `pending` (never run, interrupted, or a done.json that cannot be trusted: it is run again)."""
     if (folder / DONE).exists():
-        return "done"
+        try:
+            read_done(folder)
+            return "done"
+        except InputError:
+            pass
     return "failed" if (folder / FAILED).exists() else "pending"
 
 
-def _is_rank_zero() -> bool:
-    """Under `srun` with several tasks per run, only task 0 writes the markers."""
-    return os.environ.get("SLURM_PROCID", "0") == "0"
+class RunLock(OutputLock):
+    """One process runs a run folder at a time (`.run.lock`). Under Slurm the holder also records
+    its array task (`slurm`), which frees a lock whose holder a host-and-pid check cannot judge (it
+    ran on another node): a requeued task (the same array job and task id) takes over its own earlier
+    attempt's lock, and any task takes over the lock of an array task that Slurm no longer holds
+    (cancelled, or killed at its time limit)."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__(folder, name="run")
+
+    def _me(self) -> dict[str, Any]:
+        return {**super()._me(), "slurm": _slurm_task()}
+
+    def _stale(self, holder: dict[str, Any], host: str) -> bool:
+        task = holder.get("slurm")
+        if isinstance(task, str) and (task == _slurm_task() or _slurm_task_ended(task)):
+            return True
+        return super()._stale(holder, host)
 
 
-def _step(args: list[str], log: Path) -> int:
+def _slurm_task() -> str | None:
+    """`ARRAYJOB_TASK` of the Slurm array task this process runs in, else None."""
+    job, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    return f"{job}_{task}" if job and task else None
+
+
+def _slurm_task_ended(task: str) -> bool:
+    """Whether Slurm no longer holds array task `task` (`JOB_TASK`): squeue does not list it, or no
+    longer knows the job. False when squeue cannot be asked (no Slurm here: the lock stays)."""
+    try:
+        done = subprocess.run(
+            ["squeue", "--noheader", "--array", "--format=%i", f"--jobs={task.split('_')[0]}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    if done.returncode:
+        return "Invalid job id" in done.stderr
+    return task not in done.stdout.split()
+
+
+def _step(args: list[str], log: Path, launcher: list[str]) -> int:
+    command = [*launcher, sys.executable, "-m", "lit_retrieval", *args]
     with log.open("a") as out:
-        out.write(f"\n$ lit-retrieval {' '.join(args)}  # {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        out.write(f"\n$ {' '.join(launcher + ['lit-retrieval', *args])}  # {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
         out.flush()
-        return subprocess.run(
-            [sys.executable, "-m", "lit_retrieval", *args], stdout=out, stderr=subprocess.STDOUT
-        ).returncode
+        return subprocess.run(command, stdout=out, stderr=subprocess.STDOUT).returncode
 
 
 def _newest(folder: Path, pattern: str) -> Path | None:
-    found = sorted(folder.rglob(pattern), key=lambda p: p.stat().st_mtime)
-    return found[-1] if found else None
+    """The newest (by mtime) `pattern` match under `folder`, leaving out what `converted/` holds."""
+    found = [p for p in folder.rglob(pattern) if CONVERTED not in p.relative_to(folder).parts[:1]]
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
 
 def _fail(folder: Path, step: str, code: int) -> int:
-    if _is_rank_zero():
-        (folder / FAILED).write_text(json.dumps({"step": step, "exit_status": code, "time": time.time()}))
+    write_atomic(folder / FAILED, json.dumps({"step": step, "exit_status": code, "time": time.time()}))
     return code or 1
 
 
-def execute(folder: Path) -> int:
-    """Run (or finish) one prepared run: fit unless fit.done, then the evaluation; done.json only
-    once the evaluation's metrics file exists. Returns the first non-zero exit status, else 0."""
-    steps = json.loads((folder / RUN_FILE).read_text())
-    if (folder / DONE).exists():
+def _uses_deepspeed(folder: Path) -> bool:
+    config = yaml.safe_load((folder / CONFIG).read_text()) if (folder / CONFIG).is_file() else None
+    strategy = ((config or {}).get("trainer") or {}).get("strategy")
+    return "deepspeed" in json.dumps(strategy).lower()
+
+
+def _evaluable(folder: Path, checkpoint: Path, kind: str) -> tuple[Path | None, int]:
+    """The checkpoint the evaluation reads: a DeepSpeed checkpoint directory is consolidated into
+    `converted/<name>` with `lit-retrieval convert-checkpoint` (once) unless the evaluation is a
+    `test` under the same DeepSpeed strategy, which reads the directory itself. (path, 0) or (None, exit status)."""
+    if not checkpoint.is_dir() or (kind == "test" and _uses_deepspeed(folder)):
+        return checkpoint, 0
+    out = folder / CONVERTED / checkpoint.name
+    if out.is_file() and out.stat().st_mtime >= max(p.stat().st_mtime for p in [checkpoint, *checkpoint.rglob("*")]):
+        return out, 0
+    out.parent.mkdir(exist_ok=True)
+    code = _step(["convert-checkpoint", str(checkpoint), str(out)], folder / "convert.log", [])
+    return (out, 0) if code == 0 else (None, code)
+
+
+def execute(folder: Path, launcher: list[str] | None = None) -> int:
+    """Run (or finish) one prepared run under its `RunLock`: fit unless fitted, then the evaluation;
+    done.json only once the evaluation's metrics file exists. `launcher` (e.g. `srun
+    --kill-on-bad-exit=1`) starts `fit` and `test` over the job's ranks; this process alone judges
+    what is left, writes the state files and runs `uvrb`. Returns the first non-zero exit status,
+    else 0; a run folder another process runs is an `OutputLocked` error."""
+    with RunLock(folder):
+        return _execute(folder, list(launcher or []))
+
+
+def _execute(folder: Path, launcher: list[str]) -> int:
+    steps = read_object(folder / RUN_FILE, "run.json")
+    if status(folder) == "done":
         return 0
-    if steps["fit"] and not (folder / FIT_DONE).exists():
-        fit = list(steps["fit"])
-        last = _newest(folder, "last*.ckpt")
-        if last is not None and not any(folder.glob("hpc_ckpt_*.ckpt")):  # Lightning resumes an hpc checkpoint itself
-            fit += ["--ckpt_path", str(last)]
-        code = _step(fit, folder / "fit.log")
-        if code:
-            return _fail(folder, "fit", code)
-        if _is_rank_zero():
-            (folder / FIT_DONE).write_text("")
+    (folder / DONE).unlink(missing_ok=True)  # one that cannot be trusted is written again below
     evaluate = list(steps["evaluate"])
+    checkpoint = None
     if steps["fit"]:
         checkpoint = _newest(folder, steps["checkpoint"])
+        if not (folder / FIT_DONE).exists() or checkpoint is None:
+            (folder / FIT_DONE).unlink(missing_ok=True)
+            code = _step([*steps["fit"], "--ckpt_path", "newest"], folder / "fit.log", launcher)
+            if code:
+                return _fail(folder, "fit", code)
+            write_atomic(folder / FIT_DONE, "")
+            checkpoint = _newest(folder, steps["checkpoint"])
         if checkpoint is None:
             return _fail(folder, f"checkpoint (no {steps['checkpoint']} in {folder})", 1)
-        evaluate += [steps["ckpt_flag"], str(checkpoint)]
+        readable, code = _evaluable(folder, checkpoint, steps["kind"])
+        if readable is None:
+            return _fail(folder, "convert-checkpoint", code)
+        evaluate += [steps["ckpt_flag"], str(readable)]
     started = time.time()
-    code = _step(evaluate, folder / f"{steps['kind']}.log")
+    code = _step(evaluate, folder / f"{steps['kind']}.log", launcher if steps["kind"] == "test" else [])
     if code:
         return _fail(folder, steps["kind"], code)
     metrics = _metrics_file(folder, steps["kind"], started)
     if metrics is None:
         return _fail(folder, f"{steps['kind']} (no metrics file)", 1)
-    if _is_rank_zero():
-        (folder / DONE).write_text(json.dumps({"metrics": str(metrics.relative_to(folder)), "time": time.time()}))
-        (folder / FAILED).unlink(missing_ok=True)
+    done = {
+        "metrics": str(metrics.relative_to(folder)),
+        "checkpoint": None if checkpoint is None else str(checkpoint.relative_to(folder)),
+        "time": time.time(),
+    }
+    write_atomic(folder / DONE, json.dumps(done))
+    (folder / FAILED).unlink(missing_ok=True)
     return 0
+
+
+def _has_test_section(path: Path) -> bool:
+    try:
+        return "test" in read_object(path, "metrics.json")
+    except InputError:
+        return False
 
 
 def _metrics_file(folder: Path, kind: str, since: float) -> Path | None:
@@ -254,20 +395,26 @@ def _metrics_file(folder: Path, kind: str, since: float) -> Path | None:
     if kind == "uvrb":
         path = folder / "uvrb" / "results.json"
         return path if path.is_file() and path.stat().st_mtime >= since - 1 else None
-    fresh = [
-        p
-        for p in folder.rglob("metrics.json")
-        if p.stat().st_mtime >= since - 1 and "test" in json.loads(p.read_text())
-    ]
+    fresh = [p for p in folder.rglob("metrics.json") if p.stat().st_mtime >= since - 1 and _has_test_section(p)]
     return max(fresh, key=lambda p: p.stat().st_mtime) if fresh else None
+
+
+def _numbers(raw: Any, path: Path, where: str) -> dict[str, float]:
+    if not isinstance(raw, dict):
+        raise UsageError(str(path), f"'{where}' must be a JSON object of metrics, got {type(raw).__name__}")
+    return {str(k): float(v) for k, v in raw.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
 def run_metrics(folder: Path) -> dict[str, float]:
     """A finished run's metrics as one flat mapping: the `test` section of metrics.json
-    (`t2v/R@1`, ...), or UVRB's per-dataset scores and ability aggregates (`MSRVTT`, `AVG_datasets`)."""
-    path = folder / json.loads((folder / DONE).read_text())["metrics"]
-    raw = json.loads(path.read_text())
+    (`t2v/R@1`, ...), or UVRB's per-dataset scores and ability aggregates (`MSRVTT`, `AVG_datasets`).
+    A done.json or metrics file that cannot be trusted is a `UsageError` naming it."""
+    path = folder / read_done(folder)["metrics"]
+    raw = read_object(path, "metrics file")
     if "test" in raw:
-        return {k: float(v) for k, v in raw["test"].items() if isinstance(v, (int, float))}
-    scores = {name: float(entry["score"]) for name, entry in raw.get("datasets", {}).items() if "score" in entry}
-    return {**scores, **{k: float(v) for k, v in raw.get("abilities", {}).items()}}
+        return _numbers(raw["test"], path, "test")
+    datasets = raw.get("datasets", {})
+    if not isinstance(datasets, dict) or not all(isinstance(e, dict) for e in datasets.values()):
+        raise UsageError(str(path), "'datasets' must be a JSON object {dataset: {\"score\": ...}}")
+    scores = _numbers({name: entry.get("score") for name, entry in datasets.items()}, path, "datasets")
+    return {**scores, **_numbers(raw.get("abilities", {}), path, "abilities")}

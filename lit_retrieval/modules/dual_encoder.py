@@ -119,11 +119,10 @@ class DualEncoderRetrieval(L.LightningModule):
             self, identity, frames.num_frames, frames.image_size, frames.mean, frames.std, frames.sampling
         )
 
-    def _count_skipped(self, batch: dict[str, Any]) -> int:
+    def _count_skipped(self, batch: dict[str, Any]) -> None:
         for message in batch["skipped"]:
             self.print(f"skipped video: {message}")
         self.skipped_videos += len(batch["skipped"])
-        return len(batch["skipped"])
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Any] | None:
         self._count_skipped(batch)
@@ -147,7 +146,8 @@ class DualEncoderRetrieval(L.LightningModule):
         self.head.clamp_logit_scale()
 
     def _eval_step(self, batch: dict[str, Any], stage: str) -> None:
-        self.evaluator.count_skipped(stage, self._count_skipped(batch))
+        self._count_skipped(batch)
+        self.evaluator.count_skipped(stage, batch["skipped_index"])
         if len(batch["index"]):
             self.evaluator.collect(stage, batch, *self(batch), self.spans)
 

@@ -12,9 +12,14 @@ attributes. At the end of the stage the evaluator
    the requested analyses: the MELON analyses (`AnalysesConfig`: Avg-Event R@1, slices, event
    orders, query modes; MELON Sec. 5.3, Tab. 5-6, Fig. 5-6) and SALI's relational metrics
    (`RelationalConfig`: relational / Rel-Multi, shot-quartile diagnosis; SALI Sec. 2 and 4);
-4. reports how many videos were skipped as undecodable, and refuses an evaluation in which
-   nothing could be evaluated (`NothingToEvaluateError`);
+4. reports how many videos were skipped as undecodable (each video once: the duplicates a
+   distributed sampler adds are not counted again), and refuses an evaluation in which nothing
+   could be evaluated (`NothingToEvaluateError`);
 5. optionally writes the test score matrix (`save_scores`, format in `save_score_matrix`).
+
+Under DDP every rank takes part in every merge, also a rank without a single query (all of its
+videos skipped): it evaluates zero rows shaped like another rank's (`EvalBatch.empty`), so every
+rank reports the metrics one process would.
 
 `GVERetrieval` ranks its per-task galleries with the same block scoring and metrics (`rank`).
 """
@@ -33,7 +38,7 @@ import torch
 
 from lit_retrieval.data.queries import QueryMode, concat_query, reorder_events
 from lit_retrieval.data.spans import SpanSplitter
-from lit_retrieval.distributed import gather_objects, gather_variable
+from lit_retrieval.distributed import distributed_world, gather_objects, gather_variable
 from lit_retrieval.errors import InputError
 from lit_retrieval.metrics.analyses import AnalysesConfig, avg_event_hits, avg_event_metrics, sliced_metrics
 from lit_retrieval.metrics.ranking import Ties, retrieval_metrics, text_to_video_ranks
@@ -102,6 +107,19 @@ class EvalBatch:
     video_ids: list[str]
     attributes: dict[str, torch.Tensor]  # [B] per-query values the analyses read (duration, ...)
 
+    def empty(self) -> EvalBatch:
+        """This batch with no rows (on the CPU): what a rank without batches evaluates."""
+        rows = slice(0, 0)
+        none = lambda t: t[rows].cpu()  # noqa: E731
+        attributes = {k: none(v) for k, v in self.attributes.items()}
+        return EvalBatch(map_rep(self.text, none), map_rep(self.video, none), none(self.index), [], [], attributes)
+
+    def to(self, device: torch.device) -> EvalBatch:
+        move = lambda t: t.to(device)  # noqa: E731
+        attributes = {k: move(v) for k, v in self.attributes.items()}
+        text, video = map_rep(self.text, move), map_rep(self.video, move)
+        return EvalBatch(text, video, move(self.index), self.events, self.video_ids, attributes)
+
 
 @dataclass
 class EvalSplit:
@@ -133,7 +151,7 @@ class RetrievalEvaluator:
     def __init__(self, config: EvaluationConfig | None = None) -> None:
         self.config = config or EvaluationConfig()
         self._batches: dict[str, list[EvalBatch]] = {}
-        self._skipped: dict[str, int] = {}
+        self._skipped: dict[str, list[torch.Tensor]] = {}
 
     def collect(self, stage: str, batch: dict[str, Any], text: Any, video: Any, spans: SpanSplitter) -> None:
         """Keep a data batch's query and video representations, and the per-query values the
@@ -150,8 +168,9 @@ class RetrievalEvaluator:
         record = EvalBatch(text, video, batch["index"].to(device), batch["events"], batch["video_id"], attributes)
         self._batches.setdefault(stage, []).append(record)
 
-    def count_skipped(self, stage: str, count: int) -> None:
-        self._skipped[stage] = self._skipped.get(stage, 0) + count
+    def count_skipped(self, stage: str, index: torch.Tensor) -> None:
+        """Note the dataset indices of a batch's skipped (undecodable) videos."""
+        self._skipped.setdefault(stage, []).append(index.long().cpu())
 
     def wants(self, stage: str, option: AnalysesConfig | RelationalConfig | None) -> bool:
         return option is not None and stage in option.stages
@@ -180,7 +199,11 @@ class RetrievalEvaluator:
         return RankedQueries(metric.compute(), torch.cat(ranks).to(targets.device), torch.cat(kept) if kept else None)
 
     def score_rows(self, score: ScoreFn, text: Any, gallery: Any) -> Iterator[tuple[slice, torch.Tensor]]:
-        """(row slice, scores) of `text` against `gallery`, `query_rows` rows at a time."""
+        """(row slice, scores) of `text` against `gallery`, `query_rows` rows at a time (one empty
+        block without rows, so that a rank without queries still merges its metrics)."""
+        if rep_len(text) == 0:
+            yield slice(0, 0), no_rows(gallery)
+            return
         for start in range(0, rep_len(text), self.config.query_rows):
             rows = slice(start, start + self.config.query_rows)
             yield rows, score(map_rep(text, lambda t: t[rows]), gallery)
@@ -188,11 +211,12 @@ class RetrievalEvaluator:
     # ---- the dual-encoder family ----------------------------------------------------------------
     def evaluate(self, model: L.LightningModule, stage: str) -> dict[str, float]:
         """Metrics and analyses of `stage` from the batches collected since the last call."""
-        batches, skipped = self._batches.pop(stage, []), self._skipped.pop(stage, 0)
-        totals = gather_variable(
-            model, torch.tensor([[sum(len(b.index) for b in batches), skipped]], device=model.device)
-        ).sum(0)
-        queries, skipped = int(totals[0]), int(totals[1])
+        batches = self._batches.pop(stage, [])
+        skipped_index = torch.cat(self._skipped.pop(stage, []) or [torch.zeros(0, dtype=torch.long)])
+        # a video is skipped once, however many ranks the sampler's padding sent it to
+        skipped = len(torch.unique(gather_variable(model, skipped_index.to(model.device))))
+        local = torch.tensor([sum(len(b.index) for b in batches)], device=model.device)
+        queries = int(gather_variable(model, local).sum())
         if queries == 0:
             reason = (
                 f"all {skipped} videos were skipped as undecodable (data.on_bad_video: skip)"
@@ -200,8 +224,7 @@ class RetrievalEvaluator:
                 else "the split has no videos"
             )
             raise NothingToEvaluateError(f"{stage} split: nothing could be evaluated: {reason}")
-        if not batches:
-            return {}
+        batches = self.with_shapes(model, batches)
         head: SimilarityHead = model.head
         split = self.gather(model, batches)
         if head.calibration_bank:
@@ -233,6 +256,15 @@ class RetrievalEvaluator:
         if skipped:
             results["skipped_videos"] = float(skipped)
         return results
+
+    @staticmethod
+    def with_shapes(model: L.LightningModule, batches: list[EvalBatch]) -> list[EvalBatch]:
+        """`batches`, or for a rank without any, one empty batch shaped like another rank's, so that
+        it takes part in every merge of the evaluation."""
+        if distributed_world() == 1:
+            return batches
+        shapes = gather_objects([batches[0].empty()] if batches else [])
+        return batches or [shapes[0].to(model.device)]
 
     def head_score(self, head: SimilarityHead) -> ScoreFn:
         return lambda text, gallery: head.score_blocks(text, gallery, self.config.budget_bytes)
@@ -277,6 +309,9 @@ class RetrievalEvaluator:
         self, model: L.LightningModule, events: list[list[str]], gallery: Any, mode: QueryMode | None = None
     ) -> Iterator[tuple[slice, torch.Tensor]]:
         """(row slice, scores) of `events` encoded as queries, `query_rows` at a time."""
+        if not events:
+            yield slice(0, 0), no_rows(gallery)
+            return
         score = self.head_score(model.head)
         for start in range(0, len(events), self.config.query_rows):
             rows = slice(start, start + self.config.query_rows)
@@ -288,7 +323,7 @@ class RetrievalEvaluator:
         assert config is not None
         device, ties = split.index.device, self.config.ties
         events, targets = split.events, split.targets
-        num_events = torch.tensor([len(e) for e in events], device=device)
+        num_events = torch.tensor([len(e) for e in events], dtype=torch.long, device=device)
         per_query = {"rank": ranks, "num_events": num_events, "duration": split.attributes["duration"].double()}
         out: dict[str, float] = {}
         if config.avg_event:
@@ -321,6 +356,12 @@ class RetrievalEvaluator:
                 metric.update(scores, targets[rows], split.index[rows])
             out.update({f"{name}/{k}": v for k, v in metric.compute().items()})
         return out
+
+
+def no_rows(gallery: Any) -> torch.Tensor:
+    """An empty `[0, videos]` score block."""
+    first = next(iter(gallery.values())) if isinstance(gallery, dict) else gallery
+    return torch.zeros(0, rep_len(gallery), device=first.device)
 
 
 def save_score_matrix(

@@ -24,7 +24,9 @@ class MEAConfig:
         source: `drop_events` (partial queries), or the Tab. 7 stand-ins `replace_words` and
             `shuffle_events`.
         replace_prob: word replacement probability for `replace_words`.
-        seed: seed of the partial-query draws (with epoch, batch index and rank).
+        seed: seed of the partial-query draws (with epoch, batch index and rank); null (default):
+            the run's `seed_everything`, so the seeds of a grid row draw different partial queries.
+            Checkpoints saved with an explicit seed (older ones: 0) keep it.
     """
 
     weight: float = 0.2
@@ -34,7 +36,7 @@ class MEAConfig:
     use_pull: bool = True
     source: PartialSource = "drop_events"
     replace_prob: float = 0.3
-    seed: int = 0
+    seed: int | None = None
 
     def __post_init__(self) -> None:
         if self.weight < 0:

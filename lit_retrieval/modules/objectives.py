@@ -13,6 +13,8 @@ it which texts to encode (`StepTexts`), then hands every objective the scored ba
 
 from __future__ import annotations
 
+import os
+
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,13 +115,21 @@ class MultiEventObjective(nn.Module):
     def __init__(self, config: MEAConfig) -> None:
         super().__init__()
         self.config = config
-        self.sampler = PartialQuerySampler(
-            config.drop, config.num_partial, config.source, config.replace_prob, config.seed
-        )
+        PartialQuerySampler(config.drop, config.num_partial, config.source, config.replace_prob)  # checks them now
         self.loss = MEALoss(use_xi=config.use_xi, use_pull=config.use_pull)
 
+    @property
+    def seed(self) -> int:
+        """`mea.seed`, or with `mea.seed: null` (the default) the run's seed: `seed_everything`,
+        which Lightning exports as `PL_GLOBAL_SEED` to every rank (0 when the run sets none). The
+        paper is silent; tying the draws to the run seed makes a row's seeds differ in their
+        partial queries too, not only in their initialisation and data order."""
+        return self.config.seed if self.config.seed is not None else int(os.environ.get("PL_GLOBAL_SEED", 0))
+
     def partial_queries(self, events: list[list[str]], *stream: int) -> PartialBatch:
-        return self.sampler.sample(events, *stream)
+        config = self.config
+        sampler = PartialQuerySampler(config.drop, config.num_partial, config.source, config.replace_prob, self.seed)
+        return sampler.sample(events, *stream)
 
     def partial_scores(
         self, head: SimilarityHead, partial_text: Any, video: Any, partial: PartialBatch, similarity: torch.Tensor

@@ -9,6 +9,13 @@ exact inner product (`flat`, default), `ivf` (IVF-Flat, `nlist` lists, `nprobe` 
 `hnsw` for large collections, on the GPU when faiss-gpu is installed and asked for. `meta.json`
 records the model (`ModelSpec`), its fingerprint and the index settings; searching with another
 model or settings is refused.
+
+`VideoIndex.load` checks the folder whole before anything searches it (`search` and `serve` both
+load through it): `meta.json` holds a model description, a fingerprint and the dimension,
+`videos.json` lists as many videos as `index.faiss` holds (not one fewer, not one more, not none),
+and the faiss dimension is `meta.json`'s; `VideoIndex.check` then refuses a query model with another
+fingerprint or another embedding dimension. Each is one line naming the file (`UsageError`,
+`IndexMismatch`), never a traceback or a 500 at the first query.
 """
 
 from __future__ import annotations
@@ -26,15 +33,15 @@ from rich.progress import Progress
 from lit_retrieval.data.media import ItemError, MediaItem
 from lit_retrieval.data.records import read_json, read_text
 from lit_retrieval.data.video import VideoDecodeError
-from lit_retrieval.errors import UsageError
+from lit_retrieval.errors import InputError, UsageError
 from lit_retrieval.search.embedders import ItemEmbedder
 from lit_retrieval.search.loading import ModelSpec
 
 VIDEO_SUFFIXES = {".mp4", ".mkv", ".avi", ".mov", ".webm", ".m4v", ".mpg", ".mpeg"}
 
 
-class IndexMismatch(RuntimeError):
-    """An index was built with another model or other settings."""
+class IndexMismatch(InputError, RuntimeError):
+    """An index was built with another model or other settings (one line naming the folder)."""
 
 
 @dataclass
@@ -163,7 +170,7 @@ def build_video_index(
     parts = out / "parts"
     parts.mkdir(parents=True, exist_ok=True)
     owner = out / "embedder.json"
-    if owner.is_file() and json.loads(owner.read_text())["fingerprint"] != embedder.fingerprint:
+    if owner.is_file() and _fingerprint(owner) != embedder.fingerprint:
         raise IndexMismatch(f"{out} holds embeddings of another model or settings; use a new --out folder")
     owner.write_text(json.dumps({"fingerprint": embedder.fingerprint, "model": asdict(spec.resolved())}))
     done_videos, _ = _done_parts(parts)
@@ -221,9 +228,37 @@ def build_video_index(
         "count": len(all_videos),
         "failed": len(failed),
     }
-    (out / "videos.json").write_text(json.dumps(all_videos))
-    (out / "meta.json").write_text(json.dumps(meta, indent=2))
+    _write_atomic(out / "videos.json", lambda p: p.write_text(json.dumps(all_videos)))
+    _write_atomic(out / "meta.json", lambda p: p.write_text(json.dumps(meta, indent=2)))  # last: the index is done
     return meta
+
+
+def _fingerprint(owner: Path) -> object:
+    """The fingerprint `embedder.json` records (a `UsageError` naming it when it is not that file)."""
+    found = read_json(owner)
+    if not isinstance(found, dict) or not isinstance(found.get("fingerprint"), str):
+        raise UsageError(str(owner), "not what `lit-retrieval index` writes (no 'fingerprint'); use a new --out folder")
+    return found["fingerprint"]
+
+
+def _meta_problem(meta: object) -> str | None:
+    """What makes `meta.json` not the object `build_video_index` writes, None if nothing."""
+    if not isinstance(meta, dict):
+        return f"expected a JSON object, got {type(meta).__name__}"
+    fingerprint = meta.get("fingerprint")
+    if not isinstance(fingerprint, str) or not fingerprint:
+        return f"no model fingerprint ('fingerprint': {fingerprint!r})"
+    model = meta.get("model")
+    try:
+        if not isinstance(model, dict) or not all(v is None or isinstance(v, str) for v in model.values()):
+            raise TypeError
+        ModelSpec(**model)
+    except (TypeError, ValueError):
+        return f"no model description ('model': {model!r})"
+    dim = meta.get("dim")
+    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+        return f"no embedding dimension ('dim': {dim!r})"
+    return None
 
 
 @dataclass
@@ -231,19 +266,26 @@ class VideoIndex:
     index: faiss.Index
     videos: list[str]
     meta: dict
+    path: Path | None = None  # the folder it was loaded from
 
     @classmethod
     def load(cls, path: str | Path, gpu: bool = False) -> VideoIndex:
+        """The index folder `build_video_index` wrote, checked whole (see the module docstring)."""
         path = Path(path)
         if not (path / "meta.json").is_file() or not (path / "index.faiss").is_file():
             raise FileNotFoundError(
                 f"{path}: not a finished index (no meta.json / index.faiss); run `lit-retrieval index` again"
             )
         meta = read_json(path / "meta.json")
-        videos = read_json(path / "videos.json")
-        if not isinstance(meta, dict) or not isinstance(videos, list):
+        problem = _meta_problem(meta)
+        if problem:
             raise UsageError(
-                str(path), "meta.json or videos.json is not what `lit-retrieval index` writes; run it again"
+                str(path / "meta.json"), f"is not what `lit-retrieval index` writes: {problem}; run it again"
+            )
+        videos = read_json(path / "videos.json")
+        if not isinstance(videos, list) or not all(isinstance(v, str) and v for v in videos):
+            raise UsageError(
+                str(path / "videos.json"), "is not what `lit-retrieval index` writes (a list of paths); run it again"
             )
         try:
             index = faiss.read_index(str(path / "index.faiss"))
@@ -252,14 +294,34 @@ class VideoIndex:
                 str(path / "index.faiss"),
                 "not a readable faiss index (corrupt or partial); run `lit-retrieval index` again",
             ) from None
-        return cls(to_gpu(index) if gpu else index, videos, meta)
+        if index.ntotal != len(videos) or not videos:
+            raise UsageError(
+                str(path / "videos.json"),
+                f"lists {len(videos)} videos but index.faiss holds {index.ntotal}"
+                + ("" if videos else ": an index of no videos")
+                + "; run `lit-retrieval index` again",
+            )
+        if index.d != meta["dim"]:
+            raise UsageError(
+                str(path / "index.faiss"),
+                f"holds {index.d}-dimensional vectors, meta.json says {meta['dim']}; run `lit-retrieval index` again",
+            )
+        return cls(to_gpu(index) if gpu else index, videos, meta, path)
 
     def check(self, embedder: ItemEmbedder) -> None:
+        """Refuse a query model other than the one that built the index: another fingerprint, or
+        (a faiss file of another model) another embedding dimension."""
         if embedder.fingerprint != self.meta["fingerprint"]:
             raise IndexMismatch(
-                "this index was built by another model or with other settings "
+                f"{self.path}: this index was built by another model or with other settings "
                 f"(index: {self.meta['model']}, fingerprint {self.meta['fingerprint']}; "
-                f"query model fingerprint {embedder.fingerprint})"
+                f"query model fingerprint {embedder.fingerprint}); search with its model or index again"
+            )
+        dim = embedder.embed([MediaItem(text="a probe of the embedding dimension")]).shape[-1]
+        if dim != self.index.d:
+            raise IndexMismatch(
+                f"{self.path}: index.faiss holds {self.index.d}-dimensional vectors, the query model embeds "
+                f"{dim} (a faiss file of another model?); run `lit-retrieval index` again"
             )
 
     def search(self, queries: np.ndarray, k: int) -> list[list[tuple[str, float]]]:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import os
 from dataclasses import asdict, replace
 
 from lit_retrieval.search.index import VideoIndex
 from lit_retrieval.search.loading import ModelSpec, load_item_embedder
 from lit_retrieval.serve.app import Limits, SearchService, create_app
+from lit_retrieval.serve.guards import GuardedH11Protocol, default_allowed_hosts
 from lit_retrieval.serve.thumbnails import default_cache_dir, index_cache_dir
 
 CONFIG_ENV = "LIT_RETRIEVAL_SERVE_CONFIG"  # how `--workers N` hands the settings to each worker process
@@ -46,11 +49,34 @@ def settings_json(**settings) -> str:
     return json.dumps(settings)
 
 
+class OneLineInterruptions(logging.Filter):
+    """A request cut short by its client (disconnect) or by shutdown (cancelled after
+    `--shutdown-timeout`) is logged as one line, not as uvicorn's traceback; other errors keep theirs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, (asyncio.CancelledError, ConnectionError)) or type(error).__name__ == "ClientDisconnect":
+            record.msg, record.args, record.exc_info = f"request cut short: {type(error).__name__}: {error}", (), None
+        return True
+
+
+def configure_logging() -> None:
+    """Log lines prefixed with the command's name; uvicorn's interruptions in one line."""
+    logging.basicConfig(format="lit-retrieval serve: %(message)s", level=logging.WARNING)
+    errors = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, OneLineInterruptions) for f in errors.filters):
+        errors.addFilter(OneLineInterruptions())
+
+
 def app_from_environment():
-    """App factory for uvicorn worker processes: settings from `CONFIG_ENV`."""
+    """App factory for uvicorn worker processes: settings from `CONFIG_ENV` (`allowed_hosts` and the
+    limits' header timeout for the server, the rest for `load_service`)."""
     settings = json.loads(os.environ[CONFIG_ENV])
-    settings["limits"] = Limits(**settings["limits"]) if settings.get("limits") else None
-    return create_app(load_service(**settings))
+    limits = Limits(**settings["limits"]) if settings.get("limits") else Limits()
+    allowed_hosts = tuple(settings.pop("allowed_hosts", None) or default_allowed_hosts("127.0.0.1"))
+    GuardedH11Protocol.header_timeout_s = limits.header_timeout_s
+    configure_logging()  # in each worker process too
+    return create_app(load_service(**{**settings, "limits": limits}), allowed_hosts)
 
 
 def is_loopback(host: str) -> bool:

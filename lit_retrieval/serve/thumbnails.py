@@ -5,6 +5,10 @@ per-user cache `$XDG_CACHE_HOME/lit-retrieval/serve` (`~/.cache/...`), one folde
 name holds the video's index id, the video file's size and mtime (a changed video gets new
 thumbnails) and the time in milliseconds. Only regular files are served from it: anything else at a
 thumbnail's name (a planted symlink, a folder) is replaced by a freshly generated file.
+
+A requested time is clamped to the video (0 to its duration) before it names a file, so times past
+the end share one thumbnail, and the folder is bounded in bytes (`--thumbnail-cache-mb`): past the
+bound, the least recently written thumbnails are deleted.
 """
 
 from __future__ import annotations
@@ -46,24 +50,55 @@ def render_thumbnail(video: str, time: float | None) -> bytes:
 
 
 class ThumbnailCache:
-    def __init__(self, folder: str | Path) -> None:
+    def __init__(self, folder: str | Path, max_bytes: int = 64 * 2**20) -> None:
         self.folder = Path(folder)
+        self.max_bytes = max_bytes
+        self.durations: dict[tuple[str, int, int], float] = {}  # one float per indexed video at most
+        self._lock = threading.Lock()
+        self._bytes: int | None = None  # bytes in the folder, counted on first write
+
+    def duration(self, video: str, stat: os.stat_result) -> float:
+        key = (video, stat.st_size, stat.st_mtime_ns)
+        if key not in self.durations:
+            self.durations[key] = video_duration(video)
+        return self.durations[key]
 
     def path(self, video_id: int, video: str, time: float | None) -> Path:
-        """The cached thumbnail of index entry `video_id` (file `video`) at `time`; rendered on first use."""
+        """The cached thumbnail of index entry `video_id` (file `video`) at `time` (clamped to the
+        video); rendered on first use."""
         stat = os.stat(video)
-        stamp = "mid" if time is None else str(round(round(time / TIME_STEP) * TIME_STEP * 1000))
+        if time is not None:
+            time = min(max(round(time / TIME_STEP) * TIME_STEP, 0.0), self.duration(video, stat))
+        stamp = "mid" if time is None else str(round(time * 1000))
         path = self.folder / f"{video_id}-{stat.st_size}-{stat.st_mtime_ns}-{stamp}.jpg"
         if path.is_symlink() or (path.exists() and not path.is_file()):
             _remove(path)
         if not path.is_file():
-            at = None if time is None else round(time / TIME_STEP) * TIME_STEP
-            data = render_thumbnail(video, at)
+            data = render_thumbnail(video, time)
             self.folder.mkdir(parents=True, exist_ok=True)
             partial = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.partial")
             partial.write_bytes(data)
             os.replace(partial, path)
+            self._account(len(data), keep=path)
         return path
+
+    def _account(self, written: int, keep: Path) -> None:
+        """Count a written thumbnail; past `max_bytes`, delete the oldest ones (not `keep`) down to 3/4 of it."""
+        with self._lock:
+            if self._bytes is None:
+                self._bytes = sum(p.stat().st_size for p in self.folder.glob("*.jpg") if p.is_file())
+            else:
+                self._bytes += written
+            if self._bytes <= self.max_bytes:
+                return
+            files = sorted((p.stat().st_mtime_ns, p) for p in self.folder.glob("*.jpg") if p.is_file() and p != keep)
+            self._bytes = sum(p.stat().st_size for _, p in files) + keep.stat().st_size
+            for _, old in files:
+                if self._bytes <= self.max_bytes * 3 // 4:
+                    break
+                size = old.stat().st_size
+                old.unlink(missing_ok=True)
+                self._bytes -= size
 
 
 def _remove(path: Path) -> None:

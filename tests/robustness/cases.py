@@ -1,15 +1,17 @@
 """The table of bad inputs, per entry point. Each case builds its files under a fresh folder and
 returns the command line and what the one-line error must name: the path and the reason.
 
-Entry points: `fit` with each data module (media, every annotation format, configs, checkpoints),
-`metrics`, `uvrb report`, `index`, `search` and `shots`. The expected reasons are written from each
-format's layout (the parser modules' docstrings), not read back from the error messages.
+Entry points: `fit` with each data module (media, every annotation format, configs, checkpoints,
+a frame cache), `cache-frames`, `metrics`, `uvrb report`, `index`, `search`, `serve` and `shots`.
+The expected reasons are written from each format's layout (the parser modules' docstrings), not
+read back from the error messages.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import tempfile
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,12 +26,14 @@ from .files import (
     DIDEMO_SPLITS,
     activitynet_dir,
     activitynet_video,
+    cached_corpus,
     canonical_file,
     canonical_video,
     cmd_dir,
     didemo_dir,
     didemo_moment,
     fit_config,
+    index_dir,
     melon_record,
     msrvtt_data,
     msrvtt_dir,
@@ -738,16 +742,193 @@ search_case("index folder missing", lambda tmp: tmp / "absent", "not a finished 
 search_case(
     "meta.json garbage", lambda tmp: index_folder(tmp, b"{garbage", b"[]", b"x"), "not valid JSON", file="meta.json"
 )
-search_case(
-    "index.faiss garbage",
-    lambda tmp: index_folder(tmp, b'{"model": {}}', b'["a.mp4"]', b"\x00garbage" * 20),
-    "not a readable faiss index",
-    file="index.faiss",
-)
+
+
+def garbage_faiss(tmp: Path) -> Path:
+    index = index_dir(tmp / "idx")
+    (index / "index.faiss").write_bytes(b"\x00garbage" * 20)
+    return index
+
+
+search_case("index.faiss garbage", garbage_faiss, "not a readable faiss index", file="index.faiss")
 search_case(
     "videos.json an object",
-    lambda tmp: index_folder(tmp, b"{}", b'{"a": 1}', b"x"),
+    lambda tmp: index_dir(tmp / "idx", videos={"a": 1}),
     "is not what `lit-retrieval index` writes",
+)
+
+
+# -- index folders, as `search` and `serve` load them -------------------------------------------------
+
+_MODEL: list[str] = []
+
+
+def tiny_model() -> str:
+    """A tiny Qwen2.5-VL (random weights, `save_pretrained`) shared by this process's cases."""
+    if not _MODEL:
+        from lit_retrieval.models.gve.tiny import save_tiny_qwen25vl
+
+        _MODEL.append(str(save_tiny_qwen25vl(Path(tempfile.mkdtemp(prefix="robustness-model-")), seed=0)))
+    return _MODEL[0]
+
+
+INDEX_FOLDERS: dict[str, tuple[Callable[[Path], Path], str, str]] = {
+    # name: (folder writer, file named in the line ("" for the folder), reason)
+    "meta.json without model": (lambda tmp: index_dir(tmp / "idx", model=None), "meta.json", "no model description"),
+    "meta.json model not a model": (
+        lambda tmp: index_dir(tmp / "idx", model={"weights": "x"}),
+        "meta.json",
+        "no model description",
+    ),
+    "meta.json without fingerprint": (
+        lambda tmp: index_dir(tmp / "idx", fingerprint=None),
+        "meta.json",
+        "no model fingerprint",
+    ),
+    "videos.json shorter than the index": (
+        lambda tmp: index_dir(tmp / "idx", videos=["/v0.mp4", "/v1.mp4"]),
+        "videos.json",
+        "lists 2 videos but index.faiss holds 3",
+    ),
+    "videos.json longer by one": (
+        lambda tmp: index_dir(tmp / "idx", videos=[f"/v{i}.mp4" for i in range(4)]),
+        "videos.json",
+        "lists 4 videos but index.faiss holds 3",
+    ),
+    "videos.json empty": (lambda tmp: index_dir(tmp / "idx", videos=[]), "videos.json", "lists 0 videos"),
+    "index.faiss of another dimension": (
+        lambda tmp: index_dir(tmp / "idx", dim=16, meta_dim=32),
+        "index.faiss",
+        "holds 16-dimensional vectors, meta.json says 32",
+    ),
+    "built by another model": (
+        lambda tmp: index_dir(tmp / "idx", dim=32, model=tiny_model(), fingerprint="an-older-model"),
+        "",
+        "built by another model",
+    ),
+}
+
+
+def index_folder_case(entry: str, name: str, subprocess: bool = False, *extra: str):
+    write, file, reason = INDEX_FOLDERS[name]
+
+    def build(tmp: Path) -> Expect:
+        index = write(tmp)
+        argv = ["search", str(index), "a dog"] if entry == "search" else ["serve", str(index), "--port", "0", *extra]
+        return Expect(argv, str(index / file) if file else str(index), reason)
+
+    CASES.append(Case(entry, " ".join((name, *extra)), build, subprocess))
+
+
+for _name in INDEX_FOLDERS:
+    index_folder_case("search", _name)
+for _name in ("meta.json without fingerprint", "videos.json shorter than the index", "videos.json empty"):
+    index_folder_case("serve", _name, subprocess=_name == "videos.json empty")
+index_folder_case("serve", "built by another model")
+index_folder_case("serve", "videos.json shorter than the index", False, "--workers", "2")
+
+
+def query_case(name: str, extra: list[str], path: str, reason: str):
+    """A query argument refused before the index or model loads (the folder is not even read)."""
+
+    def build(tmp: Path) -> Expect:
+        return Expect(["search", str(tmp / "never-read"), *extra], path, reason)
+
+    CASES.append(Case("search", name, build))
+
+
+query_case("-k 0", ["a dog", "-k", "0"], "-k", "must be at least 1, got 0")
+query_case("-k -1", ["a dog", "-k", "-1"], "-k", "must be at least 1, got -1")
+query_case("empty query", [""], "query 1", "empty or blank text")
+query_case("whitespace query", ["a dog", " \t "], "query 2", "empty or blank text")
+query_case("empty --event", ["--event", ""], "--event 1", "empty or blank text")
+query_case("blank second --event", ["--event", "a man sits", "--event", "  "], "--event 2", "empty or blank text")
+
+# -- frame cache: `fit` reading it (MultiEventDataModule, on_bad_video: raise) and `cache-frames` --------
+
+
+def cache_case(entry: str, name: str, spoil: Callable[[Path], Path], reason: str):
+    """A valid cache of two real videos, spoilt by `spoil(cache folder)`, which returns the path the
+    line must name."""
+
+    def build(tmp: Path) -> Expect:
+        init = cached_corpus(tmp)
+        named = spoil(Path(init["frame_cache"]))
+        argv = fit(tmp, "MultiEventDataModule", init)
+        return Expect(argv if entry == "frame cache" else ["cache-frames", *argv[1:]], str(named), reason)
+
+    CASES.append(Case(entry, name, build))
+
+
+def header(change: Callable[[dict], object]) -> Callable[[Path], Path]:
+    def spoil(cache: Path) -> Path:
+        path = cache / "cache.json"
+        path.write_text(json.dumps(change(json.loads(path.read_text()))))
+        return path
+
+    return spoil
+
+
+def index_lines(change: Callable[[list[bytes]], list[bytes]]) -> Callable[[Path], Path]:
+    def spoil(cache: Path) -> Path:
+        path = cache / "shard-00000-of-00001.index.jsonl"
+        path.write_bytes(b"".join(change(path.read_bytes().splitlines(keepends=True))))
+        return path
+
+    return spoil
+
+
+def without(entry: bytes, key: str) -> bytes:
+    data = json.loads(entry)
+    del data[key]
+    return json.dumps(data).encode() + b"\n"
+
+
+def cut_frames(cache: Path) -> Path:
+    with open(cache / "shard-00000-of-00001.frames", "r+b") as handle:
+        handle.truncate(10)  # v1's frames, the first, are cut short
+    return cache.parent / "v1.mp4"
+
+
+def reshaped(entry: bytes, shape: list[int]) -> bytes:
+    data = json.loads(entry)
+    data["shape"] = shape
+    return json.dumps(data).encode() + b"\n"
+
+
+for _entry in ("frame cache", "cache-frames"):
+    cache_case(
+        _entry,
+        "cache.json without sampling",
+        header(lambda h: {k: v for k, v in h.items() if k != "sampling"}),
+        "'sampling' must be an object",
+    )
+    cache_case(_entry, "cache.json a list", header(lambda h: [h]), "expected a JSON object")
+    cache_case(_entry, "cache.json null", header(lambda h: None), "expected a JSON object")
+    cache_case(
+        _entry, "cache.json sampling null", header(lambda h: {**h, "sampling": None}), "'sampling' must be an object"
+    )
+cache_case(
+    "frame cache", "index line garbage", index_lines(lambda lines: [lines[0], b"{garbage\n"]), "line 2: not valid JSON"
+)
+cache_case(
+    "frame cache",
+    "index line without start",
+    index_lines(lambda lines: [without(lines[0], "start"), lines[1]]),
+    "line 1: 'start' must be",
+)
+cache_case(
+    "frame cache",
+    "index line a list",
+    index_lines(lambda lines: [b"[1, 2]\n", lines[1]]),
+    "line 1: expected a JSON object",
+)
+cache_case("frame cache", "frames cut short", cut_frames, "cut short")
+cache_case(
+    "frame cache",
+    "index line whose shape disagrees with its bytes",
+    index_lines(lambda lines: [reshaped(lines[0], [3, 16, 16, 3]), lines[1]]),
+    "line 1: 'lengths' [1536] do not fit raw frames of shape [3, 16, 16, 3]",
 )
 
 # -- shots -------------------------------------------------------------------------------------------

@@ -174,3 +174,76 @@ def fit_config(path: Path, data_class: str, init_args: dict, **trainer: Any) -> 
     }
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+# -- frame cache (MultiEventDataModule's frame_cache) ---------------------------------------------
+
+CACHE_FRAMES, CACHE_SIZE = 2, 16
+
+
+def cached_corpus(root: Path) -> dict:
+    """Two real videos (v1 for training, v2 for testing), their annotation and a raw frame cache of
+    both in `root/cache` (v1's frames first); returns the data module's init args reading it."""
+    from media import write_noise_video
+
+    from lit_retrieval.data.datamodule import MultiEventDataset
+    from lit_retrieval.data.frame_cache import CacheJob, CacheWriter, file_stamp
+    from lit_retrieval.data.video import SamplingSpec, sample_video
+
+    events = [{"description": "x", "start": 0, "end": 1}]
+    videos = [
+        canonical_video("v1", duration=2.0, events=events),
+        canonical_video("v2", "test", duration=2.0, events=events),
+    ]
+    spec = SamplingSpec(CACHE_FRAMES, CACHE_SIZE)
+    writer = CacheWriter(root / "cache", MultiEventDataset.cache_params(spec, False))
+    for seed, name in enumerate(("v1", "v2")):
+        path = write_noise_video(root / f"{name}.mp4", 2.0, seed=seed)
+        writer.add(CacheJob(str(path)), file_stamp(path), sample_video(path, spec))
+    return {
+        "annotation": str(canonical_file(root / "ann.json", videos=videos)),
+        "num_frames": CACHE_FRAMES,
+        "image_size": CACHE_SIZE,
+        "batch_size": 1,
+        "frame_cache": str(root / "cache"),
+    }
+
+
+# -- index folder (lit-retrieval index) -----------------------------------------------------------
+
+
+def index_dir(
+    root: Path,
+    count: int = 3,
+    dim: int = 4,
+    videos: Any = None,
+    model: Any = "/models/m",
+    meta_dim: int | None = None,
+    **meta: Any,
+) -> Path:
+    """An index folder as `lit-retrieval index` writes it: `count` random `dim`-vectors in a flat
+    faiss index, `videos.json` (default one path per vector) and `meta.json` (its `dim` is
+    `meta_dim`, default `dim`; `model` a model folder or what `model` holds instead; keys in `meta`
+    replace or, given `None`, drop its fields)."""
+    import faiss
+    import numpy as np
+
+    root.mkdir(parents=True, exist_ok=True)
+    index = faiss.IndexFlatIP(dim)
+    index.add(np.random.default_rng(0).standard_normal((count, dim)).astype("float32"))
+    faiss.write_index(index, str(root / "index.faiss"))
+    listed = [f"/videos/v{i}.mp4" for i in range(count)] if videos is None else videos
+    (root / "videos.json").write_text(json.dumps(listed))
+    fields = {
+        "fingerprint": "0123abcd",
+        "model": {"model": model, "config": None, "ckpt": None, "device": "cpu", "sampling": "exact"}
+        if isinstance(model, str)
+        else model,
+        "settings": {"kind": "flat"},
+        "dim": dim if meta_dim is None else meta_dim,
+        "count": len(listed),
+        "failed": 0,
+    }
+    fields.update(meta)
+    (root / "meta.json").write_text(json.dumps({k: v for k, v in fields.items() if v is not None}))
+    return root

@@ -31,6 +31,9 @@ ENTRY_POINTS = {
     "uvrb",
     "index",
     "search",
+    "serve",
+    "frame cache",
+    "cache-frames",
     "shots",
 }
 
@@ -100,6 +103,7 @@ def test_each_entry_point_has_a_process_case():
         "uvrb report",
         "index",
         "search",
+        "serve",
         "shots",
     }
 

@@ -14,6 +14,8 @@ import tempfile
 from functools import partial
 from pathlib import Path
 
+import faiss
+import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -22,10 +24,14 @@ from lit_retrieval.data.annotations import load_annotations
 from lit_retrieval.data.bad_records import RecordCollector
 from lit_retrieval.data.condensed_movies import CondensedMoviesParser
 from lit_retrieval.data.didemo import DiDeMoParser
+from lit_retrieval.data.frame_cache import FrameCache, check_params, read_header
 from lit_retrieval.data.melon import MelonParser
 from lit_retrieval.data.msrvtt import MSRVTTParser
 from lit_retrieval.data.records import AnnotationError, VideoRecord
 from lit_retrieval.data.tasks import TaskRecord, TaskSpec, read_task
+from lit_retrieval.errors import InputError, input_error_line
+from lit_retrieval.search.index import VideoIndex
+from lit_retrieval.search.loading import ModelSpec
 from lit_retrieval.uvrb.tasks import RetrievalTaskSpec, load_retrieval_task
 
 from .files import CMD_TABLES, activitynet_video, canonical_video, didemo_moment, melon_record, msrvtt_data
@@ -314,3 +320,123 @@ def test_uvrb_task_any_file(which, content):
             return
         assert len(set(data.query_ids)) == len(data.query_ids) and len(set(data.corpus_ids)) == len(data.corpus_ids)
         assert all(rel and all(0 <= i < len(data.corpus) for i in rel) for rel in data.relevant)
+
+
+# -- files read back: frame cache (cache.json, index lines) and index folders (meta.json, videos.json) -------
+
+
+def refused_in_one_line(err: Exception, *folders: str) -> None:
+    """`err` is what `lit-retrieval` prints as one line naming a file under one of `folders`."""
+    line = input_error_line(err)
+    assert isinstance(err, InputError) and line is not None, repr(err)
+    assert "\n" not in line and line.startswith(folders), line
+
+
+CACHE_PARAMS = {"consumer": "video-text", "num_frames": 2, "size": 4}
+RAW_HEADER = {"version": 1, "format": "raw", "quality": None, "sampling": CACHE_PARAMS}
+cache_headers = (
+    near(RAW_HEADER)
+    | near({**RAW_HEADER, "format": "jpeg", "quality": 90})
+    | st.builds(lambda sampling: {**RAW_HEADER, "sampling": sampling}, near(CACHE_PARAMS))
+)
+
+
+@FUZZ
+@given(
+    content=st.binary(max_size=200)
+    | json_values.map(as_text).map(str.encode)
+    | cache_headers.map(as_text).map(str.encode)
+)
+def test_frame_cache_header_any_file(content):
+    with tempfile.TemporaryDirectory() as folder:
+        written(folder, "cache.json", content)
+        try:
+            header = read_header(Path(folder))
+            check_params(Path(folder), header, CACHE_PARAMS)
+        except Exception as err:  # noqa: BLE001 - anything but an InputError fails the property
+            refused_in_one_line(err, folder)
+            return
+        assert header["version"] == 1 and header["sampling"] == CACHE_PARAMS
+        assert (header["format"], header["quality"]) == ("raw", None) or (
+            header["format"] == "jpeg" and 1 <= header["quality"] <= 100
+        )
+
+
+FRAME_BYTES = bytes(range(200))
+CACHE_ENTRY = {
+    "video": "/nowhere/v.mp4",
+    "start": None,
+    "end": 2.0,
+    "size": 10,
+    "mtime_ns": 5,
+    "offset": 8,
+    "lengths": [96],
+    "shape": [2, 4, 4, 3],
+    "times": [0.5, None],
+    "mask": [True, False],
+    "sampled_fps": 1.0,
+}
+cache_entries = (
+    st.just(CACHE_ENTRY)
+    | near(CACHE_ENTRY)
+    | near({"video": "/nowhere/w.mp4", "start": 1.0, "end": None, "size": 3, "mtime_ns": 4, "error": "undecodable"})
+)
+
+
+@FUZZ
+@given(
+    frame_format=st.sampled_from(["raw", "jpeg"]),
+    lines=st.lists(
+        st.one_of(cache_entries, cache_entries, json_values).map(as_text) | st.text(max_size=20), max_size=3
+    ),
+)
+def test_frame_cache_any_index_lines(frame_format, lines):
+    with tempfile.TemporaryDirectory() as folder:
+        quality = 90 if frame_format == "jpeg" else None
+        header = {"version": 1, "format": frame_format, "quality": quality, "sampling": CACHE_PARAMS}
+        written(folder, "cache.json", as_text(header))
+        written(folder, "shard-00000-of-00001.index.jsonl", "".join(line.replace("\n", " ") + "\n" for line in lines))
+        written(folder, "shard-00000-of-00001.frames", FRAME_BYTES)
+        try:
+            cache = FrameCache(folder, CACHE_PARAMS)
+            entries = [json.loads(line) for line in lines]  # every line loaded is an entry
+            for entry in entries:
+                sample = cache.get(entry["video"], entry["start"], entry["end"])
+                assert "error" not in entry and sample is not None
+                frames = np.frombuffer(FRAME_BYTES[entry["offset"] : entry["offset"] + 96], np.uint8)
+                assert np.array_equal(sample.frames.reshape(-1), frames) or frame_format == "jpeg"
+                assert sample.frames.shape == tuple(entry["shape"]) and len(sample.times) == entry["shape"][0]
+        except Exception as err:  # noqa: BLE001 - a cached decode error names its video (under /nowhere)
+            refused_in_one_line(err, folder, "/nowhere/")
+
+
+MODEL = {"model": "/models/m", "config": None, "ckpt": None, "device": "cpu", "sampling": "exact"}
+META = {"fingerprint": "abc", "model": MODEL, "dim": 4, "count": 3, "settings": {"kind": "flat"}}
+metas = near(META) | near(META) | st.builds(lambda model: {**META, "model": model}, near(MODEL))
+THREE = ["/v/a.mp4", "/v/b.mp4", "/v/c.mp4"]
+video_lists = st.sampled_from([THREE, THREE[:2], [*THREE, "/v/d.mp4"], [], ["", *THREE[1:]]]) | st.lists(
+    st.sampled_from(THREE) | st.text(max_size=5), max_size=5
+)
+
+
+@FUZZ
+@given(
+    meta=st.one_of(metas, metas, json_values).map(as_text).map(str.encode) | st.binary(max_size=100),
+    videos=st.one_of(video_lists, video_lists, json_values).map(as_text).map(str.encode) | st.binary(max_size=60),
+)
+def test_index_folder_any_meta_and_videos(meta, videos):
+    with tempfile.TemporaryDirectory() as folder:
+        index = faiss.IndexFlatIP(4)
+        index.add(np.eye(4, dtype=np.float32)[:3])
+        faiss.write_index(index, str(Path(folder) / "index.faiss"))
+        written(folder, "meta.json", meta)
+        written(folder, "videos.json", videos)
+        try:
+            loaded = VideoIndex.load(folder)
+        except Exception as err:  # noqa: BLE001
+            refused_in_one_line(err, folder)
+            return
+        assert len(loaded.videos) == loaded.index.ntotal == 3 and all(isinstance(v, str) and v for v in loaded.videos)
+        assert isinstance(loaded.meta["fingerprint"], str) and loaded.meta["fingerprint"]
+        assert loaded.index.d == loaded.meta["dim"] == 4
+        ModelSpec(**loaded.meta["model"])

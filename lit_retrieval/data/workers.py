@@ -1,0 +1,32 @@
+"""DataLoader workers leave stopping to the main process.
+
+A scheduler signals every process of a job step: Slurm's SIGTERM at a time limit, `scancel` or
+preemption, its `--signal=SIGUSR1@N` before the time limit, and a terminal's Ctrl+C (SIGINT) all
+reach the DataLoader workers too. A worker killed by one makes the main process fail with
+`DataLoader worker (pid N) is killed by signal` before it can write its on-signal checkpoint
+(`ResumeCheckpoint`) or Lightning's `hpc_ckpt` and requeue (issue 24). So each worker ignores
+these signals: the main process handles them and shuts its workers down as usual (workers also
+exit by themselves when the main process is gone: PyTorch's worker loop watches its parent).
+"""
+
+from __future__ import annotations
+
+import functools
+import signal
+from collections.abc import Callable
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+
+
+def ignore_stop_signals(worker_id: int, then: Callable[[int], None] | None = None) -> None:
+    """A `worker_init_fn`: ignore SIGTERM, SIGINT and SIGUSR1 in this worker, then run `then`."""
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+    if then is not None:
+        then(worker_id)
+
+
+def worker_init_fn(then: Callable[[int], None] | None = None) -> Callable[[int], None]:
+    """The `worker_init_fn` every DataLoader of the project uses: `ignore_stop_signals`, composed
+    with `then` (another worker_init_fn, run after it). Picklable, so spawned workers get it too."""
+    return functools.partial(ignore_stop_signals, then=then)

@@ -1,0 +1,335 @@
+"""The training path under a REAL Slurm (`slurm/local_cluster.sh`, tests marked `slurm`): each test
+renders the project's own templates (`lit-retrieval slurm slurm/fit.sbatch --set ...`), submits
+them with `sbatch` and drives the jobs as a cluster would, on CPU with gloo:
+
+- a fit with 2 tasks (srun, DDP over gloo) ends with the metrics and weights of a 1-process run;
+- preemption: Slurm's SIGUSR1 to the step (`scancel --signal=USR1`, what `--signal=USR1@N` sends
+  before the time limit) makes Lightning write `hpc_ckpt_1.ckpt` and requeue the job, whose next
+  start resumes and ends with the uninterrupted run's weights and `metrics.csv` rows;
+- `scancel` (SIGTERM to every process of the step, DataLoader workers included) writes the
+  on-signal checkpoint, and the next submission resumes from it: no step lost;
+- `cache-frames`, `shots` and `index --embed-only` as 2-shard arrays (`slurm/array.sbatch`) whose
+  outputs merge into what a 1-shard run writes.
+
+Jobs are polled with `scontrol show job` (the test cluster keeps no accounting), with bounded
+waits. The node has 2 CPUs: jobs of other tests may queue before these start.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from fit_configs import clean_launch_env, clip_fit_config
+from lit_retrieval.cli import main
+from test_interruptions import assert_same_logs, assert_same_state, final_state, write_config
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV = Path(sys.executable).parent.parent  # the environment running the tests; the jobs activate it
+ENDED = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE")
+COMMON = {"ACCOUNT": "test", "PARTITION": "local", "TIME": "15", "VENV": str(VENV)}
+CPU_FIT = {"GPUS": "0", "TASKS_PER_NODE": "1", "ACCELERATOR": "cpu", "CPUS_PER_TASK": "1", "MEM": "6G"}
+WAIT = 900  # seconds a job may take, queueing behind other tests' jobs on 2 CPUs included
+
+
+def job_env() -> dict[str, str]:
+    """What the jobs inherit (sbatch exports the submitter's environment): this checkout and the
+    tests' callbacks on PYTHONPATH, no rank or Slurm variables of the test process."""
+    env = clean_launch_env(str(ROOT / "tests"))
+    env["PYTHONPATH"] = f"{ROOT}:{env['PYTHONPATH']}"
+    return env
+
+
+def render(template: str, out: Path, **values: str) -> Path:
+    """`lit-retrieval slurm slurm/<template> --set ... --out out` (the command users run)."""
+    settings = [f"{k}={v}" for k, v in {**COMMON, **values}.items()]
+    subprocess.run(
+        [sys.executable, "-m", "lit_retrieval", "slurm", f"slurm/{template}", "--set", *settings, "--out", str(out)],
+        cwd=ROOT,
+        env=job_env(),
+        check=True,
+        capture_output=True,
+    )
+    return out
+
+
+def submit(script: Path) -> str:
+    done = subprocess.run(
+        ["sbatch", "--parsable", str(script)], cwd=ROOT, env=job_env(), capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().split(";")[0]
+
+
+def job(job_id: str) -> dict[str, str]:
+    """`scontrol show job -o` as a dict (JobState, Restarts, ExitCode, ...)."""
+    out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True).stdout
+    return dict(field.split("=", 1) for field in out.split() if "=" in field)
+
+
+def wait_for(what: str, done, job_id: str, timeout: float = WAIT) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, f"{what}: not after {timeout} s; job {job_id}: {job(job_id)}"
+        time.sleep(1)
+
+
+def wait_for_end(job_id: str, restarts: int = 0) -> dict[str, str]:
+    """The job's record once it has ended after `restarts` requeues."""
+    info: dict[str, str] = {}
+
+    def ended() -> bool:
+        info.update(job(job_id))
+        return info.get("JobState") in ENDED and int(info.get("Restarts", 0)) >= restarts
+
+    wait_for(f"job {job_id} to end", ended, job_id)
+    return info
+
+
+def output(run: Path) -> str:
+    return "".join(p.read_text() for p in sorted((run / "slurm").glob("*.out")))
+
+
+def fit_job(tmp_path: Path, config: Path, run: Path, **values: str) -> Path:
+    (run / "slurm").mkdir(parents=True, exist_ok=True)  # Slurm opens --output before the script runs
+    values = {**CPU_FIT, "CONFIG": str(config), "RUN_DIR": str(run), **values}
+    return render("fit.sbatch", tmp_path / "fit.sbatch", **values)
+
+
+def pause_config(tmp_path: Path, tiny_clip: Path, corpus: Path, run: Path) -> tuple[Path, Path, Path]:
+    """The interruption tests' tiny MEA fit (2 epochs of 4 steps, CSV + TensorBoard logs) with 2
+    loader workers, pausing after step 5 until a signal comes; the step each start resumed at is
+    appended to a file. Returns the config, the pause marker and the file of start steps."""
+    marker, starts = tmp_path / "paused", tmp_path / "starts.txt"
+    callbacks = [
+        {"class_path": "interrupt_callbacks.PauseAtStep", "init_args": {"step": 5, "marker": str(marker)}},
+        {"class_path": "interrupt_callbacks.RecordStartStep", "init_args": {"path": str(starts)}},
+    ]
+    config = write_config(tmp_path / "fit.yaml", tiny_clip, corpus, run, callbacks=callbacks, num_workers=2)
+    return config, marker, starts
+
+
+@pytest.fixture(scope="module")
+def whole(tiny_clip, corpus, tmp_path_factory) -> Path:
+    """The uninterrupted run of `pause_config`'s fit (without the pause), its states after step 5
+    recorded, run as the jobs run: its own process, one thread per task (OMP_NUM_THREADS=1 as
+    CPUS_PER_TASK=1 sets it; another thread count sums in another order and differs in the last bits)."""
+    run = tmp_path_factory.mktemp("whole")
+    record = {
+        "class_path": "interrupt_callbacks.RecordStateAtSteps",
+        "init_args": {"steps": [5], "out": str(run / "states")},
+    }
+    config = write_config(run / "fit.yaml", tiny_clip, corpus, run, callbacks=[record])
+    done = subprocess.run(
+        [sys.executable, "-m", "lit_retrieval", "fit", "--config", str(config)],
+        cwd=ROOT,
+        env={**job_env(), "OMP_NUM_THREADS": CPU_FIT["CPUS_PER_TASK"]},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return run
+
+
+def test_fit_with_two_tasks_on_gloo_equals_one_process(slurm_cluster, tmp_path, tiny_clip, corpus):
+    """`fit.sbatch` with TASKS_PER_NODE=2: srun starts 2 ranks, Lightning's SLURMEnvironment makes
+    them one DDP job over gloo; with cross-device negatives a step's global batch (4 per rank) is the
+    1-process batch of 8, so metrics and weights equal a 1-process run's."""
+    started = time.monotonic()
+
+    def config(name: str, batch: int, devices: int) -> Path:
+        run = tmp_path / name
+        raw = clip_fit_config(
+            tiny_clip,
+            corpus,
+            {
+                "max_epochs": 2,
+                "devices": devices,
+                "logger": False,
+                "enable_progress_bar": False,
+                "callbacks": [
+                    {"class_path": "stop_callbacks.RecordBatches", "init_args": {"out": str(run / "record")}},
+                    {
+                        "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                        "init_args": {"dirpath": str(run / "checkpoints"), "save_last": True, "save_top_k": 0},
+                    },
+                ],
+            },
+            model={"cross_device": True},  # InfoNCE (MEA's partial queries are drawn per rank: another stream)
+            data={"val_split": "test", "batch_size": batch},
+        )
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(raw))
+        return path
+
+    ddp = tmp_path / "ddp"
+    job_id = submit(fit_job(tmp_path, config("ddp", 4, 2), ddp, TASKS_PER_NODE="2", JOB_NAME="ddp"))
+    one = tmp_path / "one"
+    main(["fit", "--config", str(config("one", 8, 1)), "--trainer.default_root_dir", str(one)])
+    info = wait_for_end(job_id)
+    assert info["JobState"] == "COMPLETED", output(ddp)[-3000:]
+    assert "1 x 2 tasks" in output(ddp)
+    want = json.loads((one / "record" / "rank0.json").read_text())
+    ranks = [json.loads((ddp / "record" / f"rank{r}.json").read_text()) for r in range(2)]
+    assert len(ranks[0]["batches"]) == len(want["batches"]) == 4  # 2 epochs of 2 global batches of 8
+    for step in range(4):  # the 2 ranks' batches make up the 1-process batch
+        assert sorted(ranks[0]["batches"][step][2] + ranks[1]["batches"][step][2]) == sorted(want["batches"][step][2])
+    assert ranks[0]["val"] == ranks[1]["val"] and "t2v/R@1" in want["val"]
+    assert ranks[0]["val"] == pytest.approx(want["val"], abs=1e-4)
+    got, reference = (torch.load(r / "checkpoints" / "last.ckpt", weights_only=False) for r in (ddp, one))
+    assert got["global_step"] == reference["global_step"] == 4
+    for name, value in reference["state_dict"].items():
+        torch.testing.assert_close(got["state_dict"][name], value, atol=2e-5, rtol=1e-4, msg=name)
+    print(json.dumps({"slurm_test": "ddp", "jobs": 1, "wall_s": round(time.monotonic() - started, 1)}))
+
+
+def test_preemption_signal_writes_the_hpc_checkpoint_requeues_and_the_job_loses_nothing(
+    slurm_cluster,
+    tmp_path,
+    tiny_clip,
+    corpus,
+    whole,
+):
+    """SIGUSR1 to the job's step (what `#SBATCH --signal=SIGUSR1@REQUEUE_SECONDS` sends before the
+    time limit, and what a preempting scheduler sends), 2 loader workers: Lightning writes
+    hpc_ckpt_1.ckpt and runs `scontrol requeue`; Slurm stops the job (SIGTERM: the on-signal
+    last.ckpt) and starts it again (Restarts=1), `--ckpt_path newest` resumes at step 5, and the
+    job ends with the uninterrupted run's weights, optimizer state and logs."""
+    started = time.monotonic()
+    run = tmp_path / "run"
+    config, marker, starts = pause_config(tmp_path, tiny_clip, corpus, run)
+    job_id = submit(fit_job(tmp_path, config, run, JOB_NAME="preempted"))
+    wait_for("the fit to reach step 5", marker.exists, job_id)
+    subprocess.run(["scancel", "--signal=USR1", job_id], check=True)
+    # Slurm holds a requeued job back about 2 minutes (its begin time); start it as soon as it is pending again
+    requeued = {"JobState": "PENDING", "Restarts": "1"}
+    wait_for("the requeue", lambda: requeued.items() <= job(job_id).items(), job_id)
+    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], capture_output=True)
+    info = wait_for_end(job_id, restarts=1)
+    log = output(run)
+    assert info["JobState"] == "COMPLETED" and info["Restarts"] == "1", log[-3000:]
+    assert "restart 0" in log and "restart 1" in log and "killed by signal" not in log
+    hpc = torch.load(run / "hpc_ckpt_1.ckpt", weights_only=False)
+    assert hpc["global_step"] == 5
+    assert_same_state(hpc["state_dict"], hpc["optimizer_states"][0], torch.load(whole / "states" / "step5.pt"))
+    assert starts.read_text().split() == ["0", "5"]  # the restart resumed where the first start stopped
+    want = torch.load(whole / "checkpoints" / "last.ckpt", weights_only=False)
+    assert_same_state(*final_state(run), {"state_dict": want["state_dict"], "optimizer": want["optimizer_states"][0]})
+    assert_same_logs(run, whole)
+    print(json.dumps({"slurm_test": "preemption", "jobs": 1, "requeues": 1, "steps_lost": 0,
+                      "wall_s": round(time.monotonic() - started, 1)}))  # fmt: skip
+
+
+def test_scancel_sigterm_to_every_process_writes_a_checkpoint_and_the_next_submission_resumes(
+    slurm_cluster,
+    tmp_path,
+    tiny_clip,
+    corpus,
+    whole,
+):
+    """`scancel` (as at a time limit: SIGTERM to every process of the step, the 2 loader workers
+    included, SIGKILL after KillWait): the fit stops after step 5 with last.ckpt; the next `sbatch`
+    of the same job script resumes there and ends as the uninterrupted run."""
+    started = time.monotonic()
+    run = tmp_path / "run"
+    config, marker, starts = pause_config(tmp_path, tiny_clip, corpus, run)
+    script = fit_job(tmp_path, config, run, JOB_NAME="cancelled")
+    first = submit(script)
+    wait_for("the fit to reach step 5", marker.exists, first)
+    subprocess.run(["scancel", first], check=True)
+    assert wait_for_end(first)["JobState"] == "CANCELLED"
+    wait_for("the on-signal checkpoint", (run / "checkpoints" / "last.ckpt").exists, first, timeout=60)
+    assert "killed by signal" not in output(run), output(run)[-3000:]
+    saved = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)
+    assert saved["global_step"] == 5
+    assert_same_state(saved["state_dict"], saved["optimizer_states"][0], torch.load(whole / "states" / "step5.pt"))
+    second = submit(script)
+    info = wait_for_end(second)
+    assert info["JobState"] == "COMPLETED", output(run)[-3000:]
+    assert starts.read_text().split() == ["0", "5"]  # steps lost: 5 - 5 = 0
+    want = torch.load(whole / "checkpoints" / "last.ckpt", weights_only=False)
+    assert_same_state(*final_state(run), {"state_dict": want["state_dict"], "optimizer": want["optimizer_states"][0]})
+    assert_same_logs(run, whole)
+    print(json.dumps({"slurm_test": "scancel", "jobs": 2, "steps_lost": 0,
+                      "wall_s": round(time.monotonic() - started, 1)}))  # fmt: skip
+
+
+def test_cache_frames_shots_and_index_arrays_merge_into_the_one_shard_outputs(
+    slurm_cluster, tmp_path, tiny_clip, corpus
+):
+    """`slurm/array.sbatch` with SHARDS=2 for `cache-frames`, `shots` and `index --embed-only`:
+    every array task writes its shard into the shared folder, and what the folder then gives
+    (frame cache entries, shot lists, the index built from the embedded parts) equals a 1-shard run."""
+    import faiss
+
+    from lit_retrieval.commands import run_command
+    from lit_retrieval.data.frame_cache import FrameCache
+    from lit_retrieval.search.index import VideoIndex
+
+    started = time.monotonic()
+    config = tmp_path / "train.yaml"
+    config.write_text(yaml.safe_dump(clip_fit_config(tiny_clip, corpus, {"max_epochs": 1})))
+    videos = corpus / "videos"
+    arrays = tmp_path / "arrays"
+    commands = {
+        "frames": f"cache-frames --config {config} --out {arrays / 'frames'}",
+        "shots": f"shots --dir {videos} --cache {arrays / 'shots'}",
+        "index": f"index --config {config} --videos {videos} --out {arrays / 'index'} --embed-only",
+    }
+    jobs = []
+    for name, command in commands.items():
+        logs = tmp_path / "logs" / name
+        logs.mkdir(parents=True)
+        values = {"COMMAND": command, "LOG_DIR": str(logs), "SHARDS": "2", "CPUS": "1", "MEM": "4G"}
+        script = render("array.sbatch", tmp_path / f"{name}.sbatch", **values)
+        jobs.append((name, submit(script), logs))
+    one = tmp_path / "one"  # the 1-shard runs, meanwhile
+    assert run_command("cache-frames", ["--config", str(config), "--out", str(one / "frames")]) == 0
+    shots_args = ["--dir", str(videos), "--cache", str(one / "shots"), "--out", str(one / "shots.json")]
+    assert run_command("shots", shots_args) == 0
+    assert run_command("index", ["--config", str(config), "--videos", str(videos), "--out", str(one / "index")]) == 0
+    for name, job_id, logs in jobs:
+        for task in (0, 1):
+            info = wait_for_end(f"{job_id}_{task}")
+            assert info["JobState"] == "COMPLETED", (name, "".join(p.read_text() for p in logs.glob("*.out"))[-3000:])
+
+    frames = sorted(p.name for p in (arrays / "frames").glob("*.index.jsonl"))
+    assert frames == ["shard-00000-of-00002.index.jsonl", "shard-00001-of-00002.index.jsonl"]
+    params = json.loads((one / "frames" / "cache.json").read_text())["sampling"]
+    merged, single = FrameCache(arrays / "frames", params), FrameCache(one / "frames", params)
+    assert merged.entries.keys() == single.entries.keys() and len(single.entries) == 24
+    for video, start, end in single.entries:
+        assert (merged.get(video, start, end).frames == single.get(video, start, end).frames).all()
+
+    # the array's cache holds every video: a plain run over it detects nothing and lists them all
+    merged_shots = tmp_path / "merged_shots.json"
+    shots_args = ["--dir", str(videos), "--cache", str(arrays / "shots"), "--out", str(merged_shots)]
+    assert run_command("shots", shots_args) == 0
+    assert json.loads(merged_shots.read_text()) == json.loads((one / "shots.json").read_text())
+
+    assert len(list((arrays / "index" / "parts").glob("*.npy"))) >= 2  # parts of both shards
+    index_args = ["--config", str(config), "--videos", str(videos), "--out", str(arrays / "index")]
+    assert run_command("index", index_args) == 0  # builds the index from the embedded parts
+
+    def vectors(path: Path) -> dict[str, np.ndarray]:
+        index = VideoIndex.load(path)
+        flat = faiss.downcast_index(index.index)
+        return dict(zip(index.videos, flat.reconstruct_n(0, flat.ntotal)))
+
+    got, want = vectors(arrays / "index"), vectors(one / "index")
+    assert got.keys() == want.keys() and len(want) == 24
+    for video, vector in want.items():
+        np.testing.assert_allclose(got[video], vector, atol=1e-5)
+    print(json.dumps({"slurm_test": "arrays", "jobs": 3, "array_tasks": 6,
+                      "wall_s": round(time.monotonic() - started, 1)}))  # fmt: skip
