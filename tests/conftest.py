@@ -47,6 +47,26 @@ def slurm_cluster() -> None:
     pytest.skip(message)
 
 
+@pytest.fixture(autouse=True)
+def _cpu_threads_restored():
+    """Each test starts with this pytest process's torch/faiss CPU thread counts: the search service sets
+    them for its process (`serve --threads`), and later tests compare in-process training with
+    subprocess runs bit for bit (a different thread count changes the last bits of a reduction)."""
+    import sys
+
+    import torch
+
+    before = torch.get_num_threads()
+    faiss = sys.modules.get("faiss")
+    faiss_before = faiss.omp_get_max_threads() if faiss else None
+    yield
+    if torch.get_num_threads() != before:
+        torch.set_num_threads(before)
+    faiss = sys.modules.get("faiss")
+    if faiss is not None and faiss_before is not None and faiss.omp_get_max_threads() != faiss_before:
+        faiss.omp_set_num_threads(faiss_before)
+
+
 @pytest.fixture(scope="session")
 def corpus(tmp_path_factory) -> Path:
     """Folder with `annotations.json`, `events.json` and `videos/` of 24 synthetic videos."""
