@@ -48,14 +48,18 @@ def slurm_cluster() -> None:
 
 
 @pytest.fixture(autouse=True)
-def _cpu_threads_restored():
-    """Each test starts with this pytest process's torch/faiss CPU thread counts: the search service sets
-    them for its process (`serve --threads`), and later tests compare in-process training with
-    subprocess runs bit for bit (a different thread count changes the last bits of a reduction)."""
+def _process_state_restored():
+    """Each test starts with this pytest process's torch/faiss CPU thread counts and signal handlers.
+    Commands run in-process set them for their process: the search service its threads (`serve
+    --threads`; later tests compare in-process training with subprocess runs bit for bit, and a different
+    thread count changes the last bits of a reduction), `grid --task` a SIGUSR1 handler (with one
+    installed, Lightning sets no Slurm requeue handler in a later in-process fit)."""
+    import signal
     import sys
 
     import torch
 
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)}
     before = torch.get_num_threads()
     faiss = sys.modules.get("faiss")
     faiss_before = faiss.omp_get_max_threads() if faiss else None
@@ -65,6 +69,9 @@ def _cpu_threads_restored():
     faiss = sys.modules.get("faiss")
     if faiss is not None and faiss_before is not None and faiss.omp_get_max_threads() != faiss_before:
         faiss.omp_set_num_threads(faiss_before)
+    for signum, handler in handlers.items():
+        if signal.getsignal(signum) is not handler and handler is not None:
+            signal.signal(signum, handler)
 
 
 @pytest.fixture(scope="session")

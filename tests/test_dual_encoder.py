@@ -131,9 +131,12 @@ TRAINING_CONFIGS = sorted(
 
 @pytest.mark.parametrize("config", TRAINING_CONFIGS)
 def test_every_config_parses(config, capsys, monkeypatch):
-    # overlays apply on top of a base config: SALI grid rows, GVE model/data/ablation parts, strategies
+    # overlays apply on top of a base config: SALI grid rows and Tab. 2 heads, GVE model/data/ablation parts,
+    # strategies
     bases = {
         "/grid/": ["configs/sali/cm_sali_max.yaml"],
+        "configs/sali/cm_xclip.yaml": ["configs/sali/cm_clip4clip.yaml"],
+        "configs/sali/cm_ts2net.yaml": ["configs/sali/cm_clip4clip.yaml"],
         "configs/strategy/": ["configs/quickstart.yaml"],
         "configs/gve/model_": ["configs/gve/train.yaml"],
         "configs/gve/data_": ["configs/gve/train.yaml"],

@@ -162,19 +162,14 @@ def run(argv: list[str]) -> int:
     if args.task is not None:
         if not 0 <= args.task < len(runs):
             raise UsageError(args.plan, f"task {args.task} out of range: the plan has {len(runs)} runs")
+        signal.signal(signal.SIGUSR1, lambda *_: None)  # Slurm's requeue signal is for the fit below, not this process
         folder = runs[args.task].folder(runs_dir)
         if not (folder / "run.json").exists():
             raise UsageError(
                 str(folder),
                 "not prepared: `lit-retrieval grid PLAN --out RUNS_DIR --slurm` writes it before submitting",
             )
-        # Slurm's requeue signal is for the fit below, not this process. A Python handler, not SIG_IGN: the
-        # fit's process must not inherit an ignored SIGUSR1 (Lightning then installs no requeue handler).
-        previous = signal.signal(signal.SIGUSR1, lambda *_: None)
-        try:
-            return execute(folder, shlex.split(args.launcher))
-        finally:
-            signal.signal(signal.SIGUSR1, previous)
+        return execute(folder, shlex.split(args.launcher))
     queued = submitted_and_queued({r.index: r.folder(runs_dir) for r in runs}) if not args.dry_run else {}
     pending = [r for r in runs if status(r.folder(runs_dir)) != "done" and r.index not in queued]
     print(
