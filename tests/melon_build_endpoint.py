@@ -121,15 +121,22 @@ class FakeChatEndpoint:
                     endpoint.arrivals.append(time.monotonic())
                     endpoint._in_flight += 1
                     endpoint.max_in_flight = max(endpoint.max_in_flight, endpoint._in_flight)
+                answering = True
                 try:
                     reply = endpoint._reply(body) if self.path == "/v1/chat/completions" else Reply(status=404)
                     time.sleep(endpoint.hold_s + reply.delay_s)
+                    # done before the answer leaves: once the client has it, it may send its next request
+                    # before this thread runs again
+                    with endpoint._lock:
+                        endpoint._in_flight -= 1
+                    answering = False
                     self._send(reply, body)
                 except (BrokenPipeError, ConnectionResetError):  # the client gave up (an injected timeout)
                     pass
                 finally:
-                    with endpoint._lock:
-                        endpoint._in_flight -= 1
+                    if answering:
+                        with endpoint._lock:
+                            endpoint._in_flight -= 1
 
             def _send(self, reply: Reply, body: dict[str, Any]) -> None:
                 if reply.raw_body is not None:

@@ -237,13 +237,15 @@ def test_unreachable_endpoint_fails_after_retries(tmp_path):
 
 
 def test_concurrency_limit_is_respected(tmp_path):
-    with FakeChatEndpoint(echo, hold_s=0.1) as server:
-        with ChatClient(config(server, concurrency=3, timeout_s=0.3), tmp_path) as client:
+    with FakeChatEndpoint(
+        echo, hold_s=0.25
+    ) as server:  # a request takes 1/4 of the timeout: no retry on a busy machine
+        with ChatClient(config(server, concurrency=3, timeout_s=1.0), tmp_path) as client:
             requests = [(ask(f"item {i}"), SCHEMA, RequestKey("judge", f"v{i % 4}"), None) for i in range(12)]
             answers = client.complete_many(requests)
             assert server.max_in_flight == 3
             # more callers than slots (a runner with its own threads): still 3 at the server, and
-            # waiting for a slot is not a timeout (15 requests x 0.1 s / 3 slots > timeout_s)
+            # waiting for a slot is not a timeout (15 requests x 0.25 s / 3 slots > timeout_s)
             with ThreadPoolExecutor(max_workers=15) as callers:
                 more = list(callers.map(lambda i: client.complete_json(ask(f"more {i}"), SCHEMA, KEY), range(15)))
             judge, summarise = client.stats.summary()["judge"], client.stats.summary()["summarise"]
