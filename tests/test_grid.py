@@ -387,6 +387,18 @@ def test_a_second_submission_leaves_queued_and_running_runs_alone(plan_dir, tmp_
     assert Path("runs/meanp/seed1/config.yaml").read_text() == config
 
 
+def one_row_plan(plan_dir: Path, tmp_path: Path, monkeypatch, overrides: dict) -> None:
+    """`one.yaml` in a working copy of the plan folder (the cwd): its first row, seed 0, with `overrides`;
+    `sbatch` and `squeue` are the recording stand-ins."""
+    work = tmp_path / "work"
+    shutil.copytree(plan_dir, work)
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("PATH", fake_slurm(tmp_path)["PATH"])
+    plan = yaml.safe_load(Path("plan.yaml").read_text())
+    plan.update(seeds=[0], rows=plan["rows"][:1], overrides=overrides)
+    Path("one.yaml").write_text(yaml.safe_dump(plan))
+
+
 @pytest.mark.parametrize(
     ("overrides", "settings", "expected"),
     [
@@ -399,13 +411,7 @@ def test_a_second_submission_leaves_queued_and_running_runs_alone(plan_dir, tmp_
 def test_slurm_resources_come_from_the_config(plan_dir, tmp_path, monkeypatch, overrides, settings, expected):
     """Issue 24: GVE Tab. 3 (4 nodes x 8 GPUs) under --slurm trained on 1 GPU unless --set: the
     template's defaults overrode the config. A config that leaves devices open takes --set's."""
-    work = tmp_path / "work"
-    shutil.copytree(plan_dir, work)
-    monkeypatch.chdir(work)
-    monkeypatch.setenv("PATH", fake_slurm(tmp_path)["PATH"])
-    plan = yaml.safe_load(Path("plan.yaml").read_text())
-    plan.update(seeds=[0], rows=plan["rows"][:1], overrides=overrides)
-    Path("one.yaml").write_text(yaml.safe_dump(plan))
+    one_row_plan(plan_dir, tmp_path, monkeypatch, overrides)
     assert (
         run_command("grid", ["one.yaml", "--out", "runs", "--slurm", "--set", "ACCOUNT=a", "PARTITION=p", *settings])
         == 0
@@ -438,13 +444,7 @@ def test_slurm_resources_come_from_the_config(plan_dir, tmp_path, monkeypatch, o
 def test_slurm_settings_that_contradict_the_config_are_refused(
     plan_dir, tmp_path, monkeypatch, overrides, settings, message
 ):
-    work = tmp_path / "work"
-    shutil.copytree(plan_dir, work)
-    monkeypatch.chdir(work)
-    monkeypatch.setenv("PATH", fake_slurm(tmp_path)["PATH"])
-    plan = yaml.safe_load(Path("plan.yaml").read_text())
-    plan.update(seeds=[0], rows=plan["rows"][:1], overrides=overrides)
-    Path("one.yaml").write_text(yaml.safe_dump(plan))
+    one_row_plan(plan_dir, tmp_path, monkeypatch, overrides)
     with pytest.raises(UsageError, match=message):
         run_command("grid", ["one.yaml", "--out", "runs", "--slurm", "--set", "ACCOUNT=a", "PARTITION=p", *settings])
     assert not (tmp_path / "sbatch.log").exists()
