@@ -6,10 +6,13 @@ modules) and spawned ones (GVE's multi-task module) are both checked on live wor
 from __future__ import annotations
 
 import os
+import random
 import signal
 import time
 
+import numpy as np
 import pytest
+import torch
 
 from lit_retrieval.data import MultiEventDataModule
 from lit_retrieval.data.multitask import MultiTaskDataModule
@@ -45,3 +48,40 @@ def test_spawned_gve_loader_workers_ignore_stop_signals(gve_tasks, processing): 
     data.processing = processing
     data.setup("fit")
     signal_workers_and_continue(data.train_dataloader())
+
+
+class RandomDraws(torch.utils.data.Dataset):
+    """Each item: what numpy's and Python's global generators draw in the worker serving it."""
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> tuple[int, int]:
+        return int(np.random.randint(2**31)), random.randrange(2**31)
+
+
+def test_workers_keep_lightnings_per_rank_worker_seeds_under_seed_everything(monkeypatch):
+    """Lightning gives a DataLoader without a worker_init_fn its own under `seed_everything(workers=True)`:
+    seeds per rank and worker. Ours must keep it: otherwise every DDP rank (all seeded alike) starts its
+    workers from the same torch state, and rank 1's workers draw exactly rank 0's numbers."""
+    from lightning.fabric.utilities.rank_zero import rank_zero_only
+    from lightning.fabric.utilities.seed import seed_everything
+
+    from lit_retrieval.data.workers import worker_init_fn
+
+    monkeypatch.setenv("PL_SEED_WORKERS", "0")
+
+    def draws(rank: int) -> list[tuple[int, int]]:
+        monkeypatch.setattr(
+            rank_zero_only, "rank", rank
+        )  # what Lightning sets in rank `rank`; forked workers inherit it
+        seed_everything(7, workers=True)
+        loader = torch.utils.data.DataLoader(
+            RandomDraws(), batch_size=None, num_workers=2, worker_init_fn=worker_init_fn()
+        )
+        return [tuple(int(v) for v in item) for item in loader]
+
+    rank0 = draws(0)
+    assert rank0[0] != rank0[1]  # workers 0 and 1 (items alternate between them) draw different numbers
+    assert draws(1) != rank0  # so do the workers of another rank
+    assert draws(0) == rank0  # and the same seed gives the same numbers again

@@ -7,21 +7,32 @@ reach the DataLoader workers too. A worker killed by one makes the main process 
 (`ResumeCheckpoint`) or Lightning's `hpc_ckpt` and requeue (issue 24). So each worker ignores
 these signals: the main process handles them and shuts its workers down as usual (workers also
 exit by themselves when the main process is gone: PyTorch's worker loop watches its parent).
+
+Lightning adds its own `worker_init_fn` (`pl_worker_init_function`: distinct, reproducible
+numpy/random/torch seeds per rank and worker) only to a DataLoader that has none; under
+`seed_everything(workers=True)` (LightningCLI's default, `PL_SEED_WORKERS=1`) ours runs it, so
+setting ours keeps Lightning's worker seeding.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import signal
 from collections.abc import Callable
+
+from lightning.fabric.utilities.seed import pl_worker_init_function
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 
 
 def ignore_stop_signals(worker_id: int, then: Callable[[int], None] | None = None) -> None:
-    """A `worker_init_fn`: ignore SIGTERM, SIGINT and SIGUSR1 in this worker, then run `then`."""
+    """A `worker_init_fn`: ignore SIGTERM, SIGINT and SIGUSR1 in this worker, seed it as Lightning
+    would (`PL_SEED_WORKERS`), then run `then`."""
     for signum in STOP_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
+    if int(os.environ.get("PL_SEED_WORKERS", 0)):
+        pl_worker_init_function(worker_id)
     if then is not None:
         then(worker_id)
 
