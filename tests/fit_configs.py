@@ -65,3 +65,26 @@ def clean_launch_env(extra_path: str) -> dict[str, str]:
     }
     env["PYTHONPATH"] = os.pathsep.join([extra_path, env.get("PYTHONPATH", "")])
     return env
+
+
+def base_trainer(devices: int, max_epochs: int, train_batches: int) -> dict:
+    """The trainer of a grid plan's base config: its own run folder (runs/base), which the grid must move per run."""
+    return {
+        "devices": devices,
+        "max_epochs": max_epochs,
+        "limit_train_batches": train_batches,
+        "limit_val_batches": 0,
+        "default_root_dir": "runs/base",
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "logger": {
+            "class_path": "lightning.pytorch.loggers.CSVLogger",
+            "init_args": {"save_dir": "runs/base", "name": "logs", "version": "fit"},
+        },
+        "callbacks": [
+            {
+                "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                "init_args": {"dirpath": "runs/base/checkpoints", "save_last": True, "save_top_k": 0},
+            }
+        ],
+    }

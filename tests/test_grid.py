@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fit_configs import clean_launch_env, clip_fit_config
+from fit_configs import base_trainer, clean_launch_env, clip_fit_config
 from lit_retrieval.commands import run_command
 from lit_retrieval.commands.slurm import render_template
 from lit_retrieval.errors import UsageError
@@ -84,25 +84,7 @@ def plan_dir(tmp_path_factory, tiny_clip, corpus):
     base = clip_fit_config(
         tiny_clip,
         corpus,
-        {
-            "devices": 1,
-            "max_epochs": 1,
-            "limit_train_batches": 2,
-            "limit_val_batches": 0,
-            "default_root_dir": "runs/base",
-            "enable_progress_bar": False,
-            "enable_model_summary": False,
-            "logger": {
-                "class_path": "lightning.pytorch.loggers.CSVLogger",
-                "init_args": {"save_dir": "runs/base", "name": "logs", "version": "fit"},
-            },
-            "callbacks": [
-                {
-                    "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                    "init_args": {"dirpath": "runs/base/checkpoints", "save_last": True, "save_top_k": 0},
-                }
-            ],
-        },
+        base_trainer(devices=1, max_epochs=1, train_batches=2),
         data={"min_events": 2},
     )
     (work / "base.yaml").write_text(yaml.safe_dump(base))

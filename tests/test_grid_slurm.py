@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fit_configs import clean_launch_env, clip_fit_config
+from fit_configs import base_trainer, clean_launch_env, clip_fit_config
 from lit_retrieval.commands import run_command
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -69,26 +69,12 @@ def test_grid_array_with_two_ranks_per_task(slurm_cluster, tmp_path, tiny_clip, 
         monkeypatch.delenv(key)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    trainer = {
-        "devices": 2,
-        "max_epochs": 2,
-        "limit_train_batches": 3,
-        "limit_val_batches": 0,
-        "enable_progress_bar": False,
-        "enable_model_summary": False,
-        "logger": {
-            "class_path": "lightning.pytorch.loggers.CSVLogger",
-            "init_args": {"save_dir": "runs/base", "name": "logs", "version": "fit"},
-        },
-        "callbacks": [
-            {
-                "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                "init_args": {"dirpath": "runs/base/checkpoints", "save_last": True, "save_top_k": 0},
-            }
-        ],
-        "default_root_dir": "runs/base",
-    }
-    base = clip_fit_config(tiny_clip, corpus, trainer, data={"min_events": 2, "num_workers": 0})
+    base = clip_fit_config(
+        tiny_clip,
+        corpus,
+        base_trainer(devices=2, max_epochs=2, train_batches=3),
+        data={"min_events": 2, "num_workers": 0},
+    )
     Path("base.yaml").write_text(yaml.safe_dump(base))
     plan = {"title": "grid on Slurm", "seeds": [0, 1], "configs": ["base.yaml"], "metrics": METRICS}
     Path("plan.yaml").write_text(yaml.safe_dump({**plan, "rows": [{"name": "meanp", "label": "meanP"}]}))
