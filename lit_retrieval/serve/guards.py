@@ -1,7 +1,7 @@
 """What stands between the port and the routes: the Host allow-list and Origin check (DNS rebinding,
 cross-site POSTs), request bodies bounded in bytes and in time, request headers bounded in time,
-and HTTP range checks per RFC 9110 Sec. 14 with JSON errors. Every refusal is the service's JSON
-error `{"error", "status"}`.
+and HTTP range checks per RFC 9110 Sec. 14 (an invalid range is ignored, an unsatisfiable one is a
+416). Every refusal is the service's JSON error `{"error", "status"}`.
 
 Written as ASGI middleware and a subclass of uvicorn's h11 protocol because neither Starlette's
 `TrustedHostMiddleware` (plain-text errors, no Origin check) nor uvicorn (no header or body
@@ -163,32 +163,50 @@ def raw_json_response(status: int, reason: str, message: str) -> bytes:
     return head.encode("latin-1") + body
 
 
-_RANGE_SPEC = re.compile(r"\s*(\d*)\s*-\s*(\d*)\s*")
+_RANGE_SPEC = re.compile(r"\s*([0-9]*)\s*-\s*([0-9]*)\s*")
+
+
+def _byte_range_set(range_set: str) -> list[tuple[int | None, int | None]] | None:
+    """The `(first, last)` pairs of a bytes `range-set` (RFC 9110 Sec. 14.1.1; a suffix range has
+    `first` None, an open one `last` None), or None when it is syntactically invalid: no range-spec,
+    one that is not `first-last` / `first-` / `-suffix` in digits, or last before first. Empty list
+    elements are skipped (Sec. 5.6.1)."""
+    ranges = []
+    for spec in range_set.split(","):
+        if not spec.strip():
+            continue
+        match = _RANGE_SPEC.fullmatch(spec)
+        if match is None or match.groups() == ("", ""):
+            return None
+        first, last = (int(pos) if pos else None for pos in match.groups())
+        if first is not None and last is not None and last < first:
+            return None
+        ranges.append((first, last))
+    return ranges or None
 
 
 def check_range(header: str | None, size: int) -> bool:
-    """Whether to honour a `Range` header on a file of `size` bytes (RFC 9110 Sec. 14.2): absent or
-    another unit than bytes -> False (the whole file, 200); a malformed bytes range -> 400; no
-    satisfiable range -> 416 with `Content-Range: bytes */size` (Sec. 15.5.17); several ranges -> False."""
+    """Whether to honour a `Range` header on a file of `size` bytes (RFC 9110 Sec. 14.2): absent,
+    another unit than bytes or a syntactically invalid range-set -> False (ignored: the whole file,
+    200); no satisfiable range -> 416 with `Content-Range: bytes */size` (Sec. 15.5.17); several
+    ranges -> False (a server MAY ignore Range)."""
     if header is None:
         return False
-    unit, sep, specs = header.partition("=")
+    unit, sep, range_set = header.partition("=")
     if not sep or unit.strip().lower() != "bytes":
         return False  # an origin server must ignore a range unit it does not understand
-    satisfiable = False
-    for spec in specs.split(","):
-        match = _RANGE_SPEC.fullmatch(spec)
-        if match is None or match.groups() == ("", ""):
-            raise HTTPException(400, f"malformed Range header {header[:80]!r}")
-        first, last = match.groups()
-        if first and last and int(last) < int(first):
-            raise HTTPException(400, f"malformed Range header {header[:80]!r}: last byte before first")
-        if (first and int(first) < size) or (not first and int(last) > 0 and size > 0):
-            satisfiable = True
-    if not satisfiable:
+    ranges = _byte_range_set(range_set)
+    if ranges is None:
+        return False  # an invalid range-set is ignored, Sec. 14.2
+    if not any(_satisfiable(first, last, size) for first, last in ranges):
         message = f"no byte of the range {header[:80]!r} is in the file ({size} bytes)"
         raise HTTPException(416, message, {"Content-Range": f"bytes */{size}"})
-    return "," not in specs  # several ranges: the whole file (a server MAY ignore Range, Sec. 14.2)
+    return len(ranges) == 1
+
+
+def _satisfiable(first: int | None, last: int | None, size: int) -> bool:
+    """Sec. 14.1.1: a first-pos below the size, or a non-zero suffix on a non-empty file."""
+    return first < size if first is not None else last > 0 and size > 0
 
 
 class WithoutRange(FileResponse):
