@@ -109,10 +109,10 @@ class SafeCheckpointIO(TorchCheckpointIO):
         )
 
 
-def checkpoint_step(path: _PATH) -> int:
-    """The `global_step` stored in a Lightning checkpoint: a file, or a DeepSpeed checkpoint
-    directory (whose `<tag>/*model_states.pt` holds Lightning's keys). Tensors are memory-mapped,
-    not read, so this is cheap for a checkpoint of billions of weights."""
+def checkpoint_metadata(path: _PATH) -> dict[str, Any]:
+    """The top-level entries of a Lightning checkpoint (`global_step`, `hyper_parameters`, ...): a
+    file, or a DeepSpeed checkpoint directory (whose `<tag>/*model_states.pt` holds Lightning's keys).
+    Tensors are memory-mapped, not read, so this is cheap for a checkpoint of billions of weights."""
     path = Path(path)
     if path.is_dir():
         states = sorted(path.glob("*/*model_states.pt"))
@@ -126,7 +126,12 @@ def checkpoint_step(path: _PATH) -> int:
         raise CorruptCheckpointError(f"{path}: corrupt or partial checkpoint ({type(err).__name__}: {err})") from None
     if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("global_step"), int):
         raise CorruptCheckpointError(f"{path}: not a Lightning checkpoint (no global_step)")
-    return checkpoint["global_step"]
+    return checkpoint
+
+
+def checkpoint_step(path: _PATH) -> int:
+    """The `global_step` stored in a Lightning checkpoint file or DeepSpeed checkpoint directory."""
+    return checkpoint_metadata(path)["global_step"]
 
 
 def newest_checkpoint(candidates: Iterable[_PATH]) -> Path | None:
