@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import lightning as L
@@ -13,11 +14,12 @@ import torch
 import pytest
 import yaml
 
-from lit_retrieval.commands.slurm import integer_expression, render_template, template_variables
+from lit_retrieval.commands.slurm import integer_expression, log_folders, render_template, template_variables
 from fit_configs import clip_fit_config
 
 ROOT = Path(__file__).resolve().parents[1]
 FIT = dict(CONFIG="configs/gve/train.yaml", ACCOUNT="proj", PARTITION="a100")
+FIT_SET = [f"{k}={v}" for k, v in FIT.items()]
 
 
 def fake_tools(tmp_path: Path) -> dict[str, str]:
@@ -59,6 +61,67 @@ def test_every_template_declares_what_it_uses_and_renders():
         required = {k: "x" for k, v in declared.items() if v is None}
         script = render_template(template.read_text(), required)
         assert "{{" not in script and "#@" not in script and script.startswith("#!/bin/bash")
+
+
+def test_rendering_makes_the_log_folders_slurm_opens_before_the_script_runs(tmp_path):
+    """`lit-retrieval slurm slurm/fit.sbatch --set ... --out job.sbatch && sbatch job.sbatch` must run
+    as printed: Slurm opens `--output` before the script's own `mkdir`, so the renderer makes it."""
+    run_dir = tmp_path / "runs" / "gve-3b_r1.5"
+    settings = [f"{k}={v}" for k, v in {**FIT, "RUN_DIR": str(run_dir)}.items()]
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lit_retrieval",
+            "slurm",
+            str(ROOT / "slurm" / "fit.sbatch"),
+            "--set",
+            *settings,
+            "--out",
+            "j",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    assert (run_dir / "slurm").is_dir()
+    relative = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lit_retrieval",
+            "slurm",
+            str(ROOT / "slurm" / "fit.sbatch"),
+            "--set",
+            *FIT_SET,
+            "RUN_DIR=rel",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert relative.returncode == 0 and (tmp_path / "rel" / "slurm").is_dir()  # printed: made all the same
+
+
+def test_log_folders_follow_slurms_option_forms_and_chdir(tmp_path):
+    script = "\n".join(
+        [
+            "#!/bin/bash",
+            "#SBATCH --chdir=/work/job",
+            "#SBATCH --output=logs/out/%x-%j.out",
+            "#SBATCH -e errs/%j.err",
+            "#SBATCH --error /abs/err/x.err",
+            "#SBATCH -o/abs/o/y.out",
+            "#SBATCH --output=by-user-%u/x.out",
+            "#SBATCH --open-mode=append",
+            "# SBATCH --output=commented/x.out",
+            "echo --output=not/a/directive",
+        ]
+    )
+    expected = [Path("/work/job/logs/out"), Path("/work/job/errs"), Path("/abs/err"), Path("/abs/o")]
+    assert log_folders(script, tmp_path) == expected
+    assert log_folders("#SBATCH --output=x.out\n", tmp_path) == [tmp_path]
 
 
 def test_renderer_errors_name_the_variables():

@@ -101,7 +101,6 @@ def output(run: Path) -> str:
 
 
 def fit_job(tmp_path: Path, config: Path, run: Path, **values: str) -> Path:
-    (run / "slurm").mkdir(parents=True, exist_ok=True)  # Slurm opens --output before the script runs
     values = {**CPU_FIT, "CONFIG": str(config), "RUN_DIR": str(run), **values}
     return render("fit.sbatch", tmp_path / "fit.sbatch", **values)
 
@@ -289,8 +288,7 @@ def test_cache_frames_shots_and_index_arrays_merge_into_the_one_shard_outputs(
     }
     jobs = []
     for name, command in commands.items():
-        logs = tmp_path / "logs" / name
-        logs.mkdir(parents=True)
+        logs = tmp_path / "logs" / name  # made by `lit-retrieval slurm` (Slurm opens --output first)
         values = {"COMMAND": command, "LOG_DIR": str(logs), "SHARDS": "2", "CPUS": "1", "MEM": "4G"}
         script = render("array.sbatch", tmp_path / f"{name}.sbatch", **values)
         jobs.append((name, submit(script), logs))

@@ -6,7 +6,9 @@ nodes, GPUs, time and config.
 
 A template declares its variables in `#@ NAME[=default]` lines (no default: required) and uses
 them as `{{NAME}}`. A value given with --set is used verbatim (`TIME=2-00` is two days, `ACCOUNT=123-45`
-an account name). A default may refer to other variables; a default that combines them with integer
+an account name). Slurm opens a job's `#SBATCH --output` / `--error` files before the script runs,
+so a missing folder kills the job with no log; rendering makes those folders (`log_folders`), so
+`sbatch` runs the script as printed. A default may refer to other variables; a default that combines them with integer
 arithmetic (digits, + - *, e.g. `LAST_SHARD={{SHARDS}} - 1`) is computed by `integer_expression`
 (a parser for integers and + - *, never `eval`), and needs those variables to be integers.
 """
@@ -21,6 +23,9 @@ from pathlib import Path
 
 DECLARATION = re.compile(r"^#@\s+([A-Z][A-Z0-9_]*)(?:=([^#]*))?(?:\s+#.*)?$")
 PLACEHOLDER = re.compile(r"\{\{([A-Z][A-Z0-9_]*)\}\}")
+# `#SBATCH --output=PATH`, `--error PATH`, `-o PATH`, `-e PATH` (Slurm's forms of the two options)
+LOG_OPTION = re.compile(r"^#SBATCH\s+(?:--(?:output|error)[=\s]|-[oe]\s*)(\S+)")
+CHDIR_OPTION = re.compile(r"^#SBATCH\s+(?:--chdir[=\s]|-D\s*)(\S+)")
 ARITHMETIC = re.compile(r"^[0-9+\-* ]+$")
 TOKEN = re.compile(r"\s*(?:(\d{1,18})|([+\-*]))")
 MAX_TOKENS = 64
@@ -112,6 +117,22 @@ def render_template(text: str, values: dict[str, str]) -> str:
     return "\n".join(PLACEHOLDER.sub(lambda m: resolved[m.group(1)], line) for line in body) + "\n"
 
 
+def log_folders(script: str, submit_dir: Path) -> list[Path]:
+    """The folders of a job script's `--output` / `--error` files, relative paths taken from its
+    `--chdir` or else `submit_dir` (where sbatch runs), as Slurm opens them. A folder whose name holds
+    a Slurm filename pattern (`%j`, `%x`, ...) is left out: it is known only when the job starts."""
+    lines = [line.strip() for line in script.splitlines()]
+    chdir = next((Path(m.group(1)) for line in lines if (m := CHDIR_OPTION.match(line))), None)
+    base = submit_dir / chdir if chdir is not None else submit_dir
+    folders = []
+    for line in lines:
+        match = LOG_OPTION.match(line)
+        folder = Path(match.group(1)).parent if match else None
+        if folder is not None and "%" not in str(folder) and (base / folder) not in folders:
+            folders.append(base / folder)
+    return folders
+
+
 def run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="lit-retrieval slurm", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -130,6 +151,8 @@ def run(argv: list[str]) -> int:
         script = render_template(Path(args.template).read_text(), values)
     except ValueError as err:
         parser.error(f"{args.template}: {err}")
+    for folder in log_folders(script, Path.cwd()):
+        folder.mkdir(parents=True, exist_ok=True)
     if args.out:
         out = Path(args.out)
         out.write_text(script)
