@@ -77,3 +77,29 @@ def test_mea_partial_queries_follow_the_run_seed_unless_mea_seed_is_set(monkeypa
     assert draws(MEAConfig(), 0) != draws(MEAConfig(), 1)
     assert draws(MEAConfig(), 1) == draws(MEAConfig(), 1)
     assert draws(MEAConfig(seed=0), 0) == draws(MEAConfig(seed=0), 1) == draws(MEAConfig(), 0)
+
+
+def test_mea_on_a_batch_mixing_one_event_and_multi_event_videos():
+    """MELON Eqs. 3-9 worked by hand on a batch whose video 1 has one event (no partial query) and video 2
+    two (two of L = 3 partial queries, m = 2): every mean over (i, l) runs over the 5 pairs that exist."""
+    objectives = TrainingObjectives(MeanPHead(), mea=MEAConfig(weight=0.2, drop=2, num_partial=3))
+    texts = objectives.texts([["a", "b", "c"], ["d"], ["e", "f"]], 0, 0, 0)
+    partial = texts.partial
+    assert partial.events == [["a"], ["b"], ["c"], ["e"], ["f"]]
+    assert (partial.owner, partial.slot) == ([0, 0, 0, 2, 2], [0, 1, 2, 0, 1])
+    # videos are the basis vectors, so s(v_j, q_i) is component j of text i's vector
+    queries = torch.tensor([[0.9, 0.1, 0.2], [0.5, 0.8, 0.3], [0.2, 0.4, 0.7]], dtype=torch.float64)
+    own = torch.tensor([0, 0, 0, 2, 2])
+    partial_scores = torch.tensor([0.68, 0.95, 0.45, 0.1, 0.65], dtype=torch.float64)
+    partial_reps = torch.nn.functional.one_hot(own, 3).double() * partial_scores[:, None]
+    step = objectives.score(MeanPHead(), texts, torch.cat([queries, partial_reps]), torch.eye(3).double())
+    loss, term = objectives(step)
+    # positives 0.9 / 0.8 / 0.7; hardest negative texts (column maxima off the diagonal) 0.5 / 0.4 / 0.3;
+    # delta = mean(0.9 - [0.68, 0.95, 0.45], 0.7 - [0.1, 0.65]) = 1.27 / 5; xi = (0.4 + 0.4 + 0.4) / (2 * 3);
+    # theta = min(0.254, 0.2) = 0.2 (first step: its own statistics)
+    # push = (0.95 - 0.9 + 0.2) + (0.65 - 0.7 + 0.2), the other three hinges negative: 0.40 / 5 = 0.08
+    # pull = (0.5 - 0.45) + (0.3 - 0.1): 0.25 / 5 = 0.05
+    outputs = {k: v.item() for k, v in term.outputs.items()}
+    assert (outputs["mea_delta"], outputs["mea_xi"], outputs["mea_theta"]) == pytest.approx((0.254, 0.2, 0.2))
+    assert (outputs["mea_push"], outputs["mea_pull"], outputs["mea_loss"]) == pytest.approx((0.08, 0.05, 0.13))
+    assert loss.item() == pytest.approx(outputs["loss_std"] + 0.2 * 0.13)  # Eq. 9, lambda 0.2

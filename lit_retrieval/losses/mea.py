@@ -3,9 +3,18 @@
 `sim` is the batch's [B, B] similarity matrix with `sim[i, j] = s(v_j, q_i)` (text i vs video j,
 positives on the diagonal); `partial_sim` is [B, L] with `partial_sim[i, l] = s(v_i, q~_{i,l})`,
 video i against its l-th partial query; the optional boolean `partial_mask` [B, L] marks the slots
-that hold a partial query (a sample with fewer candidates than L fills fewer slots), and every
-mean over (i, l) runs over the marked slots only. Similarities are the head's raw scores s (cosine
-for CLIP4Clip), not the temperature-scaled logits.
+that hold a partial query. Similarities are the head's raw scores s (cosine for CLIP4Clip), not the
+temperature-scaled logits.
+
+Normalisation. Eqs. 3, 4 and 7 are means over the batch's (video, partial query) pairs,
+"1/(BL) sum_{i=1}^{B} sum_{l=1}^{L}", written for batches where every video has L partial queries.
+A partial query is "a proper subset of the original query q_i's constituent event sentences", so a
+one-event video has none, and a video with fewer than L candidates (K = 2, m = 2: two) has fewer.
+Choice (the paper is silent on such videos): L_push, L_pull and delta are the means over the pairs
+that exist (the marked slots), each pair weighted as in Eqs. 3-4 and 7; a video without a partial
+query adds no term and still counts in xi (Eq. 5, "1/(2B) sum_{i=1}^{B}", which needs no partial
+query) and in L_std. With every video at L pairs this is exactly 1/(BL). A batch without any
+partial query has L_push = L_pull = 0 and leaves the threshold state alone.
 
 The adaptive threshold of step t uses the previous training step's similarities (Eqs. 4-6). The
 statistics delta and xi of each training step are kept in buffers, so they are saved in checkpoints
