@@ -2,6 +2,7 @@
 Rel-Multi) of an annotation + shot cache, checked against counts made by hand."""
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -96,3 +97,42 @@ def test_table_and_a_config_without_shots(corpus, tiny_clip, tmp_path, capsys):
         and err.strip()
         == f"lit-retrieval sali-stats: {bare}: no data.shots section: the statistics need each video's shots"
     )
+
+
+CAPTIONS = Path(__file__).parent / "fixtures" / "sali_captions"
+CM_CAPTIONS = str(CAPTIONS / "condensed_movies" / "descriptions.csv")
+MSRVTT_CAPTIONS = str(CAPTIONS / "msrvtt" / "MSRVTT_JSFUSION_test.csv")
+
+
+def test_caption_files_equal_the_hand_labels(capsys):
+    """The release files' layout (CM `descriptions.csv`: imdbid,videoid,description, quoted fields, a
+    clip described twice, an empty description; MSR-VTT 1k-A: key,vid_key,video_id,sentence), each
+    caption labelled by hand with the calibrated rule (lit_retrieval/data/spans.py)."""
+    out = stats(capsys, "--captions", CM_CAPTIONS, MSRVTT_CAPTIONS)
+    # CM, 11 rows: Marty's second description and the empty one are dropped -> 9 queries. Relational:
+    # Rick confronts Ilsa (+ she), Marty talks to Doc, Rose kisses Jack, Sarah threatens Dr. Silberman.
+    # Not: tells / fights / asks (not among the 11), the shark (no person), Rachael talks to herself
+    # (a reflexive is the same person).
+    assert out[CM_CAPTIONS] == {"captions": {"rows": 11, "queries": 9, "relational": 4, "relational_%": 400 / 9}}
+    # MSR-VTT, 8 rows: a man and a woman talking; two men + each other; a man + his car; a woman
+    # speaking to a man. Not: a woman talking about a product, a girl singing, she + herself, people walking.
+    assert out[MSRVTT_CAPTIONS] == {"captions": {"rows": 8, "queries": 8, "relational": 4, "relational_%": 50.0}}
+
+
+def test_caption_rule_from_a_config_and_bad_caption_files(corpus, tiny_clip, tmp_path, capsys):
+    # the config's rule: with "herself" as a person word, Rachael and "she talks to herself" count
+    rule = write_config(corpus, tiny_clip, tmp_path / "rule.yaml", model={"spans": {"extra_person_words": ["herself"]}})
+    out = stats(capsys, "--captions", CM_CAPTIONS, MSRVTT_CAPTIONS, "--rule", rule)
+    assert out[CM_CAPTIONS]["captions"]["relational"] == 5 and out[MSRVTT_CAPTIONS]["captions"]["relational"] == 5
+    # a semicolon-separated copy (one column) and a file of another kind are refused in one line, exit 2
+    semicolons = tmp_path / "semicolons.csv"
+    semicolons.write_text(Path(MSRVTT_CAPTIONS).read_text().replace(",", ";"))
+    for bad in (
+        str(semicolons),
+        str(Path(__file__).parent / "fixtures" / "condensed_movies" / "metadata" / "clips.csv"),
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["sali-stats", "--captions", bad])
+        err = capsys.readouterr().err.strip()
+        assert exit_info.value.code == 2 and len(err.splitlines()) == 1
+        assert err.startswith(f"lit-retrieval sali-stats: {bad}: not a caption file: needs data rows with the columns")
