@@ -6,7 +6,8 @@ the top-k gallery indices and the exact rank of every relevant item are kept, so
 `optimistic` counts strictly higher scores, `pessimistic` also equal ones (other than the item),
 `average` half of those.
 Relevant items may be several per query (`Relevance`); other relevant items above one count
-against its rank, as in a ranked list.
+against its rank, as in a ranked list. Scores are float32 (float64 inputs stay float64), with
+autocast off, whatever precision the embeddings come in (`lit_retrieval.precision`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from lit_retrieval.metrics.ranking import Ties, tie_rank
+from lit_retrieval.precision import autocast_off, full_precision
 
 
 @dataclass
@@ -60,6 +62,7 @@ def blockwise_search(
     ties: Ties = "optimistic",
 ) -> BlockwiseResult:
     """Top-k by inner product for every query, and the exact ranks of the relevant items."""
+    queries, gallery = full_precision(queries), full_precision(gallery)
     n, m = queries.shape[0], gallery.shape[0]
     if relevance is not None and len(relevance.offsets) != n + 1:
         raise ValueError(f"relevance has {len(relevance.offsets) - 1} queries, expected {n}")
@@ -73,7 +76,8 @@ def blockwise_search(
     gallery_t = gallery.t()
     for start in range(0, n, rows):
         stop = min(n, start + rows)
-        scores = queries[start:stop] @ gallery_t
+        with autocast_off(queries.device):
+            scores = queries[start:stop] @ gallery_t
         if not torch.isfinite(scores).all():
             raise ValueError(f"non-finite scores for queries {start}-{stop - 1}")
         best = scores.topk(k, dim=1)

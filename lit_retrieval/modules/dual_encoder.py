@@ -2,7 +2,8 @@
 scores it and sums its `TrainingObjectives` (InfoNCE, MELON Eq. 2; the head's auxiliary terms;
 lambda * L_mea, Eq. 9; or MeVTR's event loss alone); an evaluation stage hands its batches to the
 `RetrievalEvaluator` (one gallery over all processes, blockwise scoring, metrics, analyses),
-whose results are logged as `{stage}/t2v/R@1`, ... and kept in `eval_results`. Multi-event
+whose results are logged as `{stage}/t2v/R@1`, ... and kept in `eval_results` (scores and ranks
+in float32 under every training precision, `lit_retrieval/modules/evaluation.py`). Multi-event
 queries are the concatenated events (MELON Sec. 4.2) or, with `query_mode="events"`, each event
 encoded alone and the features mean-pooled (MELON Tab. 5).
 """
@@ -22,6 +23,7 @@ from lit_retrieval.metrics.relational import RelationalConfig
 from lit_retrieval.models.encoders.base import VideoTextEncoder
 from lit_retrieval.models.features import TextFeatures
 from lit_retrieval.models.heads.base import SimilarityHead
+from lit_retrieval.modules.checkpoint_head import check_head, record_head
 from lit_retrieval.modules.evaluation import EvaluationConfig, RetrievalEvaluator
 from lit_retrieval.modules.initialization import freeze_prefixes, load_warm_start
 from lit_retrieval.modules.item_embedders import DualEncoderEmbedder, FrameInput, ItemEmbedder
@@ -149,7 +151,9 @@ class DualEncoderRetrieval(L.LightningModule):
         self._count_skipped(batch)
         self.evaluator.count_skipped(stage, batch["skipped_index"])
         if len(batch["index"]):
-            self.evaluator.collect(stage, batch, *self(batch), self.spans)
+            with self.evaluator.encoding(self):  # the trainer's precision, or fp32 (`evaluation.fp32_encoders`)
+                text, video = self(batch)
+            self.evaluator.collect(stage, batch, text, video, self.spans)
 
     def _eval_end(self, stage: str) -> None:
         results = self.evaluator.evaluate(self, stage)
@@ -171,8 +175,12 @@ class DualEncoderRetrieval(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["rng_states"] = rng_states()
+        record_head(checkpoint, self.head)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Refuses a checkpoint of another head in one line (`checkpoint_head.check_head`), then
+        restores the random states."""
+        check_head(checkpoint, self.head, str(getattr(self._trainer, "ckpt_path", None) or "the checkpoint"))
         if "rng_states" in checkpoint:  # dropout and sampling continue as in an uninterrupted run
             set_rng_states(checkpoint["rng_states"])
 

@@ -17,6 +17,14 @@ attributes. At the end of the stage the evaluator
    could be evaluated (`NothingToEvaluateError`);
 5. optionally writes the test score matrix (`save_scores`, format in `save_score_matrix`).
 
+Precision: every score and rank is computed in float32 whatever the trainer's precision. The
+representations are cast to float32 when collected, and scoring runs with autocast off and the
+head's weights in float32 (`SimilarityHead.score_blocks`, `lit_retrieval.precision`): under
+`bf16-mixed` a bf16 score matrix ties positives with negatives, and the tie rule then decides
+ranks. The encoders (and the heads' `encode_text`/`encode_video`) run in the trainer's precision
+by default, as in `validation_step`, also where the evaluator encodes queries itself (analyses,
+calibration banks); `fp32_encoders` runs them with autocast off instead (see `EvaluationConfig`).
+
 Under DDP every rank takes part in every merge, also a rank without a single query (all of its
 videos skipped): it evaluates zero rows shaped like another rank's (`EvalBatch.empty`), so every
 rank reports the metrics one process would.
@@ -28,6 +36,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -45,6 +54,7 @@ from lit_retrieval.metrics.ranking import Ties, retrieval_metrics, text_to_video
 from lit_retrieval.metrics.relational import RelationalConfig, relational_metrics
 from lit_retrieval.metrics.retrieval import RetrievalMetrics, first_occurrence
 from lit_retrieval.models.heads.base import SimilarityHead, cat_reps, map_rep, rep_len
+from lit_retrieval.precision import autocast_off, full_precision, full_precision_scoring
 
 SCORES_FILE = "scores.npy"
 SCORE_IDS_FILE = "scores_ids.json"
@@ -69,6 +79,13 @@ class EvaluationConfig:
             tightTransf score blocks of text x video pairs within it).
         save_scores: write the test split's text x video score matrix to the run directory
             (`scores.npy` + `scores_ids.json`, see `save_score_matrix`).
+        fp32_encoders: run the encoders and the heads' encoding with autocast off, so that
+            weights kept in float32 (`32`, `bf16-mixed`, `16-mixed`) compute representations in
+            float32 and the metrics equal an fp32 evaluation of the same weights (weights stored
+            in bf16, `bf16-true` or DeepSpeed's bf16, stay bf16). Default off: the encoders run
+            in the trainer's precision, about twice as fast on GPUs that train in bf16; scores
+            and ranks are float32 either way, so only the representations' rounding differs
+            (within a query or two on the quick-start, docs/melon.md).
     """
 
     analyses: AnalysesConfig | None = None
@@ -77,6 +94,7 @@ class EvaluationConfig:
     query_rows: int = 1024
     memory_mb: int = 2048
     save_scores: bool = False
+    fp32_encoders: bool = False
 
     def __post_init__(self) -> None:
         if self.query_rows < 1 or self.memory_mb < 1:
@@ -165,6 +183,7 @@ class RetrievalEvaluator:
             flags = [spans.split(concat_query(e)).relational for e in batch["events"]]
             attributes["relational"] = torch.tensor(flags, dtype=torch.bool, device=device)
             attributes["num_shots"] = batch["num_shots"].to(device)
+        text, video = map_rep(text, full_precision), map_rep(video, full_precision)
         record = EvalBatch(text, video, batch["index"].to(device), batch["events"], batch["video_id"], attributes)
         self._batches.setdefault(stage, []).append(record)
 
@@ -174,6 +193,13 @@ class RetrievalEvaluator:
 
     def wants(self, stage: str, option: AnalysesConfig | RelationalConfig | None) -> bool:
         return option is not None and stage in option.stages
+
+    def encoding(self, model: L.LightningModule) -> AbstractContextManager:
+        """The precision representations are computed in at evaluation: the trainer's (autocast
+        under `*-mixed`, as in `validation_step`), or with `fp32_encoders` autocast off."""
+        if self.config.fp32_encoders:
+            return autocast_off(model.device)
+        return model.trainer.precision_plugin.forward_context()
 
     # ---- shared by every module -----------------------------------------------------------------
     def rank(
@@ -188,14 +214,17 @@ class RetrievalEvaluator:
     ) -> RankedQueries:
         """Score `text` against `gallery`, `query_rows` queries at a time, and compute the
         retrieval metrics. With `synced` the rows of every process are merged (by `query_ids`)
-        before the metrics; without, the rows are taken to be the whole split already."""
+        before the metrics; without, the rows are taken to be the whole split already. Scores
+        are computed from float32 representations with autocast off (module docstring)."""
         metric = RetrievalMetrics(self.config.ties, sync_on_compute=synced).to(targets.device)
         ranks, kept = [], []
-        for rows, scores in self.score_rows(score, text, gallery):
-            metric.update(scores, targets[rows], query_ids[rows])
-            ranks.append(text_to_video_ranks(scores.float(), targets[rows], self.config.ties))
-            if keep_scores:
-                kept.append(scores.float())
+        text, gallery = map_rep(text, full_precision), map_rep(gallery, full_precision)
+        with autocast_off(targets.device):
+            for rows, scores in self.score_rows(score, text, gallery):
+                metric.update(scores, targets[rows], query_ids[rows])
+                ranks.append(text_to_video_ranks(scores, targets[rows], self.config.ties))
+                if keep_scores:
+                    kept.append(scores)
         return RankedQueries(metric.compute(), torch.cat(ranks).to(targets.device), torch.cat(kept) if kept else None)
 
     def score_rows(self, score: ScoreFn, text: Any, gallery: Any) -> Iterator[tuple[slice, torch.Tensor]]:
@@ -228,9 +257,9 @@ class RetrievalEvaluator:
         head: SimilarityHead = model.head
         split = self.gather(model, batches)
         if head.calibration_bank:
-            split.gallery = head.calibrate(
-                self.query_bank(model, head.calibration_bank), split.gallery, self.config.budget_bytes
-            )
+            bank = self.query_bank(model, head.calibration_bank)
+            with full_precision_scoring(head, model.device):
+                split.gallery = head.calibrate(bank, split.gallery, self.config.budget_bytes)
         head.before_evaluation(stage)
         save = self.config.save_scores and stage == "test"
         ranked = self.rank(
@@ -241,7 +270,8 @@ class RetrievalEvaluator:
             # every process's queries, in gallery order: query i belongs to gallery video i
             all_text = self.merge_queries(model, split, split.text)
             targets = torch.arange(len(split.gallery_ids), device=split.index.device)
-            results.update(head.fit_on_validation(all_text, split.gallery, targets, retrieval_metrics))
+            with full_precision_scoring(head, model.device):
+                results.update(head.fit_on_validation(all_text, split.gallery, targets, retrieval_metrics))
         if self.wants(stage, self.config.analyses):
             results.update(self.analyses(model, split, ranked.ranks))
         if self.wants(stage, self.config.relational):
@@ -303,7 +333,9 @@ class RetrievalEvaluator:
         chosen = np.random.default_rng(0).permutation(len(events))[:size]
         bank = [events[i] for i in chosen]
         rows = self.config.query_rows
-        return cat_reps([model.query_reps(bank[start : start + rows]) for start in range(0, len(bank), rows)])
+        with self.encoding(model):
+            reps = [model.query_reps(bank[start : start + rows]) for start in range(0, len(bank), rows)]
+        return map_rep(cat_reps(reps), full_precision)
 
     def encoded_rows(
         self, model: L.LightningModule, events: list[list[str]], gallery: Any, mode: QueryMode | None = None
@@ -315,7 +347,9 @@ class RetrievalEvaluator:
         score = self.head_score(model.head)
         for start in range(0, len(events), self.config.query_rows):
             rows = slice(start, start + self.config.query_rows)
-            yield rows, score(model.query_reps(events[rows], mode), gallery)
+            with self.encoding(model):
+                reps = model.query_reps(events[rows], mode)
+            yield rows, score(reps, gallery)
 
     def analyses(self, model: L.LightningModule, split: EvalSplit, ranks: torch.Tensor) -> dict[str, float]:
         """The `AnalysesConfig` of this process's queries against the whole gallery, merged over ranks."""
@@ -331,7 +365,7 @@ class RetrievalEvaluator:
             owner = torch.repeat_interleave(torch.arange(len(events), device=device), num_events)
             single_ranks = torch.cat(
                 [
-                    text_to_video_ranks(scores.float(), targets[owner[rows]], ties)
+                    text_to_video_ranks(scores, targets[owner[rows]], ties)
                     for rows, scores in self.encoded_rows(model, singles, split.gallery)
                 ]
             )

@@ -5,6 +5,10 @@ against any set of videos. `score` returns the similarity s(v, q) of the papers 
 CLIP4Clip family), which margin losses such as MEA use directly; `logits` applies the head's
 learnable inverse temperature for InfoNCE (MELON Eq. 2: s / tau). A head is *indexable* when each
 side is one vector and the score is their dot product, so a faiss index can serve it.
+
+`score_blocks` is the evaluation entry point: it scores in float32 under every training precision
+(representations cast up, autocast off, the head's weights in float32; `lit_retrieval.precision`),
+so no head ranks from bf16 scores. Training calls `score` directly, in the trainer's precision.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from torch import nn
 
 from lit_retrieval.models.encoders.base import VideoTextEncoder
 from lit_retrieval.models.features import TextFeatures, VideoFeatures
+from lit_retrieval.precision import full_precision, full_precision_scoring
 
 RetrievalMetricsFn = Callable[[torch.Tensor, torch.Tensor], dict[str, float]]
 """A score matrix and each text's video column -> metrics keyed like `t2v/R@1`, `v2t/R@1`."""
@@ -36,6 +41,11 @@ def masked_softmax(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def rep_len(rep: Any) -> int:
     """Rows (texts or videos) of a representation."""
     return len(next(iter(rep.values()))) if isinstance(rep, dict) else len(rep)
+
+
+def rep_device(rep: Any) -> torch.device:
+    """Device of a representation (of its first tensor)."""
+    return (next(iter(rep.values())) if isinstance(rep, dict) else rep).device
 
 
 def cat_padded(tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -101,7 +111,14 @@ class SimilarityHead(nn.Module, ABC):
     def score_blocks(self, text_rep: Any, video_rep: Any, budget_bytes: int) -> torch.Tensor:
         """`score` computed block by block so that no block costs more than `budget_bytes` of
         pairwise working memory: evaluating 3,600 x 3,600 with a cross-encoder head never holds
-        all pairwise token tensors at once. Blocks span whole gallery rows when they fit."""
+        all pairwise token tensors at once. Blocks span whole gallery rows when they fit.
+        Scores are float32 whatever the representations' dtype, the head's weights or an
+        enclosing autocast (module docstring)."""
+        with full_precision_scoring(self, rep_device(text_rep)):
+            text_rep, video_rep = map_rep(text_rep, full_precision), map_rep(video_rep, full_precision)
+            return self._score_blocks(text_rep, video_rep, budget_bytes)
+
+    def _score_blocks(self, text_rep: Any, video_rep: Any, budget_bytes: int) -> torch.Tensor:
         num_text, num_video = rep_len(text_rep), rep_len(video_rep)
         pairs = max(1, budget_bytes // max(1, self.pair_bytes(text_rep, video_rep)))
         cols = min(num_video, pairs)
