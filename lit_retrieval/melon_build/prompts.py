@@ -57,7 +57,7 @@ fewer, larger events over many small ones.
 - Each event covers one continuous interval built from the segments it summarises; events must not \
 overlap, must lie inside the video (0 to $duration s) and are listed in time order.
 - theme: a short label of a few words for the event (e.g. "Preparing the dough").
-- description: three to five sentences (about 60 to 90 words), concrete and visual, that someone \
+- description: three to five sentences (about 70 to 90 words), concrete and visual, that someone \
 could use to find this part of the video; use only what the segments say.
 - start, end: the event's interval in seconds.
 
