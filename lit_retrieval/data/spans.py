@@ -33,7 +33,7 @@ Where the paper is silent we chose:
 - reflexive pronouns (*himself*, *herself*, ...) are not in the list: a reflexive always refers to
   its clause's subject, so "She talks to herself in the mirror." names one person.
 - reciprocal pronouns (`RECIPROCALS`: *each other*, *one another*) count as two mentions: they
-  denote at least two persons ("two men are talking to each other"). On MSR-VTT 1k-A they add 7
+  denote at least two persons ("two men are talking to each other"). On MSR-VTT 1k-A they add 6
   captions; the person nouns before them are mostly a single plural ("people", "two men").
 - `scope: query` (default, the paper's wording) counts the verb and the two mentions anywhere in
   the query; `scope: sentence` needs them in one sentence (stricter for paragraph queries).
