@@ -83,9 +83,9 @@ class EvaluationConfig:
             weights kept in float32 (`32`, `bf16-mixed`, `16-mixed`) compute representations in
             float32 and the metrics equal an fp32 evaluation of the same weights (weights stored
             in bf16, `bf16-true` or DeepSpeed's bf16, stay bf16). Default off: the encoders run
-            in the trainer's precision, about twice as fast on GPUs that train in bf16; scores
-            and ranks are float32 either way, so only the representations' rounding differs
-            (within a query or two on the quick-start, docs/melon.md).
+            in the precision the model was trained in, bf16's fast path on GPUs; scores and ranks
+            are float32 either way, so only the representations' rounding differs (measured on
+            the quick-start in docs/melon.md, "Retrieval metrics").
     """
 
     analyses: AnalysesConfig | None = None
