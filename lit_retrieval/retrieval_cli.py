@@ -8,9 +8,13 @@ library code that builds a module from a training config (search, UVRB) uses thi
 from __future__ import annotations
 
 import signal
+import sys
 from pathlib import Path
+from typing import Any
 
 import lightning as L
+import torch
+import yaml
 from jsonargparse import ActionConfigFile
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
@@ -21,7 +25,8 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from lit_retrieval import __version__
 from lit_retrieval.callbacks.metrics_report import MetricsReport
 from lit_retrieval.callbacks.resume_checkpoint import ResumeCheckpoint
-from lit_retrieval.checkpoint_io import SafeCheckpointIO, check_checkpoint_file, newest_resume_checkpoint
+from lit_retrieval.callbacks.trained_config import TrainedModelConfig, trained_model_config
+from lit_retrieval.checkpoint_io import SafeCheckpointIO, checkpoint_metadata, newest_resume_checkpoint
 from lit_retrieval.config_errors import ExplainingArgumentParser
 from lit_retrieval.errors import UsageError
 
@@ -37,11 +42,19 @@ class RetrievalCLI(LightningCLI):
     `hpc_ckpt_*.ckpt` in `default_root_dir` and the `ModelCheckpoint`s' last checkpoints, or
     starts afresh when there is none (validate/test: an error) (`checkpoint_io.newest_resume_checkpoint`); the Slurm
     templates pass it. Lightning's own choice under Slurm (`ckpt_path=None`) is the highest
-    hpc checkpoint, even when a later stop wrote a newer last.ckpt."""
+    hpc checkpoint, even when a later stop wrote a newer last.ckpt.
+
+    With `--ckpt_path FILE` the trained model's config is the base and what the user gives wins:
+    the checkpoint's `model:` section (`TrainedModelConfig`, or its hyper-parameters) becomes the
+    default of `model`, then the command line is parsed again over it, so every `--config` file and
+    `--model...` flag applies in the order given (Lightning's own `_parse_ckpt_path` parses the
+    hyper-parameters *over* the user's config, dropping every test-time option). Weights still
+    come from the checkpoint; an option that changes their shapes is refused, named, in one line."""
 
     NEWEST = "newest"
 
     def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
+        self._trained_model: dict[str, Any] | None = None  # the checkpoint's model config, once read
         super().__init__(
             L.LightningModule,
             L.LightningDataModule,
@@ -53,14 +66,13 @@ class RetrievalCLI(LightningCLI):
             run=run,
         )
 
-    def add_arguments_to_parser(self, parser) -> None:
-        parser.add_lightning_class_args(ResumeCheckpoint, "resume_checkpoint")
-
-    def before_fit(self) -> None:
-        # CSVLogger deletes metrics.csv when fit starts; keep its rows for a resumed run
-        for callback in self.trainer.callbacks:
-            if isinstance(callback, ResumeCheckpoint):
-                callback.remember_logs(self.trainer)
+    def parse_arguments(self, parser, args) -> None:
+        given = sys.argv[1:] if args is None else args
+        subcommands = getattr(self, "_subcommand_parsers", {})  # none when run=False
+        if self._trained_model is None and isinstance(given, (list, tuple)):  # so a `model:`-less config parses
+            self._use_trained_model(*_subcommand_and_checkpoint(given, subcommands))
+        self._given_args = args
+        super().parse_arguments(parser, args)
 
     def _run_subcommand(self, subcommand: str) -> None:
         try:
@@ -90,19 +102,38 @@ class RetrievalCLI(LightningCLI):
         """The configured trainer, with `SafeCheckpointIO` wherever the strategy uses Lightning's
         default checkpoint IO (atomic writes, clear errors for corrupt files)."""
         trainer = super().instantiate_trainer(**kwargs)
+        trainer.callbacks.append(TrainedModelConfig(self._model_section()))
         strategy = trainer.strategy
         if type(getattr(strategy, "checkpoint_io", None)) is TorchCheckpointIO:
             strategy.checkpoint_io = SafeCheckpointIO()
         return trainer
 
     def _parse_ckpt_path(self) -> None:
-        # LightningCLI reads the checkpoint's hyper-parameters before any trainer exists: check the
-        # file first, so a truncated or corrupt one gets a clear error instead of a zip traceback.
         subcommand = self.config.get("subcommand")
         ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
-        if ckpt_path and Path(ckpt_path).is_file():
-            check_checkpoint_file(ckpt_path)
-        super()._parse_ckpt_path()
+        if self._trained_model is None and self._use_trained_model(subcommand, ckpt_path):  # from a config file
+            self.parse_arguments(self.parser, self._given_args)
+
+    def _use_trained_model(self, subcommand: str | None, ckpt_path: str | None) -> bool:
+        """Make the checkpoint's `model:` section the default of `subcommand`'s `model`."""
+        if not subcommand or not ckpt_path or not Path(ckpt_path).exists():  # `newest`, `last`: resolved later
+            return False
+        trained = trained_model_config(checkpoint_metadata(ckpt_path))  # a clear error for a corrupt file
+        if trained is None:
+            return False
+        self._subcommand_parsers[subcommand].set_defaults(model=trained)
+        self._trained_model = trained
+        return True
+
+    def after_instantiate_classes(self) -> None:
+        if self._trained_model is not None:
+            ckpt_path = self.config[self.config.subcommand]["ckpt_path"]
+            refuse_reshaping_options(self.model, ckpt_path, self._trained_model, self._model_section())
+
+    def _model_section(self) -> dict[str, Any]:
+        """The parsed `model:` section as plain data (what `config.yaml` saves)."""
+        dumped = yaml.safe_load(self.parser.dump(self.config, skip_link_targets=False, skip_none=False))
+        return dumped[self.config.subcommand]["model"] if self.config.get("subcommand") else dumped["model"]
 
     def _prepare_subcommand_parser(self, klass: type, subcommand: str, **kwargs):
         # MetricsReport prints the retrieval table; Lightning's own one-row-per-key table of the
@@ -119,3 +150,47 @@ class RetrievalCLI(LightningCLI):
             "-c", "--config", action=ActionConfigFile, help="YAML config file(s); later ones override earlier ones."
         )
         return parser
+
+
+def refuse_reshaping_options(
+    model: L.LightningModule, ckpt_path: str, trained: dict[str, Any], given: dict[str, Any]
+) -> None:
+    """A `UsageError` naming the options that differ from the checkpoint's config when the model
+    they build has a weight of another shape than the checkpoint's (a DeepSpeed directory is left
+    to DeepSpeed's own check: ZeRO-3 shards hold no shapes)."""
+    if not Path(ckpt_path).is_file():
+        return
+    stored = torch.load(ckpt_path, map_location="cpu", mmap=True, weights_only=False).get("state_dict", {})
+    built = model.state_dict()
+    reshaped = [
+        f"{key} {list(stored[key].shape)} -> {list(built[key].shape)}"
+        for key in stored
+        if key in built and stored[key].shape != built[key].shape
+    ]
+    if not reshaped:
+        return
+    changed = [f"--{key} {new!r} (trained: {old!r})" for key, old, new in option_changes(trained, given, "model")]
+    options = "; ".join(changed) if changed else "the model config differs from the one trained"
+    raise UsageError(ckpt_path, f"{options} changes the weights' shapes ({', '.join(reshaped[:3])}); drop it")
+
+
+def option_changes(trained: Any, given: Any, prefix: str) -> list[tuple[str, Any, Any]]:
+    """(dotted option, trained value, given value) for every leaf where the two configs differ."""
+    if isinstance(trained, dict) and isinstance(given, dict):
+        changes = []
+        for key in sorted(set(trained) | set(given), key=str):
+            changes += option_changes(trained.get(key), given.get(key), f"{prefix}.{key}")
+        return changes
+    return [] if trained == given else [(prefix, trained, given)]
+
+
+def _subcommand_and_checkpoint(args: list[str] | tuple[str, ...], subcommands) -> tuple[str | None, str | None]:
+    """The subcommand and the `--ckpt_path` value of a raw command line (None where absent)."""
+    subcommand = next((arg for arg in args if arg in subcommands), None)
+    ckpt_path = None
+    for i, arg in enumerate(args):
+        if arg == "--ckpt_path" and i + 1 < len(args):
+            ckpt_path = args[i + 1]
+        elif arg.startswith("--ckpt_path="):
+            ckpt_path = arg.split("=", 1)[1]
+    return subcommand, ckpt_path

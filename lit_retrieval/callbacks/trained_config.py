@@ -1,0 +1,40 @@
+"""`TrainedModelConfig`: every checkpoint records the full `model:` section it was trained with.
+
+Lightning stores a module's `hyper_parameters`, which leave out the arguments a module does not
+save (the dual encoder's `encoder`, `head`, `event_loss`: sub-modules). `lit-retrieval
+validate/test/predict --ckpt_path` takes this record as the base of the model's config and applies
+the user's `--config` files and `--model...` flags over it (`RetrievalCLI`), so a checkpoint alone
+rebuilds the model it holds, and what the user gives at test time wins.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import lightning as L
+
+CHECKPOINT_KEY = "lit_retrieval_model_config"
+
+
+class TrainedModelConfig(L.Callback):
+    """Writes `model_config` (a `{class_path, init_args}` dict) into every checkpoint under
+    `CHECKPOINT_KEY`; DeepSpeed keeps it with Lightning's other keys in its model-states file."""
+
+    def __init__(self, model_config: dict[str, Any]) -> None:
+        self.model_config = copy.deepcopy(model_config)
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        checkpoint[CHECKPOINT_KEY] = copy.deepcopy(self.model_config)
+
+
+def trained_model_config(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
+    """The `model:` section a checkpoint was trained with: the full record when the checkpoint has
+    one, else the module's class and saved hyper-parameters (checkpoints written before the record,
+    or by a LightningCLI without it), else None."""
+    if CHECKPOINT_KEY in checkpoint:
+        return copy.deepcopy(checkpoint[CHECKPOINT_KEY])
+    hparams = dict(checkpoint.get("hyper_parameters") or {})
+    hparams.pop("_instantiator", None)
+    class_path = hparams.pop("_class_path", None)
+    return {"class_path": class_path, "init_args": hparams} if class_path else None
