@@ -6,6 +6,7 @@ server (http.server, one thread per request) that the test starts, answering POS
         config = ChatEndpointConfig(url=server.url, model="fake", backoff_s=0.001)
         ...
         server.requests      # the parsed request bodies, in arrival order
+        server.in_flight     # the requests it is answering now
         server.max_in_flight # the most requests it was answering at once
 
 Faults are injected with `server.script(marker, *replies)`: the next requests whose text contains
@@ -78,6 +79,12 @@ class FakeChatEndpoint:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True)
+
+    @property
+    def in_flight(self) -> int:
+        """How many requests it is answering now (held, not yet answered)."""
+        with self._lock:
+            return self._in_flight
 
     @property
     def url(self) -> str:

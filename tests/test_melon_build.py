@@ -308,6 +308,22 @@ def test_a_failing_endpoint_resumes_without_repeating_a_call(endpoint, tmp_path)
     assert json.loads((out / "annotations.json").read_text()) == {"videos": EXPECTED}
 
 
+def test_a_refused_key_stops_the_build_without_asking_for_the_other_videos(tmp_path, capsys):
+    """HTTP 401 on the summaries: the two sent together (concurrency 2) are the stage's last; the
+    three other videos' summaries are never sent, and the build stops with one line, writing nothing."""
+    with FakeChatEndpoint(melon_responder(), hold_s=0.3) as server:
+        server.script("Segments (", *[Reply(status=401)] * 5)
+        config = make_fixture(tmp_path, {"url": server.url, **CHAT, "concurrency": 2})
+        with pytest.raises(SystemExit) as stopped:
+            main(["build-melon", "--config", str(config), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip()  # (a first load of the t2t model may draw a progress bar first)
+    assert stopped.value.code == 2 and "Traceback" not in err, err
+    assert err.splitlines()[-1].startswith(f"lit-retrieval build-melon: {server.url}/chat/completions: HTTP 401"), err
+    summaries = [r for r in server.requests if "Segments (" in json.dumps(r["messages"])]
+    assert len(summaries) == 2 and len(server.requests) == 4 + 2  # q1's 4 captions came first
+    assert not (tmp_path / "out" / "annotations.json").exists()
+
+
 def test_a_build_stopped_mid_stage_resumes_where_it_stopped(endpoint, tmp_path, monkeypatch):
     """Stopped while embedding its third video (v2t), the build keeps the two finished ones; the
     re-run embeds only the other four and asks the endpoint nothing for the stages already done."""

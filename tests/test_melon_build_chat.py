@@ -226,14 +226,44 @@ def test_refused_requests_are_not_retried(tmp_path):
             assert client.stats.summary()["summarise"]["failures"] == 1
 
 
-def test_unreachable_endpoint_fails_after_retries(tmp_path):
+def test_an_endpoint_nothing_answers_on_stops_the_client_at_once(tmp_path):
+    """Nothing listens on the URL and no request has reached it: no retry (the retries and their
+    backoff would take minutes here), and the client's later requests stop the same way."""
     with FakeChatEndpoint(echo) as server:
         url = server.url
-    cfg = ChatEndpointConfig(url=url, model="m", backoff_s=0.001, max_retries=1, timeout_s=2)
+    cfg = ChatEndpointConfig(url=url, model="m", backoff_s=30, max_retries=4, timeout_s=2)
     with ChatClient(cfg, tmp_path) as client:
-        with pytest.raises(ChatFailure, match="connection"):
+        started = time.monotonic()
+        with pytest.raises(EndpointError, match=r"cannot connect \(ConnectError.*no request has reached it yet"):
             client.complete_json(ask("anyone"), SCHEMA, KEY)
-        assert client.stats.summary()["summarise"]["retries"] == {"connection": 1}
+        with pytest.raises(EndpointError, match="cannot connect"):
+            client.complete_json(ask("anyone else"), SCHEMA, KEY)
+        assert time.monotonic() - started < 5
+        assert client.stats.summary() == {}  # a refused connection is no call
+
+
+def test_a_connection_lost_after_an_answer_is_retried(tmp_path):
+    with FakeChatEndpoint(echo) as server:
+        client = ChatClient(config(server, max_retries=1), tmp_path)
+        assert client.complete_json(ask("first"), SCHEMA, KEY)["word"] == "first"
+    with client, pytest.raises(ChatFailure, match="no valid answer after 2 attempt.*connection"):
+        client.complete_json(ask("the server has gone"), SCHEMA, KEY)  # a transient outage: retried
+    summary = client.stats.summary()["summarise"]
+    assert summary["retries"] == {"connection": 1} and summary["calls"] == 1 and summary["failures"] == 1
+
+
+def test_a_refused_key_stops_the_requests_not_yet_sent(tmp_path):
+    """HTTP 401 on the first two requests (in flight together): the six others, waiting for a slot,
+    are never sent."""
+    with FakeChatEndpoint(lambda body: Reply(status=401), hold_s=0.3) as server:
+        with ChatClient(config(server, concurrency=2), tmp_path) as client:
+            requests = [(ask(f"item {i}"), SCHEMA, RequestKey("judge", f"v{i}"), None) for i in range(8)]
+            with pytest.raises(EndpointError, match="HTTP 401"):
+                client.complete_many(requests)
+            with pytest.raises(EndpointError, match="HTTP 401"):
+                client.complete_json(ask("later"), SCHEMA, KEY)
+            assert client.stats.summary()["judge"]["calls"] == 2
+    assert len(server.requests) == 2
 
 
 def test_concurrency_limit_is_respected(tmp_path):

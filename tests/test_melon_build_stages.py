@@ -1,4 +1,4 @@
-"""build-melon's pieces against the outside world: the stage cache after a torn write, the seeded
+"""build-melon's pieces against the outside world: the stage cache and the call log after a torn write, the seeded
 split and shard rules, the collect formats and rules on hand-written files, and V2T with a tiny
 GVE model folder and with a tiny CLIP dual encoder from its training config, loaded as the project
 loads any item embedder."""
@@ -15,6 +15,7 @@ import yaml
 from lit_retrieval.data.annotations import save_annotations
 from lit_retrieval.data.media import MediaItem
 from lit_retrieval.data.records import Event, VideoRecord
+from lit_retrieval.melon_build.chat import CallLog, logged_calls
 from lit_retrieval.melon_build.config import CollectConfig, SourceConfig, V2TConfig
 from lit_retrieval.melon_build.filters import load_embedder, segment_similarities
 from lit_retrieval.melon_build.pipeline import shard_of, split_of
@@ -36,6 +37,21 @@ def test_a_torn_last_line_is_redone_and_later_lines_stay_readable(tmp_path):
     again.put("c", "k3", [0.3])
     assert StageCache(tmp_path, "t2t").get("c", "k3") == [0.3]
     assert StageCache(tmp_path, "t2t").get("c", "other key") is None  # another input or setting: a miss
+
+
+def test_the_call_log_skips_a_torn_last_line_and_keeps_the_lines_after_it(tmp_path):
+    log = CallLog(tmp_path / "llm-calls" / "shard-0-of-1.jsonl")
+    log.record("summarise", "a")
+    log.record("judge", "a")
+    with log.path.open("a") as handle:
+        handle.write('{"stage": "summarise", "video": "b", "ca')  # killed mid-write
+    again = CallLog(log.path)  # the resumed run
+    again.record("summarise", "b")
+    again.record("summarise", "b")
+    CallLog(tmp_path / "llm-calls" / "shard-1-of-2.jsonl").record("summarise", "c")  # another shard's file
+    calls = logged_calls(tmp_path / "llm-calls")
+    assert calls == {("summarise", "a"): 1, ("judge", "a"): 1, ("summarise", "b"): 2, ("summarise", "c"): 1}
+    assert len(log.path.read_text().splitlines()) == 5  # the torn line stays on its own
 
 
 def test_the_split_is_seeded_per_video_and_keeps_the_ratio():

@@ -13,7 +13,9 @@ report of it), DIR/stats.md (+ stats.json, figures/), DIR/removals.jsonl and, wh
 flagged test events, DIR/review.jsonl: set each row's `decision` to accept or reject and rerun.
 
 Exit status: 0 when done, 1 when a video failed at an LLM stage (listed; rerun to retry) or the
-annotation breaks a MELON rule, 2 on bad input (one line).
+annotation breaks a MELON rule, 2 on bad input and on an endpoint no request can succeed on (a
+refused key, URL or model, or one nothing answers on): one line on stderr, nothing written by `write`.
+Progress goes to stdout.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import argparse
 import json
 import logging
 import re
+import sys
 from pathlib import Path
 
 from lit_retrieval.commands.validate_melon import MelonRules, validate
@@ -48,7 +51,8 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--stage", choices=STAGES, help="run the stages up to this one (default: all)")
     parser.add_argument("--shard", type=shard_argument, default=(0, 1), help="I/N: this process's share of the videos")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    # progress on stdout beside the summary; stderr holds only an error (one line, exit 2)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     shard, shards = args.shard
     last = args.stage or ("write" if shards == 1 else "judge")

@@ -16,9 +16,15 @@ open, chosen here (docs/melon.md, "The chat endpoint"):
   and at least the server's `Retry-After` (also capped at `max_backoff_s`). A bad answer is retried
   with the bad answer and the reason appended to the conversation, so a deterministic server
   (temperature 0) can correct itself. Exhausted retries raise `ChatFailure` naming the stage, video
-  and last reason; the answer is never used. HTTP 401/403/404 (key, URL or model wrong) raise
-  `EndpointError` at once: no video can succeed; other 4xx (e.g. a prompt longer than the model's
-  context) raise `ChatFailure` for that request without retrying.
+  and last reason; the answer is never used. HTTP 401/403/404 (key, URL or model wrong), and a
+  connection refused (or timed out) while no request of this client has reached the server yet
+  (a wrong URL, a server not up), raise `EndpointError` at once: no video can succeed. The client
+  then stops: its other requests, waiting for a slot or a retry, raise it too without being sent.
+  Other 4xx (e.g. a prompt longer than the model's context) raise `ChatFailure` for that request
+  without retrying.
+- calls: a request counts as a call once its body is sent (httpx's `trace` extension), so a refused
+  connection is no call; each call is appended to the `CallLog` (when given) as it is sent, so the
+  build's statistics count the calls of a killed run too.
 - concurrency: at most `concurrency` requests in flight over the whole client (a semaphore around the
   HTTP call), whatever number of threads call it; `complete_many` runs a batch on a thread pool.
 - answers: `<think>...</think>` blocks (Qwen3 thinking mode) are removed and a ```json fence (with any
@@ -51,6 +57,7 @@ import httpx
 import jsonschema
 
 from lit_retrieval.errors import ConfigError
+from lit_retrieval.melon_build.stage_cache import append_line
 
 RESPONSE_FORMATS = ("json_schema", "json_object", "none")
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
@@ -201,6 +208,35 @@ class ChatStats:
             return out
 
 
+class CallLog:
+    """The calls of one build process, one JSON line `{"stage", "video", "calls": 1}` per request as
+    it is sent, appended and synced at once (`append_line`), so a process stopped by SIGTERM or
+    SIGKILL loses none; every client of the process shares it (thread-safe)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+
+    def record(self, stage: str, video: str) -> None:
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            append_line(self.path, json.dumps({"stage": stage, "video": video, "calls": 1}))
+
+
+def logged_calls(folder: Path) -> Counter[tuple[str, str]]:
+    """Calls per (stage, video) in every call log (`*.jsonl`) under `folder`; a line torn by a
+    killed process is skipped (the one call it was writing is not counted)."""
+    calls: Counter[tuple[str, str]] = Counter()
+    for path in sorted(folder.glob("*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                entry = json.loads(line)
+                calls[(entry["stage"], entry["video"])] += entry["calls"]
+            except (ValueError, KeyError, TypeError):
+                continue
+    return calls
+
+
 def image_part(data: bytes) -> dict[str, Any]:
     """An OpenAI `image_url` content part holding a PNG or JPEG image as a base64 data URI."""
     if data[:8] == b"\x89PNG\r\n\x1a\n":
@@ -243,11 +279,13 @@ def _schema_error(validator: jsonschema.protocols.Validator, answer: Any) -> str
 
 
 class ChatClient:
-    """Asks the endpoint of `config` for JSON answers, caching valid ones under `cache_dir`."""
+    """Asks the endpoint of `config` for JSON answers, caching valid ones under `cache_dir` and
+    appending each call to `call_log` (when given)."""
 
-    def __init__(self, config: ChatEndpointConfig, cache_dir: str | Path) -> None:
+    def __init__(self, config: ChatEndpointConfig, cache_dir: str | Path, call_log: CallLog | None = None) -> None:
         self.config = config
         self.cache_dir = Path(cache_dir)
+        self.call_log = call_log
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         headers = {"Content-Type": "application/json"}
         if config.api_key_env:
@@ -262,6 +300,10 @@ class ChatClient:
         )
         self._slots = threading.BoundedSemaphore(config.concurrency)
         self.stats = ChatStats()
+        self._reached = False  # a request has reached the server
+        self._stopped = threading.Event()  # set by the first EndpointError: nothing more is sent
+        self._stop_reason = ""
+        self._stop_lock = threading.Lock()
 
     def close(self) -> None:
         self._http.close()
@@ -304,7 +346,6 @@ class ChatClient:
         conversation = list(messages)
         for attempt in range(attempts):
             try:
-                self.stats.add("calls", (key.stage, key.video))
                 content = self._post(conversation, schema, key)
                 answer = _parsed(content, validator, check)
             except _Retryable as err:
@@ -327,7 +368,7 @@ class ChatClient:
                 return answer
             if attempt + 1 < attempts:
                 self.stats.add("retries", (key.stage, reason.split(":")[0]))
-                time.sleep(self._backoff(attempt, wait_at_least))
+                self._stopped.wait(self._backoff(attempt, wait_at_least))  # ends early when the client stops
         self.stats.add("failures", key.stage)
         raise ChatFailure(key, f"no valid answer after {attempts} attempt(s); last: {reason}")
 
@@ -370,16 +411,8 @@ class ChatClient:
                 "type": "json_schema",
                 "json_schema": {"name": key.stage.replace("-", "_"), "schema": schema},
             }
-        try:
-            with self._slots:
-                response = self._http.post(c.endpoint, json=body)
-        except httpx.TimeoutException:
-            raise _Retryable(f"timeout: no answer within {c.timeout_s:g} s") from None
-        except httpx.TransportError as err:
-            raise _Retryable(f"connection: {type(err).__name__}: {err}") from None
+        response = self._send(body, key)
         status = response.status_code
-        if status in FATAL_STATUS:
-            raise EndpointError(f"{c.endpoint}: HTTP {status} for model {c.model!r}: {response.text[:200]}")
         if status in RETRY_STATUS:
             raise _Retryable(f"http {status}", retry_after_seconds(response.headers.get("Retry-After")))
         if status != 200:
@@ -394,6 +427,50 @@ class ChatClient:
         if choice.get("finish_reason") == "length":
             raise _BadAnswer(f"truncated: the answer reached max_tokens={c.max_tokens}", content)
         return content
+
+    def _send(self, body: dict[str, Any], key: RequestKey) -> httpx.Response:
+        """POST `body` holding a slot: `EndpointError` (and the client stops) on 401/403/404 or a
+        connection that fails while nothing has reached the server yet, and for every request once
+        stopped; `_Retryable` on a timeout or a transport error."""
+        c = self.config
+        with self._slots:  # held until the status is known: a request waiting for a slot sees the stop
+            if self._stopped.is_set():
+                raise EndpointError(self._stop_reason)
+            try:
+                response = self._http.post(c.endpoint, json=body, extensions={"trace": self._tracer(key)})
+            except (httpx.ConnectError, httpx.ConnectTimeout) as err:
+                if not self._reached:
+                    reason = f"cannot connect ({type(err).__name__}: {err}) and no request has reached it yet"
+                    raise self._stop(f"{c.endpoint}: {reason}: check the URL and that the server is up") from None
+                raise _Retryable(f"connection: {type(err).__name__}: {err}") from None
+            except httpx.TimeoutException:
+                raise _Retryable(f"timeout: no answer within {c.timeout_s:g} s") from None
+            except httpx.TransportError as err:
+                raise _Retryable(f"connection: {type(err).__name__}: {err}") from None
+            if response.status_code in FATAL_STATUS:
+                message = f"HTTP {response.status_code} for model {c.model!r}: {response.text[:200]}"
+                raise self._stop(f"{c.endpoint}: {message}")
+            return response
+
+    def _tracer(self, key: RequestKey) -> Callable[[str, dict], None]:
+        """httpx's `trace` callback for one request: counts the call once its body is sent."""
+
+        def trace(event: str, info: dict) -> None:
+            if event.endswith("send_request_body.complete"):
+                self._reached = True
+                self.stats.add("calls", (key.stage, key.video))
+                if self.call_log is not None:
+                    self.call_log.record(key.stage, key.video)
+
+        return trace
+
+    def _stop(self, reason: str) -> EndpointError:
+        """Stop the client (its other requests are not sent); the error to raise."""
+        with self._stop_lock:
+            if not self._stopped.is_set():
+                self._stop_reason = reason
+                self._stopped.set()
+        return EndpointError(reason)
 
     def _cache_file(self, digest: str) -> Path:
         return self.cache_dir / digest[:2] / f"{digest}.json"

@@ -24,7 +24,7 @@ import os
 import threading
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from PIL import Image
 from lit_retrieval.data.frame_cache import file_stamp
 from lit_retrieval.data.video import SamplingSpec, VideoDecodeError, sample_video
 from lit_retrieval.melon_build import llm_stages, report
-from lit_retrieval.melon_build.chat import ChatClient, ChatFailure
+from lit_retrieval.melon_build.chat import CallLog, ChatClient, ChatFailure, logged_calls
 from lit_retrieval.melon_build.config import BuildConfig, chat_config, llm_settings
 from lit_retrieval.melon_build.filters import (
     SentenceEncoder,
@@ -104,7 +104,9 @@ class Build:
         # the judge reads frames: its own (image-reading) endpoint when `judge_chat` is given
         self.endpoints = {"text": self.chat_config, "judge": chat_config(config.judge_chat) or self.chat_config}
         self._clients: dict[str, ChatClient] = {}
-        self._logged: Counter = Counter()  # (stage, video) -> calls already in the call log
+        # every call of this process, as it is sent (one file per shard): the statistics count the
+        # calls of every run and shard of the build, also of runs that were killed
+        self.call_log = CallLog(self.out / "cache" / "llm-calls" / f"shard-{shard}-of-{shards}.jsonl")
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ helpers
@@ -117,7 +119,7 @@ class Build:
             if role not in self._clients:
                 config = self.endpoints[role]
                 assert config is not None
-                self._clients[role] = ChatClient(config, self.out / "cache" / "chat")
+                self._clients[role] = ChatClient(config, self.out / "cache" / "chat", self.call_log)
             return self._clients[role]
 
     def llm_identity(self, role: str = "text") -> Any:
@@ -126,31 +128,9 @@ class Build:
         chat = None if c is None else [c.model, c.temperature, c.max_tokens, c.extra_body]
         return [chat, self.settings.fingerprint()]
 
-    def log_calls(self) -> None:
-        """Append the LLM calls made since the last log to OUT/cache/llm-calls/ (one file per shard), so
-        the statistics count every run's calls, also those of shards and of runs that were stopped."""
-        calls: Counter = Counter()
-        for client in self._clients.values():
-            calls.update(client.stats.calls)
-        new = calls - self._logged
-        if new:
-            folder = self.out / "cache" / "llm-calls"
-            folder.mkdir(parents=True, exist_ok=True)
-            with (folder / f"shard-{self.shard}-of-{self.shards}.jsonl").open("a", encoding="utf-8") as handle:
-                for (stage, video), n in sorted(new.items()):
-                    handle.write(json.dumps({"stage": stage, "video": video, "calls": n}) + "\n")
-            self._logged = calls
-
     def llm_calls(self) -> dict[str, dict[str, Any]]:
         """Per stage, over every run and shard of this build: videos asked about, calls, calls per video."""
-        calls: Counter = Counter()
-        for path in sorted((self.out / "cache" / "llm-calls").glob("*.jsonl")):
-            for line in path.read_text(encoding="utf-8").splitlines():
-                try:
-                    entry = json.loads(line)
-                    calls[(entry["stage"], entry["video"])] += entry["calls"]
-                except (ValueError, KeyError, TypeError):
-                    continue  # a line torn by a stopped run: its calls are not counted
+        calls = logged_calls(self.call_log.path.parent)
         out = {}
         for stage in sorted({s for s, _ in calls}):
             videos = [v for s, v in calls if s == stage]
@@ -162,7 +142,8 @@ class Build:
         self, stage: str, state: BuildState, uids: list[str], key_of: Callable[[str], str], ask: Callable[[str], Any]
     ) -> dict[str, Any]:
         """Results of `ask(uid)` for `uids`, from the cache or asked concurrently (the endpoint's
-        concurrency); a `ChatFailure` marks that video failed, a `VideoRejected` removes it."""
+        concurrency); a `ChatFailure` marks that video failed, a `VideoRejected` removes it, an
+        `EndpointError` stops the stage (videos not yet started are not asked) and the build."""
         cache = self.cache(stage)
         keys = {uid: key_of(uid) for uid in uids}
         results = {uid: cache.get(uid, keys[uid]) for uid in uids}
@@ -184,7 +165,11 @@ class Build:
                 results[uid] = result
 
         with ThreadPoolExecutor(max_workers=max(1, min(workers, len(missing) or 1))) as pool:
-            for future in [pool.submit(one, uid) for uid in missing]:
+            futures = [pool.submit(one, uid) for uid in missing]
+            wait(futures, return_when=FIRST_EXCEPTION)  # an EndpointError: the videos not started never start
+            pool.shutdown(cancel_futures=True)
+        for future in futures:
+            if not future.cancelled():
                 future.result()
         for uid in [u for u, r in results.items() if isinstance(r, dict) and "rejected" in r]:
             state.remove(stage, uid, "rejected", results.pop(uid)["rejected"])
@@ -363,11 +348,9 @@ class Build:
                 if stage in steps:
                     log.info("build-melon: stage %s over %d videos", stage, len(state.videos))
                     steps[stage](state)
-            self.log_calls()
             if "write" in order:
                 self.write(state)
         finally:
-            self.log_calls()
             for client in self._clients.values():
                 client.close()
         return state

@@ -57,14 +57,21 @@ class StageCache:
     def put(self, video: str, key: str, result: Any) -> None:
         """Record `result` (flushed to disk before returning)."""
         self.entries[(video, key)] = result
-        with self.file.open("a", encoding="utf-8") as handle:
-            if handle.tell() > 0 and not self._ends_with_newline():
-                handle.write("\n")  # a torn line from a killed run stays on its own line
-            handle.write(json.dumps({"video": video, "key": key, "result": result}) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        append_line(self.file, json.dumps({"video": video, "key": key, "result": result}))
 
-    def _ends_with_newline(self) -> bool:
-        with self.file.open("rb") as handle:
-            handle.seek(-1, os.SEEK_END)
-            return handle.read(1) == b"\n"
+
+def append_line(path: Path, line: str) -> None:
+    """Append `line` and a newline to `path`, flushed and synced before returning; a torn last line
+    left by a killed writer is ended first, so it stays on its own (unreadable) line."""
+    with path.open("ab") as handle:
+        if handle.tell() > 0 and not _ends_with_newline(path):
+            handle.write(b"\n")
+        handle.write(line.encode("utf-8") + b"\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with path.open("rb") as handle:
+        handle.seek(-1, os.SEEK_END)
+        return handle.read(1) == b"\n"
