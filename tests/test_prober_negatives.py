@@ -1,7 +1,7 @@
-"""Hard negatives mined at every epoch start by the Modality Pyramid's prober (GVE Sec. 3.3,
-`data.negative_mining: prober`): after each epoch's probing, every pair's negatives are the prober's
-top-ranked non-positive targets, checked by a brute-force loop over that prober's cosine scores
-(epoch 1: the external prober `prober_path`; epoch 2: the model being trained)."""
+"""Hard negatives mined at every epoch start with the epoch's prober Psi_t (GVE Sec. 3.3,
+`data.negative_mining: prober`, `HardNegativeMining`): after each epoch's mining, every pair's negatives
+are the prober's top-ranked non-positive candidates, checked by a brute-force loop over that prober's
+cosine scores (epoch 1: the external prober `data.prober_path`; epoch 2: the model being trained)."""
 
 from __future__ import annotations
 
@@ -17,44 +17,58 @@ from lit_retrieval.data import MultiTaskDataModule
 from lit_retrieval.data.tasks import TaskSpec
 from lit_retrieval.errors import ConfigError
 from lit_retrieval.models.gve import GVEEmbedder
+from lit_retrieval.models.gve.tiny import save_tiny_qwen25vl
 
 TOPICS = ["volcano", "violin", "harbour", "glacier", "comet", "orchard", "bakery", "tundra", "lantern", "canyon"]
 NEGATIVES = 2
 
 
 class BruteForceNegatives(L.Callback):
-    """At each epoch start (after the Modality Pyramid): the negatives of every pair equal the
-    `NEGATIVES` highest-cosine distinct targets other than its positive under the epoch's prober."""
+    """At each epoch start (after the mining): the negatives of every pair equal the `NEGATIVES`
+    highest-cosine candidates (distinct targets, then the corpus file's items) other than its positive
+    under the epoch's prober: `prober_path` at the first epoch, then the model being trained."""
 
-    def __init__(self, prober_path: str, record: str) -> None:
+    def __init__(self, prober_path: str, corpus: str, record: str) -> None:
         self.prober_path = prober_path
+        self.corpus = corpus
         self.record = record  # the checked epochs, one per line (the CLI builds this class from its own import)
+
+    def expected(self, prober, data) -> list[list[str]]:
+        extra = [json.loads(line) for line in open(self.corpus)]
+        candidates = list({r.positive.key: r.positive for r in data.records}.values())
+        candidates += [type(candidates[0])(text=t) for t in extra if t not in {c.text for c in candidates}]
+        with torch.no_grad():
+            queries = prober.embed([r.query for r in data.records], data.spec.instruction).float()
+            targets = prober.embed(candidates, data.spec.target_instruction).float()
+        ranked = []
+        for i, record in enumerate(data.records):
+            scored = [
+                (float(queries[i] @ targets[j]), c.key)
+                for j, c in enumerate(candidates)
+                if c.key != record.positive.key
+            ]
+            ranked.append([key for _, key in sorted(scored, reverse=True)[:NEGATIVES]])
+        return ranked
 
     def on_train_epoch_start(self, trainer, module) -> None:
         epoch = trainer.current_epoch
         data = trainer.datamodule.train_data[0]
+        own = self.expected(module.embedder, data)
         if epoch == 0:
-            prober = GVEEmbedder(self.prober_path, lora=None, inputs=module.embedder.processing.config)
+            expected = self.expected(
+                GVEEmbedder(self.prober_path, lora=None, inputs=module.embedder.processing.config), data
+            )
+            assert expected != own  # Psi_1 is not the model: the check can tell which one mined
         else:
-            prober = module.embedder
-        targets = list({r.positive.key: r.positive for r in data.records}.values())
-        with torch.no_grad():
-            queries = prober.embed([r.query for r in data.records], data.spec.instruction).float()
-            candidates = prober.embed(targets, data.spec.target_instruction).float()
-        for i, record in enumerate(data.records):
-            scored = []
-            for j, target in enumerate(targets):
-                if target.key != record.positive.key:
-                    scored.append((float(queries[i] @ candidates[j]), target.key))
-            expected = [key for _, key in sorted(scored, reverse=True)[:NEGATIVES]]
-            assert [n.key for n in record.negatives] == expected, (epoch, record.record_id)
+            expected = own
+        assert [[n.key for n in r.negatives] for r in data.records] == expected, epoch
         with open(self.record, "a") as handle:
             handle.write(f"{epoch}\n")
 
 
 @pytest.fixture(scope="module")
 def text_task(tmp_path_factory):
-    path = tmp_path_factory.mktemp("prober_negatives") / "t2t.jsonl"
+    folder = tmp_path_factory.mktemp("prober_negatives")
     rows = [
         {
             "id": f"q{i}",
@@ -63,48 +77,98 @@ def text_task(tmp_path_factory):
         }
         for i, topic in enumerate(TOPICS)
     ]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
+    (folder / "t2t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    extra = [f"A note on the {topic}." for topic in ("volcano", "comet", "meadow", "anvil")]
+    (folder / "corpus.jsonl").write_text("".join(json.dumps(t) + "\n" for t in extra))
+    return folder
 
 
-def test_each_epoch_mines_the_probers_top_ranked_non_positives(tmp_path, tiny_qwen, text_task):
+@pytest.fixture(scope="module")
+def other_prober(tmp_path_factory):
+    """Psi_1: a tiny Qwen2.5-VL with other random weights than the trained model's base."""
+    return save_tiny_qwen25vl(tmp_path_factory.mktemp("other_prober"), seed=1)
+
+
+def gve_config(tmp_path, tiny_qwen, text_task, callbacks, prober_path, mining="prober") -> str:
     config = yaml.safe_load(open("configs/gve/tiny_cpu.yaml"))
     config["trainer"].update(max_epochs=2, default_root_dir=str(tmp_path), logger=False, limit_val_batches=0)
-    pyramid = {
-        "class_path": "lit_retrieval.callbacks.ModalityPyramid",
-        "init_args": {"num_probe_pairs": 4, "prober_path": str(tiny_qwen)},
-    }
-    check = {
-        "class_path": "test_prober_negatives.BruteForceNegatives",
-        "init_args": {"prober_path": str(tiny_qwen), "record": str(tmp_path / "checked.txt")},
-    }
-    config["trainer"]["callbacks"] = [pyramid, check]
+    config["trainer"]["callbacks"] = callbacks
     config["trainer"]["enable_checkpointing"] = False
     config["model"]["init_args"]["embedder"]["model_path"] = str(tiny_qwen)
     data = config["data"]["init_args"]
     task = {
         "name": "t2t",
-        "path": str(text_task),
+        "path": str(text_task / "t2t.jsonl"),
         "format": "T->T",
         "batch_size": 4,
-        "num_negatives": NEGATIVES,
+        "num_negatives": NEGATIVES if mining == "prober" else 0,  # the file has none
         "instruction": "Retrieve the passage.",
         "target_instruction": None,
+        "negative_corpus": [str(text_task / "corpus.jsonl")],
     }
-    data.update(tasks=[task], val_tasks=[], steps_per_epoch=2, num_workers=0, negative_mining="prober")
+    data.update(tasks=[task], val_tasks=[], steps_per_epoch=2, num_workers=0, negative_mining=mining)
+    data["prober_path"] = prober_path
     (tmp_path / "gve.yaml").write_text(yaml.safe_dump(config))
-    main(["fit", "--config", str(tmp_path / "gve.yaml")])
+    return str(tmp_path / "gve.yaml")
+
+
+MINER = {"class_path": "lit_retrieval.callbacks.HardNegativeMining", "init_args": {"batch_size": 4}}
+PYRAMID = {"class_path": "lit_retrieval.callbacks.ModalityPyramid", "init_args": {"num_probe_pairs": 4}}
+
+
+@pytest.mark.parametrize("curriculum", [True, False], ids=["gve", "gve_s"])
+def test_each_epoch_mines_the_probers_top_ranked_non_positives(
+    tmp_path, tiny_qwen, other_prober, text_task, curriculum
+):
+    """GVE (with the Modality Pyramid) and GVE-s (without) mine the same way: Psi_1 = `data.prober_path`,
+    then the model; candidates include the task's `negative_corpus` file."""
+    check = {
+        "class_path": "test_prober_negatives.BruteForceNegatives",
+        "init_args": {
+            "prober_path": str(other_prober),
+            "corpus": str(text_task / "corpus.jsonl"),
+            "record": str(tmp_path / "checked.txt"),
+        },
+    }
+    callbacks = ([PYRAMID] if curriculum else []) + [MINER, check]
+    main(["fit", "--config", gve_config(tmp_path, tiny_qwen, text_task, callbacks, str(other_prober))])
     assert (tmp_path / "checked.txt").read_text().split() == ["0", "1"]
 
 
-def test_prober_negatives_need_the_curriculum_callback(text_task):
+def one_line_refusal(config: str, capsys) -> str:
+    with pytest.raises(SystemExit) as exit_:
+        main(["fit", "--config", config])
+    assert exit_.value.code == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lit-retrieval")]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("callbacks", "mining"),
+    [([PYRAMID], "offline"), ([MINER], "prober"), ([PYRAMID, MINER], "prober")],
+    ids=["pyramid", "miner", "both"],
+)
+def test_an_unset_first_prober_refuses_to_start(tmp_path, tiny_qwen, text_task, callbacks, mining, capsys):
+    line = one_line_refusal(gve_config(tmp_path, tiny_qwen, text_task, callbacks, None, mining), capsys)
+    assert "data.init_args.prober_path is not set" in line and "GME-7B" in line
+
+
+def test_prober_mining_without_the_miner_refuses_to_start(tmp_path, tiny_qwen, text_task, capsys):
+    line = one_line_refusal(gve_config(tmp_path, tiny_qwen, text_task, [PYRAMID], "model"), capsys)
+    assert "negative_mining: prober needs the HardNegativeMining callback" in line
+
+
+def test_prober_negatives_need_the_mining_callback(text_task):
     data = MultiTaskDataModule(
-        tasks=[TaskSpec("t2t", str(text_task), "T->T", batch_size=2, num_negatives=1)],
+        tasks=[TaskSpec("t2t", str(text_task / "t2t.jsonl"), "T->T", batch_size=2, num_negatives=1)],
         negative_mining="prober",
         num_workers=0,
     )
     data.processing = object()
     data.setup("fit")
     assert all(r.negatives == () for r in data.train_data[0].records)  # the file's negatives are not read
-    with pytest.raises(ConfigError, match="negative_mining: prober needs the ModalityPyramid callback"):
+    with pytest.raises(ConfigError, match="negative_mining: prober needs the HardNegativeMining callback"):
         next(iter(data.train_dataloader()))
+    with pytest.raises(ConfigError, match="data.prober_path: .* is not a model directory"):
+        MultiTaskDataModule(tasks=data.specs, prober_path=str(text_task / "t2t.jsonl"))

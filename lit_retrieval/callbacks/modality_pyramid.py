@@ -7,18 +7,19 @@ embeds N_p positive pairs of every training task k and scores its alignment
 
 then tasks are drawn during the epoch with P_t(k) proportional to exp(R_k(t) / sigma(t)), sigma rising
 linearly from sigma_min (0.1) at the first epoch to sigma_max (1.0) at the last: well-aligned tasks first,
-harder ones increasingly explored. Psi_1 is a configured off-the-shelf embedder (`prober_path`; the
-paper uses GME-7B); later probers are the model being trained. Without `prober_path` the model
-itself probes from the first epoch (before training: the base Qwen2.5-VL, LoRA starting at zero),
-our documented fallback when no other embedder is available.
+harder ones increasingly explored. Psi_t (`callbacks/prober.py`): "For t=1, Psi_1 is a strong
+off-the-shelf embedder (e.g., GME-7B); for t>1, Psi_t is the GVE checkpoint from the end of epoch t-1".
+Psi_1 is `data.init_args.prober_path` (shared with `HardNegativeMining`); unset, the fit refuses to start;
+`model` lets the model itself probe the first epoch (the base Qwen2.5-VL, LoRA starting at zero), our
+fallback, not the paper's. N_p is not published: `num_probe_pairs` (256 in configs/gve/train.yaml) is ours.
 
 Task size (the paper is silent; our reading, configurable). Sec. 3.3's P(k) depends on alignment only,
 so with near-equal R_k every task gets the same share of an epoch's steps whatever its size: in the GVE-3B
-mixture (configs/gve/data_3b.yaml) Fashion200K (4,000 pairs) would be repeated ~98 times per epoch while
-5.6 % of WebVid is seen. A.4 instead fixes each dataset's share of the 12.55 M training instances by
-sampling large datasets down and repeating valuable ones "to maintain a balanced training diet". We
-keep that diet and let the curriculum re-weight it: with m_k = n_k / B_k the batches task k fills
-(n_k pairs, per-device batch B_k), `size_exponent` a gives
+mixture (configs/gve/data_3b.yaml, 38 tasks, 8 GPUs) Fashion200K (4,000 pairs) would be repeated 75 times
+per epoch (81 in the 7B mixture) while 5.6 % of WebVid is seen. A.4 instead fixes each dataset's share of
+the training instances (12.55 M, Tab. 8) by sampling large datasets down and repeating valuable ones "to
+maintain a balanced training diet". We keep that diet and let the curriculum re-weight it: with
+m_k = n_k / B_k the batches task k fills (n_k pairs, per-device batch B_k), `size_exponent` a gives
 
     P_t(k) proportional to m_k^a exp(R_k(t) / sigma(t)),
 
@@ -27,16 +28,11 @@ multiplies each task's share by exp(R_k / sigma); a = 0: Sec. 3.3's formula as p
 additionally caps the expected passes over a task per epoch, steps * P(k) * B_k * W / n_k (B_k: the
 task's per-device batch, W: processes): a task above the cap is lowered to it and the freed
 probability goes to the others in proportion to their P (`cap_passes`). The per-task expected passes
-are stored in the history (`passes`).
+are stored in the history (`passes`). Without this callback (GVE-s, GVE-i) `data.sampling: equal_passes`
+draws with the same base diet, P(k) proportional to m_k, so the two differ by exp(R_k / sigma) only.
 
-Hard negatives (with `data.negative_mining: prober`): Sec. 3.3 mines them "using the same prober
-Psi_t", A.4 trains "with pre-mined explicit hard negatives". Our default is A.4's (negatives from the
-task files, mined once offline by `lit-retrieval mine-negatives`); with `negative_mining: prober` this
-callback mines them at every epoch start with the epoch's prober: every query and the task's distinct
-targets (its own positives: the "external corpus" is the task's target set) are embedded (each rank
-a contiguous share, gathered), and each pair gets the `num_negatives` top-ranked targets that are not
-its positive (exact cosine, `data.negatives.hardest_negatives`). A run resumed in the middle of an
-epoch mines again with the restored weights (at an epoch boundary these are the epoch's prober).
+Hard negatives are mined by a separate callback, `HardNegativeMining` (`data.negative_mining: prober`),
+with the same Psi_t, so that the rows without the curriculum get them the same way.
 
 Pairs are drawn per (seed, epoch, task); under DDP each rank embeds a share and the sums are
 all-reduced, so every rank applies the same P. The history (R, sigma, P per epoch) is logged as
@@ -54,10 +50,9 @@ import lightning as L
 import numpy as np
 import torch
 
-from lit_retrieval.data.negatives import distinct_targets, hardest_negatives
-from lit_retrieval.distributed import gather_variable
+from lit_retrieval.callbacks.prober import epoch_prober, first_prober_path
+from lit_retrieval.data.task_sampler import size_weights
 from lit_retrieval.models.gve.embedder import GVEEmbedder
-from lit_retrieval.models.gve.processing import InputConfig
 
 
 def curriculum_sigma(epoch: int, epochs: int, sigma_min: float, sigma_max: float) -> float:
@@ -117,10 +112,8 @@ def cap_passes(
 
 class ModalityPyramid(L.Callback):
     """Args:
-    num_probe_pairs: N_p positive pairs per task and epoch.
-    sigma_min, sigma_max: temperature at the first and at the last epoch.
-    prober_path: model directory of the first epoch's off-the-shelf prober (None: the model itself).
-    prober_inputs: input settings of that prober (default: the trained model's).
+    num_probe_pairs: N_p positive pairs per task and epoch (not published; ours).
+    sigma_min, sigma_max: temperature at the first and at the last epoch (Sec. 3.3: 0.1 and 1.0).
     size_exponent: a in P(k) proportional to (n_k / B_k)^a exp(R_k / sigma) (1: A.4's diet, each pair once
         per epoch at equal alignment, re-weighted by the curriculum; 0: Sec. 3.3 as printed; module notes).
     max_passes: cap on the expected passes over a task per epoch (None: no cap).
@@ -134,8 +127,6 @@ class ModalityPyramid(L.Callback):
         num_probe_pairs: int = 256,
         sigma_min: float = 0.1,
         sigma_max: float = 1.0,
-        prober_path: str | None = None,
-        prober_inputs: InputConfig | None = None,
         size_exponent: float = 1.0,
         max_passes: float | None = None,
         batch_size: int = 8,
@@ -149,8 +140,6 @@ class ModalityPyramid(L.Callback):
         self.num_probe_pairs = num_probe_pairs
         self.sigma_min = sigma_min
         self.sigma_max = sigma_max
-        self.prober_path = prober_path
-        self.prober_inputs = prober_inputs
         self.size_exponent = size_exponent
         self.max_passes = max_passes
         self.batch_size = batch_size
@@ -159,6 +148,10 @@ class ModalityPyramid(L.Callback):
         self.history: list[dict[str, Any]] = []
 
     # ---- schedule ----------------------------------------------------------------------------
+    def setup(self, trainer: L.Trainer, module: L.LightningModule, stage: str) -> None:
+        if stage == "fit":
+            first_prober_path(trainer, "ModalityPyramid")  # refused before the model is set up
+
     def on_fit_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         # Lightning restores its epoch counter only after on_fit_start: a resumed run asks the data
         # module which epoch its loader starts at, so that the loader draws with that epoch's P
@@ -176,33 +169,19 @@ class ModalityPyramid(L.Callback):
     def _schedule(self, trainer: L.Trainer, module: L.LightningModule, epoch: int) -> None:
         datamodule = trainer.datamodule
         entry = self.entry(epoch)
-        mine = getattr(datamodule, "negative_mining", "offline") == "prober" and datamodule.mined_epoch != epoch
-        if entry is not None and not mine:
-            datamodule.set_task_probabilities(entry["P"])
-            return
-        if not datamodule.train_data:
-            datamodule.setup("fit")
-        external = epoch == 0 and self.prober_path is not None
-        inputs = self.prober_inputs or module.embedder.processing.config
-        prober = module.embedder
-        if external:
-            prober = GVEEmbedder(self.prober_path, lora=None, inputs=inputs).to(module.device)
         if entry is None:
-            entry = self._probe_epoch(trainer, prober, epoch, external)
+            prober, name = epoch_prober(trainer, module, epoch, "ModalityPyramid")
+            entry = self._probe_epoch(trainer, prober, epoch, name)
+            del prober
             self.history.append(entry)
             metrics = {"curriculum/sigma": entry["sigma"]}
             metrics.update({f"curriculum/R/{k}": v for k, v in entry["R"].items()})
             metrics.update({f"curriculum/P/{k}": v for k, v in entry["P"].items()})
             for logger in trainer.loggers:
                 logger.log_metrics(metrics, step=trainer.global_step)
-        if mine:
-            for data in datamodule.train_data:
-                if data.spec.num_negatives:
-                    datamodule.set_task_negatives(data.spec.name, self._mine(trainer, prober, data), epoch)
-        del prober
         datamodule.set_task_probabilities(entry["P"])
 
-    def _probe_epoch(self, trainer: L.Trainer, prober: GVEEmbedder, epoch: int, external: bool) -> dict[str, Any]:
+    def _probe_epoch(self, trainer: L.Trainer, prober: GVEEmbedder, epoch: int, prober_name: str) -> dict[str, Any]:
         datamodule = trainer.datamodule
         alignment = {}
         for k, data in enumerate(datamodule.train_data):
@@ -213,7 +192,7 @@ class ModalityPyramid(L.Callback):
         batches = [d.spec.batch_size for d in datamodule.train_data]
         world = trainer.world_size
         steps = datamodule.epoch_steps(world)
-        filled = [n / b for n, b in zip(sizes, batches)]
+        filled = size_weights(sizes, batches)  # m_k = n_k / B_k, the no-curriculum rows' diet too
         probabilities = task_probabilities([alignment[n] for n in names], sigma, filled, self.size_exponent)
         if self.max_passes is not None:
             probabilities = cap_passes(probabilities, sizes, batches, steps, self.max_passes, world)
@@ -225,7 +204,7 @@ class ModalityPyramid(L.Callback):
             "P": dict(zip(names, probabilities)),
             "sizes": dict(zip(names, sizes)),
             "passes": dict(zip(names, passes)),
-            "prober": self.prober_path if external else "model",
+            "prober": prober_name,
         }
 
     def _alignment(self, trainer: L.Trainer, prober: GVEEmbedder, data, epoch: int, task: int) -> float:
@@ -242,32 +221,6 @@ class ModalityPyramid(L.Callback):
             total[1] = len(mine)
         total = trainer.strategy.reduce(total, reduce_op="sum")
         return float(total[0] / total[1])
-
-    def _mine(self, trainer: L.Trainer, prober: GVEEmbedder, data) -> list[tuple]:
-        """Each pair's `num_negatives` hardest non-positive targets of its task under `prober`."""
-        targets, positions = distinct_targets([r.positive for r in data.records])
-        k = data.spec.num_negatives
-        if len(targets) <= k:
-            raise ValueError(
-                f"task {data.spec.name!r}: {len(targets)} distinct targets cannot give {k} hard negatives per pair"
-            )
-        queries = self._embed_all(trainer, prober, [r.query for r in data.records], data.spec.instruction)
-        candidates = self._embed_all(trainer, prober, targets, data.spec.target_instruction)
-        found = hardest_negatives(queries, candidates, [{p} for p in positions], k)
-        return [tuple(targets[j] for j in row) for row in found]
-
-    def _embed_all(self, trainer: L.Trainer, prober: GVEEmbedder, items: list, instruction: str | None) -> np.ndarray:
-        """Embeddings of all `items` on every rank: each rank embeds a contiguous share, then gathered."""
-        world, rank = trainer.world_size, trainer.global_rank
-        if world == 1 or len(items) < world:
-            share = items
-        else:
-            bounds = np.linspace(0, len(items), world + 1).round().astype(int)
-            share = items[bounds[rank] : bounds[rank + 1]]
-        embedded = prober.embed(share, instruction, self.batch_size).float()
-        if share is not items:
-            embedded = gather_variable(trainer.lightning_module, embedded)
-        return embedded.cpu().numpy()
 
     # ---- state and figure --------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

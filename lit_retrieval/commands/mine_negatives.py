@@ -1,4 +1,9 @@
-"""`lit-retrieval mine-negatives`: top-K hard negatives per query with a prober model (GVE Sec. 3.3).
+"""`lit-retrieval mine-negatives`: top-K hard negatives per query with a prober model, mined once.
+
+This is what `data.negative_mining: offline` trains with: negatives mined once, before training, with a
+prober of your choice, and read from the task files at every epoch. GVE itself mines them again at every
+epoch with that epoch's prober (Sec. 3.3: "hard negatives mined from a large external corpus using the
+same prober Psi_t"), which `data.negative_mining: prober` does during training (`HardNegativeMining`).
 
 Embeds a task's queries and a corpus of candidate targets (the task's own distinct positives, plus
 the items of `--corpus` files), searches the K + 1 nearest candidates of every query with an exact
@@ -12,12 +17,11 @@ and writes the task file again with `negatives` filled.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from pathlib import Path
 
-from lit_retrieval.data.media import MediaItem, item_from_json, parse_format
-from lit_retrieval.data.negatives import hardest_negatives
+from lit_retrieval.data.media import MediaItem, parse_format
+from lit_retrieval.data.negatives import candidate_targets, hardest_negatives, read_corpus
 from lit_retrieval.data.tasks import TaskSpec, read_task, write_task
 from lit_retrieval.search.loading import ModelSpec, load_item_embedder
 
@@ -36,22 +40,6 @@ def item_to_json(item: MediaItem, base: Path) -> dict:
     if item.end is not None:
         out["end"] = item.end
     return out
-
-
-def read_corpus(paths: list[str], target_format: str) -> list[MediaItem]:
-    items = []
-    for path in paths:
-        root = Path(path).parent
-        with open(path, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, 1):
-                if line.strip():
-                    item = item_from_json(json.loads(line), f"{path}:{number}", root)
-                    if item.modality != target_format:
-                        raise ValueError(
-                            f"{path}:{number}: corpus item is {item.modality}, the task's targets are {target_format}"
-                        )
-                    items.append(item)
-    return items
 
 
 def run(argv: list[str]) -> int:
@@ -78,15 +66,11 @@ def run(argv: list[str]) -> int:
         parser.error("--k must be at least 1")
     _, target_format = parse_format(args.format)
     records = read_task(TaskSpec("mine", args.task, args.format))
-    corpus: dict[str, MediaItem] = {}
-    for item in [r.positive for r in records] + read_corpus(args.corpus, target_format):
-        corpus.setdefault(item.key, item)
-    items = list(corpus.values())
-    position = {item.key: i for i, item in enumerate(items)}
+    items, positions = candidate_targets([r.positive for r in records], read_corpus(args.corpus, target_format))
     embedder = load_item_embedder(ModelSpec(args.model, args.config, args.ckpt, args.device))
     queries = embedder.embed([r.query for r in records], args.instruction, args.batch_size).numpy()
     candidates = embedder.embed(items, args.target_instruction, args.batch_size).numpy()
-    found = hardest_negatives(queries, candidates, [{position[r.positive.key]} for r in records], args.k)
+    found = hardest_negatives(queries, candidates, [{p} for p in positions], args.k)
     base = Path(args.out).resolve().parent
     rows = []
     for record, negatives in zip(records, found):

@@ -5,15 +5,27 @@ rank-sharded, resumable); each batch is processed in the DataLoader workers into
 of its queries and of its targets (positives first, then every pair's hard negatives in order).
 Validation embeds every task's queries and its distinct targets once and ranks targets per query.
 
-Without the Modality Pyramid callback, tasks are drawn with `sampling`: `proportional` to their
-size (naive mixing, GVE-s) or `uniform`. `include_synthetic: false` drops tasks marked
-`synthetic` (the GVE-i ablation).
+Without the Modality Pyramid callback, tasks are drawn with `sampling` (`task_sampler.size_weights`):
+`equal_passes` (default, P ~ n_k / B_k: the curriculum's base diet, so GVE-s and GVE-i differ from GVE by
+the curriculum only, GVE Sec. 4.2), `proportional` (P ~ n_k per step, naive mixing) or `uniform`.
+`include_synthetic: false` drops tasks marked `synthetic` (the GVE-i ablation).
 
-Hard negatives (`negative_mining`): `offline` (default) takes each pair's negatives from its task file,
-mined once before training (GVE A.4: "pre-mined explicit hard negatives"; `lit-retrieval
-mine-negatives`); `prober` ignores the files' negatives and lets the Modality Pyramid mine them at
-every epoch start with that epoch's prober (GVE Sec. 3.3; `set_task_negatives`). DataLoader workers
-are then started afresh each epoch so that they read the new negatives.
+Hard negatives (`negative_mining`). `prober`, GVE Sec. 3.3: "we augment in-batch negatives with hard
+negatives mined from a large external corpus using the same prober Psi_t": the task files' negatives are
+not read; the `HardNegativeMining` callback mines them at every epoch start with that epoch's prober
+(`set_task_negatives`) among the task's own targets and its `negative_corpus` files; DataLoader workers
+are then started afresh each epoch so that they read the new negatives. The paper-row configs
+(configs/gve/data_*.yaml) use it. `offline` (the class default): each pair's negatives come from its
+task file, mined once before training by `lit-retrieval mine-negatives` with a prober of your choice and
+never again; cheaper, not the paper's per-epoch Psi_t (A.4's "pre-mined explicit hard negatives" defers to
+Sec. 3.3: "As the aforementioned methodology").
+
+`prober_path` is Psi_1, the first epoch's prober of the Modality Pyramid and of the mining (Sec. 3.3:
+"For t=1, Psi_1 is a strong off-the-shelf embedder (e.g., GME-7B); for t>1, Psi_t is the GVE
+checkpoint from the end of epoch t-1"): a model directory, or `model` for the model itself (our
+fallback, not the paper's). It lives here, not on the callbacks, so that one key serves both and a
+plan sets it for every row (`grid --override data.init_args.prober_path=DIR`); a callback that needs
+Psi_1 refuses to start while it is unset.
 """
 
 from __future__ import annotations
@@ -21,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Literal
 
 import lightning as L
@@ -30,13 +43,14 @@ from torch.utils.data import DataLoader, Dataset
 from lit_retrieval.data.bad_records import BadRecordPolicy
 from lit_retrieval.data.media import ItemError, ItemProcessing, MediaItem
 from lit_retrieval.data.resume import EpochPosition
-from lit_retrieval.data.task_sampler import TaskBatchSampler, default_steps
+from lit_retrieval.data.task_sampler import SAMPLINGS, Sampling, TaskBatchSampler, default_steps, size_weights
 from lit_retrieval.data.tasks import TaskRecord, TaskSpec, read_task
 from lit_retrieval.data.video import VideoDecodeError
 from lit_retrieval.data.workers import worker_init_fn
 from lit_retrieval.errors import ConfigError, check_at_least
 
 log = logging.getLogger(__name__)
+PROBER_IS_MODEL = "model"  # data.prober_path: the model being trained probes the first epoch too
 BadVideoPolicy = Literal["raise", "replace"]
 
 
@@ -54,7 +68,9 @@ class TaskData:
 class TrainBatches(Dataset):
     """`dataset[[(task, record), ...]]` -> the processed batch of those pairs."""
 
-    def __init__(self, tasks: list[TaskData], processing: ItemProcessing, on_bad_video: BadVideoPolicy = "raise") -> None:
+    def __init__(
+        self, tasks: list[TaskData], processing: ItemProcessing, on_bad_video: BadVideoPolicy = "raise"
+    ) -> None:
         self.tasks = tasks
         self.processing = processing
         self.on_bad_video = on_bad_video
@@ -78,7 +94,13 @@ class TrainBatches(Dataset):
                 return record
             except (VideoDecodeError, ItemError) as err:
                 self.replaced += 1
-                log.warning("task %s: record %s replaced (%s); %d replaced so far", data.spec.name, record.record_id, err, self.replaced)
+                log.warning(
+                    "task %s: record %s replaced (%s); %d replaced so far",
+                    data.spec.name,
+                    record.record_id,
+                    err,
+                    self.replaced,
+                )
         raise VideoDecodeError(data.spec.path, f"no record of task {data.spec.name!r} has decodable media")
 
     def __getitem__(self, batch: list[tuple[int, int]]) -> dict[str, Any]:
@@ -90,7 +112,7 @@ class TrainBatches(Dataset):
         if any(len(r.negatives) < spec.num_negatives for r in records):
             raise ConfigError(
                 f"task {spec.name!r}: pairs without their {spec.num_negatives} hard negatives: "
-                "data.negative_mining: prober needs the ModalityPyramid callback, which mines them each epoch"
+                "data.negative_mining: prober needs the HardNegativeMining callback, which mines them each epoch"
             )
         try:
             out = self._process(spec, records)  # decode errors name the file
@@ -166,7 +188,8 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
         tasks: training tasks (GVE Tab. 6-7 rows).
         val_tasks: evaluation tasks (their `batch_size` and `num_negatives` are ignored).
         steps_per_epoch: training batches per epoch (default: every task's pairs once, in global batches).
-        sampling: task probabilities without a curriculum: `proportional` to size or `uniform`.
+        sampling: task probabilities without a curriculum: `equal_passes` (n_k / B_k), `proportional` (n_k)
+            or `uniform` (module notes).
         include_synthetic: keep tasks marked `synthetic` (false = GVE-i).
         eval_batch_size: items per evaluation batch.
         num_workers: DataLoader workers (GVE Tab. 9: 1).
@@ -177,8 +200,10 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
         frame_cache: read video frames from this frame cache (`lit-retrieval cache-frames`) instead
             of decoding; a clip missing from it is decoded (with a warning), a cache of other
             sampling settings or changed videos is refused (`lit_retrieval.data.frame_cache`).
-        negative_mining: `offline` (pre-mined task files, GVE A.4) or `prober` (mined each epoch by the Modality
-            Pyramid's prober, GVE Sec. 3.3); module notes.
+        negative_mining: `prober` (mined each epoch with Psi_t by `HardNegativeMining`, GVE Sec. 3.3) or
+            `offline` (the task files' negatives, mined once before training); module notes.
+        prober_path: Psi_1, the first epoch's prober: a model directory (the paper: GME-7B) or `model` (the
+            model itself, our fallback); None: unset, refused by the callbacks that probe.
     """
 
     def __init__(
@@ -186,7 +211,7 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
         tasks: list[TaskSpec],
         val_tasks: list[TaskSpec] | None = None,
         steps_per_epoch: int | None = None,
-        sampling: Literal["proportional", "uniform"] = "proportional",
+        sampling: Sampling = "equal_passes",
         include_synthetic: bool = True,
         eval_batch_size: int = 16,
         num_workers: int = 1,
@@ -195,16 +220,21 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
         seed: int = 0,
         frame_cache: str | None = None,
         negative_mining: Literal["offline", "prober"] = "offline",
+        prober_path: str | None = None,
     ) -> None:
         super().__init__()
         # impossible values are refused when the config is parsed (LightningCLI builds the module then)
         check_at_least("data", 1, eval_batch_size=eval_batch_size)
         check_at_least("data", 1, **({"steps_per_epoch": steps_per_epoch} if steps_per_epoch is not None else {}))
         check_at_least("data", 0, num_workers=num_workers)
-        if sampling not in ("proportional", "uniform"):
-            raise ConfigError(f"data.sampling must be 'proportional' or 'uniform', got {sampling!r}")
+        if sampling not in SAMPLINGS:
+            raise ConfigError(f"data.sampling must be one of {list(SAMPLINGS)}, got {sampling!r}")
         if negative_mining not in ("offline", "prober"):
             raise ConfigError(f"data.negative_mining must be 'offline' or 'prober', got {negative_mining!r}")
+        if prober_path not in (None, PROBER_IS_MODEL) and not Path(prober_path).is_dir():
+            raise ConfigError(
+                f"data.prober_path: {prober_path} is not a model directory (or 'model': the model itself)"
+            )
         self.specs = [t for t in tasks if include_synthetic or not t.synthetic]
         if not self.specs:
             raise ConfigError("data.tasks: no training task left (all are synthetic and include_synthetic is false)")
@@ -221,6 +251,7 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
         self.seed = seed
         self.frame_cache = frame_cache
         self.negative_mining = negative_mining
+        self.prober_path = prober_path
         self.mined_epoch: int | None = None  # the epoch whose prober mined the current negatives
         self.processing: ItemProcessing | None = None
         self.train_data: list[TaskData] = []
@@ -237,17 +268,26 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
         if self.processing is None:
             module = self.trainer.lightning_module if self.trainer is not None else None
             if module is None or not hasattr(module, "processing"):
-                raise RuntimeError("MultiTaskDataModule takes its input processing from the model (a GVE module); set `.processing` to use it alone")
+                raise RuntimeError(
+                    "MultiTaskDataModule takes its input processing from the model (a GVE module); "
+                    "set `.processing` to use it alone"
+                )
             self.processing = module.processing
         if self.frame_cache and getattr(self.processing, "frame_cache", None) is None:
             if not hasattr(self.processing, "with_frame_cache"):
-                raise ConfigError(f"data.frame_cache: the model's input processing ({type(self.processing).__name__}) reads no frame cache")
+                raise ConfigError(
+                    f"data.frame_cache: the model's input processing ({type(self.processing).__name__}) "
+                    "reads no frame cache"
+                )
             self.processing = self.processing.with_frame_cache(self.frame_cache)
+        if stage in (None, "fit") and self.negative_mining == "prober" and self.trainer is not None:
+            if not any(getattr(c, "mines_negatives", False) for c in self.trainer.callbacks):
+                raise ConfigError(
+                    "data.negative_mining: prober needs the HardNegativeMining callback in trainer.callbacks"
+                )
         if not self.train_data and stage in (None, "fit"):
             from_file = self.negative_mining == "offline"
-            self.train_data = [
-                TaskData(s, read_task(s, self.on_bad_record, self.seed, from_file)) for s in self.specs
-            ]
+            self.train_data = [TaskData(s, read_task(s, self.on_bad_record, self.seed, from_file)) for s in self.specs]
         if not self.val_data and self.val_specs:
             self.val_data = [TaskData(s, read_task(s, self.on_bad_record, self.seed)) for s in self.val_specs]
 
@@ -284,16 +324,21 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
     def _initial_probabilities(self) -> list[float]:
         if self.pending_probabilities is not None:
             return [self.pending_probabilities[n] for n in self.task_names]
-        if self.sampling == "uniform":
-            return [1.0] * len(self.specs)
-        return [float(len(d.records)) for d in self.train_data]
+        return size_weights(
+            [len(d.records) for d in self.train_data], [d.spec.batch_size for d in self.train_data], self.sampling
+        )
 
     def train_dataloader(self) -> DataLoader:
         trainer = self.trainer
         rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
         self.sampler = TaskBatchSampler(
-            [len(d.records) for d in self.train_data], [d.spec.batch_size for d in self.train_data],
-            self.steps_per_epoch, self._initial_probabilities(), self.seed, rank, world,
+            [len(d.records) for d in self.train_data],
+            [d.spec.batch_size for d in self.train_data],
+            self.steps_per_epoch,
+            self._initial_probabilities(),
+            self.seed,
+            rank,
+            world,
         )
         epoch, self.sampler.start_step = self.start_of_training(trainer, len(self.sampler))
         self.sampler.set_epoch(epoch)

@@ -3,9 +3,9 @@
 Every batch holds pairs of a single task (tasks are never mixed within a batch, GVE A.4). The
 sequence of tasks for an epoch is drawn from `(seed, epoch)` with the current probabilities P(k);
 each task's pairs are visited in a random order per `(seed, epoch, task, pass)`, cut into whole
-global batches, and start over when used up. All ranks draw the same task at the same step, so cross-device negatives come from
-the same task, and each rank takes its own slice of that step's global batch. Everything is a
-function of `(seed, epoch, step)`, so `start_step` resumes an interrupted epoch exactly.
+global batches, and start over when used up. All ranks draw the same task at the same step, so
+cross-device negatives come from the same task, and each rank takes its own slice of that step's
+global batch. Everything is a function of `(seed, epoch, step)`, so `start_step` resumes an interrupted epoch exactly.
 
 It subclasses `DistributedSampler` only so that Lightning does not wrap it in its own distributed
 sampler: it shards by rank itself. It yields whole batches (lists of `(task, record)` indices) and
@@ -15,9 +15,29 @@ is used with `DataLoader(batch_size=None)`.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Literal
 
 import numpy as np
 from torch.utils.data import DistributedSampler
+
+Sampling = Literal["equal_passes", "proportional", "uniform"]
+SAMPLINGS: tuple[str, ...] = ("equal_passes", "proportional", "uniform")
+
+
+def size_weights(sizes: list[int], batch_sizes: list[int], sampling: Sampling = "equal_passes") -> list[float]:
+    """Unnormalised P(k) without a curriculum. `equal_passes`: n_k / B_k, the batches task k fills, so
+    that every task gets the same expected passes per epoch (steps * P(k) * B_k * W / n_k); this is the
+    Modality Pyramid's base diet (`size_exponent` 1) at equal alignment, so GVE and GVE-s (GVE Sec. 4.2,
+    "applying the Modality Pyramid (GVE vs. GVE-s)") differ by exp(R_k / sigma) only. `proportional`:
+    n_k per step (naive mixing; tasks with larger batches get proportionally more passes).
+    `uniform`: 1 (the curriculum's `size_exponent` 0 at equal alignment)."""
+    if sampling == "equal_passes":
+        return [n / b for n, b in zip(sizes, batch_sizes)]
+    if sampling == "proportional":
+        return [float(n) for n in sizes]
+    if sampling == "uniform":
+        return [1.0] * len(sizes)
+    raise ValueError(f"sampling must be one of {list(SAMPLINGS)}, got {sampling!r}")
 
 
 def default_steps(sizes: list[int], batch_sizes: list[int], world_size: int = 1) -> int:
@@ -32,7 +52,7 @@ class TaskBatchSampler(DistributedSampler):
         sizes: records per task.
         batch_sizes: per-device batch size of each task.
         steps_per_epoch: batches per epoch (default: the sum over tasks of global batches).
-        probabilities: initial P(k) (default: proportional to task size, naive mixing).
+        probabilities: initial P(k) (default: `size_weights(..., "equal_passes")`, n_k / B_k).
         seed: base of every random draw.
         rank, world_size: this process and the number of processes.
     """
@@ -54,7 +74,9 @@ class TaskBatchSampler(DistributedSampler):
             raise ValueError("one size and one batch size per task are required")
         small = [k for k, (n, b) in enumerate(zip(sizes, batch_sizes)) if n < b * world_size]
         if small:
-            raise ValueError(f"task(s) {small} have fewer records than one global batch (batch size x {world_size} ranks)")
+            raise ValueError(
+                f"task(s) {small} have fewer records than one global batch (batch size x {world_size} ranks)"
+            )
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is outside world size {world_size}")
         self.sizes = list(sizes)
@@ -64,13 +86,23 @@ class TaskBatchSampler(DistributedSampler):
         self.num_replicas = world_size
         self.epoch = 0
         self.start_step = 0
+        self._orders: dict[int, tuple[tuple[int, ...], np.ndarray]] = {}  # task -> (its key, its order)
         self.steps = steps_per_epoch or default_steps(sizes, batch_sizes, world_size)
-        self.probabilities = self._checked(probabilities) if probabilities is not None else self._checked(sizes)
+        if probabilities is None:
+            probabilities = size_weights(sizes, batch_sizes)
+        self.probabilities = self._checked(probabilities)
 
     def _checked(self, weights) -> np.ndarray:
         weights = np.asarray(weights, dtype=np.float64)
-        if weights.shape != (len(self.sizes),) or (weights < 0).any() or not np.isfinite(weights).all() or weights.sum() <= 0:
-            raise ValueError(f"task probabilities must be {len(self.sizes)} non-negative finite weights, got {weights.tolist()}")
+        if (
+            weights.shape != (len(self.sizes),)
+            or (weights < 0).any()
+            or not np.isfinite(weights).all()
+            or weights.sum() <= 0
+        ):
+            raise ValueError(
+                f"task probabilities must be {len(self.sizes)} non-negative finite weights, got {weights.tolist()}"
+            )
         return weights / weights.sum()
 
     def set_probabilities(self, probabilities) -> None:
@@ -85,7 +117,14 @@ class TaskBatchSampler(DistributedSampler):
         return rng.choice(len(self.sizes), size=self.steps, p=self.probabilities)
 
     def _order(self, task: int, cycle: int) -> np.ndarray:
-        return np.random.default_rng([self.seed, self.epoch, task, cycle]).permutation(self.sizes[task])
+        """The random order of `task`'s records in pass `cycle` of this epoch, kept while it is in use
+        (permuting WebVid's 5.4 M pairs for every batch took longer than the batch)."""
+        key = (self.seed, self.epoch, task, cycle)
+        kept = self._orders.get(task)
+        if kept is None or kept[0] != key:
+            kept = (key, np.random.default_rng([self.seed, self.epoch, task, cycle]).permutation(self.sizes[task]))
+            self._orders[task] = kept
+        return kept[1]
 
     def global_batch(self, task: int, occurrence: int) -> np.ndarray:
         """Record indices of the `occurrence`-th global batch of `task` in this epoch (all ranks).

@@ -17,7 +17,7 @@ line is an error naming the file, the line and the reason, or is dropped and cou
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +45,10 @@ class TaskSpec:
         max_records: keep a fixed-size random subset (A.4: "we sample a fixed number of instances").
         repeat: repeat the records this many times (A.4's up-sampling of high-value data).
         synthetic: a synthesized (UVRD) task; the GVE-i ablation leaves these out.
+        negative_corpus: JSONL files of extra candidate targets (one item per line, media paths relative
+            to each file's folder) for per-epoch mining (`data.negative_mining: prober`): GVE Sec. 3.3 mines
+            "from a large external corpus"; the paper does not name it, so by default only the task's own
+            targets are candidates (`lit_retrieval.data.negatives`).
     """
 
     name: str
@@ -58,6 +62,7 @@ class TaskSpec:
     max_records: int | None = None
     repeat: int = 1
     synthetic: bool = False
+    negative_corpus: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         try:
@@ -96,7 +101,9 @@ def _parse_line(line: str, where: str, spec: TaskSpec, root: Path, query_format:
         raise ItemError(f"{where}: 'negatives' must be a list")
     if len(raw_negatives) < spec.num_negatives:
         raise ItemError(f"{where}: {len(raw_negatives)} negatives, task {spec.name!r} needs {spec.num_negatives}")
-    negatives = tuple(item_from_json(n, f"{where} negative {k}", root) for k, n in enumerate(raw_negatives[: spec.num_negatives]))
+    negatives = tuple(
+        item_from_json(n, f"{where} negative {k}", root) for k, n in enumerate(raw_negatives[: spec.num_negatives])
+    )
     for k, negative in enumerate(negatives):
         if negative.modality != target_format:
             raise ItemError(f"{where}: negative {k} is {negative.modality}, targets are {target_format}")
@@ -132,7 +139,9 @@ def read_task(
     if not records:
         raise AnnotationError(str(path), spec.name, "no usable records")
     if spec.max_records is not None and spec.max_records < len(records):
-        keep = np.sort(np.random.default_rng([seed, len(records)]).choice(len(records), spec.max_records, replace=False))
+        keep = np.sort(
+            np.random.default_rng([seed, len(records)]).choice(len(records), spec.max_records, replace=False)
+        )
         records = [records[i] for i in keep]
     return records * spec.repeat
 
