@@ -22,6 +22,7 @@ import torch
 from head_checks import bind_seeded, features
 from lit_retrieval.data import MultiEventDataModule
 from lit_retrieval.data.shots import ShotConfig
+from lit_retrieval.metrics.analyses import AnalysesConfig
 from lit_retrieval.metrics.blockwise import Relevance, blockwise_search
 from lit_retrieval.models.encoders import CLIPEncoder
 from lit_retrieval.models.heads import (
@@ -39,7 +40,7 @@ from lit_retrieval.models.heads import (
     XCLIPHead,
 )
 from lit_retrieval.models.heads.base import map_rep
-from lit_retrieval.modules import DualEncoderRetrieval, SALIRetrieval
+from lit_retrieval.modules import DualEncoderRetrieval, EvaluationConfig, SALIRetrieval
 
 ZOO: dict[str, Callable] = {
     "meanP": lambda: MeanPHead(),
@@ -209,6 +210,20 @@ def test_fp32_encoders_make_bf16_mixed_evaluation_equal_fp32(corpus, tiny_clip):
     full = scores("32-true", False)
     torch.testing.assert_close(scores("bf16-mixed", True), full, rtol=0, atol=1e-6)
     assert (scores("bf16-mixed", False) - full).abs().max() > 1e-4
+
+
+def test_analyses_encode_queries_in_the_precision_of_the_test_step(corpus, tiny_clip):
+    """The queries the evaluator encodes itself (an analysis re-encoding the model's own concat
+    queries, in the test step's groups of 8) are encoded under bf16-mixed as in the test step, so
+    the analysis reproduces the main ranks exactly."""
+    torch.manual_seed(0)
+    analyses = AnalysesConfig(query_modes=["concat"])
+    evaluation = EvaluationConfig(analyses=analyses, query_rows=8)
+    module = DualEncoderRetrieval(CLIPEncoder(pretrained=str(tiny_clip)), MeanPHead(), evaluation=evaluation)
+    make_trainer("bf16-mixed").test(module, gallery_data(corpus), verbose=False)
+    results = module.eval_results["test"]
+    for key in ("t2v/R@1", "t2v/R@5", "t2v/MnR", "v2t/R@1", "v2t/MnR"):
+        assert results[f"query_mode/concat/{key}"] == results[key], key
 
 
 @pytest.mark.parametrize("name", list(ZOO))
