@@ -63,7 +63,7 @@ class BruteForceNegatives(L.Callback):
             expected = own
         assert [[n.key for n in r.negatives] for r in data.records] == expected, epoch
         with open(self.record, "a") as handle:
-            handle.write(f"{epoch}\n")
+            handle.write(f"{trainer.global_rank}:{epoch}\n")
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +132,42 @@ def test_each_epoch_mines_the_probers_top_ranked_non_positives(
     }
     callbacks = ([PYRAMID] if curriculum else []) + [MINER, check]
     main(["fit", "--config", gve_config(tmp_path, tiny_qwen, text_task, callbacks, str(other_prober))])
-    assert (tmp_path / "checked.txt").read_text().split() == ["0", "1"]
+    assert (tmp_path / "checked.txt").read_text().split() == ["0:0", "0:1"]
+
+
+def test_two_process_ddp_mining_equals_the_brute_force_on_every_rank(tmp_path, tiny_qwen, other_prober, text_task):
+    """Under DDP (2 CPU processes, gloo) each rank embeds a share of the queries and candidates and the
+    shares are gathered: every rank ends up with the brute-force negatives of the whole task."""
+    import os
+    import subprocess
+    import sys
+
+    from fit_configs import clean_launch_env
+
+    check = {
+        "class_path": "test_prober_negatives.BruteForceNegatives",
+        "init_args": {
+            "prober_path": str(other_prober),
+            "corpus": str(text_task / "corpus.jsonl"),
+            "record": str(tmp_path / "checked.txt"),
+        },
+    }
+    config = gve_config(tmp_path, tiny_qwen, text_task, [MINER, check], str(other_prober))
+    raw = yaml.safe_load(open(config))
+    raw["trainer"].update(devices=2, strategy="ddp")
+    raw["data"]["init_args"]["tasks"][0]["batch_size"] = 2
+    (tmp_path / "gve.yaml").write_text(yaml.safe_dump(raw))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run(
+        [sys.executable, "-m", "lit_retrieval", "fit", "--config", config],
+        cwd=root,
+        env=clean_launch_env(os.path.join(root, "tests")),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted((tmp_path / "checked.txt").read_text().split()) == ["0:0", "0:1", "1:0", "1:1"]
 
 
 def one_line_refusal(config: str, capsys) -> str:
