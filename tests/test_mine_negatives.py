@@ -48,3 +48,20 @@ def test_mine_negatives_command_matches_brute_force(tmp_path, tiny_qwen, gve_tas
         ]
         assert [n.key for n in record.negatives] == [c.key for c in ranked[:2]]
     assert json.loads(out.read_text().splitlines()[0])["negatives"][0]["video"].endswith(".mp4")
+
+
+def test_a_corpus_of_other_modality_or_bad_json_is_one_line(tmp_path, tiny_qwen, gve_tasks, capsys):
+    import pytest
+
+    from lit_retrieval.cli import main
+
+    spec = next(s for s in gve_tasks["train"] if s.name == "syn_t2v")
+    for content, reason in (('"a caption"\n', "corpus item is T, the task's targets are V"), ("{\n", "not valid JSON")):
+        corpus = tmp_path / "corpus.jsonl"
+        corpus.write_text(content)
+        argv = ["mine-negatives", "--model", str(tiny_qwen), "--task", spec.path, "--format", "T->V"]
+        with pytest.raises(SystemExit) as exit_:
+            main([*argv, "--out", str(tmp_path / "out.jsonl"), "--corpus", str(corpus)])
+        assert exit_.value.code == 2
+        lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lit-retrieval")]
+        assert len(lines) == 1 and f"{corpus}:1: {reason}" in lines[0], lines
