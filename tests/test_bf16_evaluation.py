@@ -87,6 +87,8 @@ class Ranked:
     scores: torch.Tensor  # [queries, gallery] as the evaluator ranked them
     targets: torch.Tensor  # each query's gallery column
     metrics: dict[str, float]
+    text: object  # the representations it scored
+    gallery: object
 
 
 def evaluations(module: L.LightningModule, run: Callable[[L.Trainer], None], precision: str) -> list[Ranked]:
@@ -96,7 +98,7 @@ def evaluations(module: L.LightningModule, run: Callable[[L.Trainer], None], pre
 
     def recording(score, text, gallery, targets, *args, **kwargs):
         ranked = rank(score, text, gallery, targets, *args, **{**kwargs, "keep_scores": True})
-        seen.append(Ranked(ranked.scores, targets, ranked.metrics))
+        seen.append(Ranked(ranked.scores, targets, ranked.metrics, text, gallery))
         return ranked
 
     module.evaluator.rank = recording
@@ -170,6 +172,10 @@ def test_sali_trains_in_bf16_and_evaluates_in_fp32(corpus, tiny_clip, tmp_path):
 
 
 def test_gve_trains_in_bf16_and_validates_in_fp32(tiny_qwen, gve_tasks):
+    """GVE's recipe (configs/gve/train.yaml): bf16 weights, LoRA, bf16-mixed. The weights are bf16
+    under either trainer precision, so the ranked scores are also checked against the float64
+    cosine of the very embeddings the evaluator ranked: no positive tied that it separates. (The
+    embedder returns float32 unit vectors, so GVE ranked from float32 before issue 31 too.)"""
     from lit_retrieval.data import MultiTaskDataModule
     from lit_retrieval.models.gve.embedder import AdapterConfig
     from lit_retrieval.models.gve.processing import InputConfig
@@ -186,13 +192,19 @@ def test_gve_trains_in_bf16_and_validates_in_fp32(tiny_qwen, gve_tasks):
     )
     torch.manual_seed(0)
     embedder = EmbedderConfig(
-        str(tiny_qwen), AdapterConfig(r=4), inputs=inputs, gradient_checkpointing=False, dtype="float32"
+        str(tiny_qwen), AdapterConfig(r=4), inputs=inputs, gradient_checkpointing=False, dtype="bfloat16"
     )
     module = GVERetrieval(embedder, cross_device=False)
     val = [t for t in gve_tasks["val"] if t.format in ("T->V", "I->V")]
     data = MultiTaskDataModule(gve_tasks["train"], val, steps_per_epoch=2, num_workers=0, eval_batch_size=16)
     assert_trains_in_bf16(module, data)
-    assert_evaluates_as_fp32(module, data, "validate")
+    run = lambda t: t.validate(module, data)  # noqa: E731
+    bf16 = evaluations(module, run, "bf16-mixed")
+    assert_bf16_ranks_as_fp32(bf16, evaluations(module, run, "32-true"))
+    for ranked in bf16:
+        exact = ranked.text.double() @ ranked.gallery.double().t()
+        new_ties = tied_positives(ranked.scores, ranked.targets) & ~tied_positives(exact, ranked.targets)
+        assert not new_ties.any(), f"{int(new_ties.sum())} of {len(new_ties)} positives tied that float64 separates"
 
 
 def test_fp32_encoders_make_bf16_mixed_evaluation_equal_fp32(corpus, tiny_clip):
