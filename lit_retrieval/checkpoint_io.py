@@ -2,11 +2,12 @@
 
 Saving writes `<name>.partial` next to the target, flushes it to disk and renames it over the
 target in one step, so a crash or a full disk while writing keeps the previous checkpoint of that
-name intact (Lightning's default writes into the target directly). Loading turns a truncated or
-corrupt file into a `CorruptCheckpointError` naming the file and the reason, instead of a pickle
-or zip traceback. `lit-retrieval` installs it on every strategy that uses a checkpoint IO
-(DeepSpeed writes its own directories). `newest_resume_checkpoint` picks what a run resumes from:
-the newest, by stored global step, of Lightning's Slurm `hpc_ckpt_*.ckpt` and the last checkpoints.
+name intact (Lightning's default writes into the target directly); a full disk (or quota) is a
+`DiskFull`, one line through the CLI. Loading turns a truncated or corrupt file into a
+`CorruptCheckpointError` naming the file and the reason, instead of a pickle or zip traceback.
+`lit-retrieval` installs it on every strategy that uses a checkpoint IO (DeepSpeed writes its own
+directories). `newest_resume_checkpoint` picks what a run resumes from: the newest, by stored
+global step, of Lightning's Slurm `hpc_ckpt_*.ckpt` and the last checkpoints.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import torch
 from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from lit_retrieval.errors import InputError
+from lit_retrieval.errors import DiskFull, InputError
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,7 @@ class CorruptCheckpointError(InputError, RuntimeError):
 
 
 REQUIRED_KEYS = ("state_dict",)
+FULL_DISK = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded"}
 
 
 def read_checkpoint(path: _PATH, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
@@ -96,9 +98,12 @@ class SafeCheckpointIO(TorchCheckpointIO):
                 os.fsync(handle.fileno())
         except OSError as err:
             partial.unlink(missing_ok=True)
-            reason = "the disk is full" if err.errno == errno.ENOSPC else str(err)
             kept = f"; the previous {path.name} is intact" if path.exists() else ""
-            raise OSError(err.errno, f"could not write checkpoint {path}: {reason}{kept}") from err
+            if err.errno in FULL_DISK:
+                raise DiskFull(
+                    f"could not write checkpoint {path}: {FULL_DISK[err.errno]}{kept}; make room and run again"
+                ) from err
+            raise OSError(err.errno, f"could not write checkpoint {path}: {err}{kept}") from err
         os.replace(partial, path)
 
     def load_checkpoint(

@@ -4,13 +4,17 @@
 `lit-retrieval COMMAND: PATH[: record R]: reason`, and exits with status 2 (no traceback unless
 `--debug` or `LIT_RETRIEVAL_DEBUG=1`). The project's specific errors derive from it and keep their
 names and standard bases: `AnnotationError` (and `ItemError`) are `ValueError`s, `VideoDecodeError`
-and `CorruptCheckpointError` are `RuntimeError`s, so existing `except` clauses still catch them.
+and `CorruptCheckpointError` are `RuntimeError`s, `DiskFull` an `OSError`, so existing `except`
+clauses still catch them. Lightning's `MisconfigurationException` counts as a `ConfigError` where
+it is the config's (raised while the Trainer is built, or by a Lightning callback or logger).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import sys
+import traceback
 
 DEBUG_VARIABLE = "LIT_RETRIEVAL_DEBUG"
 
@@ -43,6 +47,11 @@ class UsageError(InputError, ValueError):
         self.reason = reason
 
 
+class DiskFull(InputError, OSError):
+    """A write that failed for want of space (ENOSPC, or EDQUOT: over quota); the user fixes it by
+    making room, and what was written before is kept."""
+
+
 def _input_error_names(cls: type = InputError) -> set[str]:
     names = {cls.__name__}
     for sub in cls.__subclasses__():
@@ -52,11 +61,47 @@ def _input_error_names(cls: type = InputError) -> set[str]:
 
 def input_cause(err: BaseException) -> InputError | None:
     """`err` or the first of its direct causes that is an `InputError` (e.g. a data module's
-    `ConfigError` that jsonargparse re-raised as a `ValueError`), else None."""
+    `ConfigError` that jsonargparse re-raised as a `ValueError`), else the first that is Lightning's
+    config error (`lightning_config_error`), as a `ConfigError`, else None."""
+    chain: list[BaseException] = []
     cause: BaseException | None = err
-    while cause is not None and not isinstance(cause, InputError):
+    while cause is not None:
+        chain.append(cause)
         cause = cause.__cause__
-    return cause
+    found = next((c for c in chain if isinstance(c, InputError)), None)
+    return found or next(filter(None, map(lightning_config_error, chain)), None)
+
+
+# Where a MisconfigurationException is the config's: file (under lightning/pytorch/) and function
+# (None: any) -> the config section it names. Raised elsewhere (a hook's return value, `self.log`
+# misuse), or beneath other code that such a frame called, it is a bug in the code and keeps its
+# traceback.
+_LIGHTNING_CONFIG_ORIGINS = (
+    ("trainer/trainer.py", "__init__", "trainer"),
+    ("callbacks/", None, "trainer.callbacks"),
+    ("loggers/", None, "trainer.logger"),
+)
+
+
+def lightning_config_error(err: BaseException) -> ConfigError | None:
+    """Lightning's `MisconfigurationException` raised while `Trainer.__init__` checks its arguments
+    (`max_epochs: -5`, devices, strategy, ...) or by a Lightning callback or logger (e.g.
+    `ModelCheckpoint(save_top_k=-5)`) with only Lightning's frames beneath, as a `ConfigError` naming
+    the section (and the callback's class) before Lightning's message, which names the argument;
+    None for any other error."""
+    exceptions = sys.modules.get("lightning.fabric.utilities.exceptions")  # never imported: not Lightning's
+    if exceptions is None or not isinstance(err, exceptions.MisconfigurationException):
+        return None
+    section = None
+    for frame, _ in traceback.walk_tb(err.__traceback__):  # the innermost matching frame names it
+        path = frame.f_code.co_filename.replace(os.sep, "/")
+        if "/lightning/" not in path:  # other code (a module's hook) called beneath it: not the config's
+            section = None
+        for where, function, name in _LIGHTNING_CONFIG_ORIGINS:
+            if f"/lightning/pytorch/{where}" in path and function in (None, frame.f_code.co_name):
+                owner = frame.f_locals.get("self")
+                section = f"{name} ({type(owner).__name__})" if name != "trainer" and owner is not None else name
+    return None if section is None else ConfigError(f"{section}: {err}")
 
 
 def input_error_line(err: BaseException) -> str | None:

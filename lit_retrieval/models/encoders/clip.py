@@ -15,6 +15,7 @@ import torch
 from torch import nn
 from transformers import AutoTokenizer, CLIPConfig, CLIPModel
 
+from lit_retrieval.errors import ConfigError
 from lit_retrieval.models.encoders.base import VideoTextEncoder, VisionForward, VisionHook
 from lit_retrieval.models.encoders.longclip import load_longclip_checkpoint, stretch_position_embedding
 from lit_retrieval.models.encoders.text_towers import AutoTextTower, CLIPTextTower, resolve_model_path
@@ -115,10 +116,11 @@ class CLIPEncoder(VideoTextEncoder):
 
     def encode_video(self, frames: torch.Tensor, mask: torch.Tensor, with_patches: bool = False) -> VideoFeatures:
         if frames.shape[-2:] != (self.image_size, self.image_size):
-            raise ValueError(
-                f"frames are {tuple(frames.shape[-2:])} but the vision tower expects "
-                f"{self.image_size}x{self.image_size}: "
-                "set the data module's image_size to match the encoder"
+            height, width = frames.shape[-2:]
+            raise ConfigError(
+                f"data.image_size: frames of {height}x{width} px, but the vision tower (model.encoder) expects "
+                f"{self.image_size}x{self.image_size}: set data.init_args.image_size: {self.image_size}, "
+                f"or use an encoder built for {height} px"
             )
         batch, length = mask.shape
         mask = mask.bool()
