@@ -18,8 +18,19 @@ import argparse
 from lit_retrieval.commands.sharding import add_shard_arguments, check_shard
 from lit_retrieval.errors import UsageError
 from lit_retrieval.locking import OutputLock
-from lit_retrieval.search.index import IndexConfig, build_video_index, list_videos
+from lit_retrieval.search.index import IndexConfig, build_video_index, check_ivf_lists, list_videos
 from lit_retrieval.search.loading import ModelSpec, load_item_embedder
+
+
+def positive_int(text: str) -> int:
+    """argparse `type` of a count that must be at least 1 (`--chunk 0` would embed nothing, forever)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
+    return value
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,9 +51,11 @@ def run(argv: list[str]) -> int:
     parser.add_argument(
         "--kind", choices=["flat", "ivf", "hnsw"], default="flat", help="exact inner product, IVF-Flat or HNSW"
     )
-    parser.add_argument("--nlist", type=int, help="IVF lists (default 4 sqrt(N))")
-    parser.add_argument("--nprobe", type=int, default=32, help="IVF lists searched per query")
-    parser.add_argument("--chunk", type=int, default=16, help="videos per saved chunk")
+    parser.add_argument(
+        "--nlist", type=positive_int, help="IVF lists (default min(N/39, 4 sqrt(N))); needs at least as many videos"
+    )
+    parser.add_argument("--nprobe", type=positive_int, default=32, help="IVF lists searched per query")
+    parser.add_argument("--chunk", type=positive_int, default=16, help="videos per saved chunk")
     parser.add_argument(
         "--sampling",
         choices=["exact", "keyframe"],
@@ -68,6 +81,7 @@ def run(argv: list[str]) -> int:
     if not videos:
         raise UsageError(args.videos, "no videos found (a folder without video files, or an empty list file)")
     settings = IndexConfig(kind=args.kind, nlist=args.nlist, nprobe=args.nprobe, gpu=args.gpu)
+    check_ivf_lists(settings, len(videos))  # before the embedding, which would then be wasted
     shard = (args.shard, args.num_shards) if args.num_shards > 1 else None
     with OutputLock(args.out, name=f"index-s{args.shard}" if shard else "index"):  # before the (slow) model load
         meta = build_video_index(

@@ -6,7 +6,8 @@
 
 The index remembers its model; `--model`/`--config` may be given only to confirm it (a different
 model or settings is refused). The arguments are checked before anything loads: `-k` at least 1,
-no empty or blank query text or event; the index folder is checked whole (`VideoIndex.load`).
+no empty or blank query text or event; the index folder is checked whole (`VideoIndex.load`); a
+query the model cannot embed (`--text` with `--video` on a dual encoder) is refused once it loads.
 """
 
 from __future__ import annotations
@@ -34,6 +35,26 @@ def check_arguments(args: argparse.Namespace) -> None:
         for number, text in enumerate(texts, start=1):
             if not text.strip():
                 raise UsageError(f"{flag} {number}", f"empty or blank text ({text!r}); give words to search for")
+
+
+QUERY_KINDS = {"T": ("--text", "text"), "I": ("--image", "image"), "V": ("--video", "video")}
+
+
+def _kind(modality: str) -> str:
+    return "+".join(QUERY_KINDS[letter][1] for letter in modality)
+
+
+def check_query_kinds(queries: list[MediaItem], modalities: set[str]) -> None:
+    """Refuse a composed or image query the index's model cannot embed (a dual encoder embeds text
+    and video items only), naming the options that make it, before any query is embedded."""
+    for query in queries:
+        if query.modality not in modalities:
+            raise UsageError(
+                " with ".join(QUERY_KINDS[letter][0] for letter in query.modality),
+                f"the query is {_kind(query.modality)}, but the index's model embeds "
+                f"{' or '.join(map(_kind, sorted(modalities)))} items only: search with text or --video alone, "
+                "or index with a GVE model for composed and image queries",
+            )
 
 
 def queries_from(args: argparse.Namespace) -> list[MediaItem]:
@@ -74,6 +95,7 @@ def run(argv: list[str]) -> int:
     spec = replace(spec, device=args.device)  # the rest (frame sampling too) as the index was built
     embedder = load_item_embedder(spec)
     index.check(embedder)
+    check_query_kinds(queries, embedder.modalities)
     results = index.search(embedder.embed(queries, args.instruction).numpy(), args.k)
     for query, hits in zip(queries, results):
         label = query.text or query.image or query.video

@@ -75,6 +75,22 @@ def list_videos(source: str | Path) -> list[str]:
     raise FileNotFoundError(f"{source}: neither a folder of videos nor a list file")
 
 
+IVF_POINTS_PER_LIST = 39  # faiss' k-means warns below 39 training vectors per list (and fails below 1)
+
+
+def check_ivf_lists(settings: IndexConfig, count: int) -> None:
+    """Refuse an IVF index of more lists (`--nlist`) than `count` vectors: k-means needs at least one
+    vector per list to train (faiss' `Clustering::train_encoded` error otherwise)."""
+    if settings.kind == "ivf" and settings.nlist is not None and settings.nlist > count:
+        raise UsageError(
+            "--nlist",
+            f"{settings.nlist} IVF lists need at least {settings.nlist} vectors to train (faiss warns below "
+            f"{IVF_POINTS_PER_LIST * settings.nlist}, {IVF_POINTS_PER_LIST} per list) but there are {count}: give "
+            f"--nlist {count} or fewer ({max(1, count // IVF_POINTS_PER_LIST)} or fewer for {IVF_POINTS_PER_LIST} "
+            "per list), or leave it out (the default is min(N/39, 4 sqrt(N)))",
+        )
+
+
 def make_index(vectors: np.ndarray, settings: IndexConfig) -> faiss.Index:
     dim = vectors.shape[1]
     if settings.kind == "flat":
@@ -83,7 +99,8 @@ def make_index(vectors: np.ndarray, settings: IndexConfig) -> faiss.Index:
         index = faiss.IndexHNSWFlat(dim, settings.hnsw_m, faiss.METRIC_INNER_PRODUCT)
         index.hnsw.efSearch = settings.ef_search
     else:
-        nlist = settings.nlist or max(1, min(len(vectors) // 39, int(4 * math.sqrt(len(vectors)))))
+        check_ivf_lists(settings, len(vectors))
+        nlist = settings.nlist or max(1, min(len(vectors) // IVF_POINTS_PER_LIST, int(4 * math.sqrt(len(vectors)))))
         index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
         index.train(vectors)
         index.nprobe = min(settings.nprobe, nlist)
