@@ -31,6 +31,7 @@ from .files import (
     canonical_video,
     cmd_dir,
     didemo_dir,
+    dual_encoder,
     didemo_moment,
     fit_config,
     index_dir,
@@ -70,8 +71,32 @@ def case(entry: str, name: str, subprocess: bool = False):
     return register
 
 
-def fit(tmp: Path, data_class: str, init_args: dict, *extra: str, **trainer) -> list[str]:
-    return ["fit", "--config", str(fit_config(tmp / "fit.yaml", data_class, init_args, **trainer)), *extra]
+def fit(tmp: Path, data_class: str, init_args: dict, *extra: str, model: dict | None = None, **trainer) -> list[str]:
+    return ["fit", "--config", str(fit_config(tmp / "fit.yaml", data_class, init_args, model, **trainer)), *extra]
+
+
+_CLIP: list[str] = []
+
+
+def shared_clip() -> str:
+    """A tiny CLIP (random weights, 32 px frames, `save_pretrained`) shared by this process's cases."""
+    if not _CLIP:
+        from lit_retrieval.models.encoders.tiny import save_tiny_clip
+
+        _CLIP.append(str(save_tiny_clip(Path(tempfile.mkdtemp(prefix="robustness-clip-")), seed=0)))
+    return _CLIP[0]
+
+
+def video_corpus(root: Path) -> dict:
+    """Three real 2 s videos (v1, v2 for training, v3 for testing) and their annotation under
+    `root`; the data module's init args for them (2 frames of 32 px, batches of 2)."""
+    events = [{"description": "a dog runs", "start": 0, "end": 1}]
+    splits = {"v1": "train", "v2": "train", "v3": "test"}
+    videos = [canonical_video(name, split, duration=2.0, events=events) for name, split in splits.items()]
+    for seed, name in enumerate(splits):
+        write_noise_video(root / f"{name}.mp4", 2.0, seed=seed)
+    annotation = canonical_file(root / "ann.json", videos=videos)
+    return {"annotation": str(annotation), "num_frames": 2, "image_size": 32, "batch_size": 2}
 
 
 # -- canonical multi-event annotations (MultiEventDataModule) ------------------------------------
@@ -517,6 +542,34 @@ gve_config_case("GVE eval_batch_size 0", {}, {"eval_batch_size": 0}, "data.eval_
 gve_config_case("GVE task format unknown", {"format": "T->X"}, {}, "T->X")
 
 
+@case("configs", "--trainer.max_epochs -5", subprocess=True)
+def _(tmp: Path) -> Expect:
+    argv = fit(tmp, "MultiEventDataModule", {"annotation": str(canonical_file(tmp / "ann.json"))})
+    return Expect(
+        [*argv, "--trainer.max_epochs", "-5"], str(tmp / "fit.yaml"), "trainer: `max_epochs` must be a non-negative"
+    )
+
+
+@case("configs", "ModelCheckpoint save_top_k -5")
+def _(tmp: Path) -> Expect:
+    argv = fit(tmp, "MultiEventDataModule", {"annotation": str(canonical_file(tmp / "ann.json"))})
+    return Expect(
+        [*argv, "--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.save_top_k=-5"],
+        str(tmp / "fit.yaml"),
+        "trainer.callbacks (ModelCheckpoint): Invalid value for save_top_k=-5",
+    )
+
+
+@case("configs", "frames of 64 px for a 32 px vision tower")
+def _(tmp: Path) -> Expect:
+    init = {**video_corpus(tmp), "image_size": 64}
+    return Expect(
+        fit(tmp, "MultiEventDataModule", init, model=dual_encoder(shared_clip())),
+        str(tmp / "fit.yaml"),
+        "data.image_size: frames of 64x64 px, but the vision tower (model.encoder) expects 32x32",
+    )
+
+
 @case("configs", "config file missing")
 def _(tmp: Path) -> Expect:
     return Expect(["fit", "--config", str(tmp / "nowhere.yaml")], str(tmp / "nowhere.yaml"), "nowhere.yaml")
@@ -591,6 +644,44 @@ def index_ckpt_case(kind: str):
         return Expect(argv, str(ckpt), reason)
 
     CASES.append(Case("checkpoints", f"index --ckpt {kind}", build))
+
+
+_SEQ_LSTM: list[Path] = []
+
+
+def seq_lstm_checkpoint() -> Path:
+    """A checkpoint of a seqLSTM dual encoder, written by one real `fit` step (shared by this process)."""
+    if not _SEQ_LSTM:
+        from lit_retrieval.cli import main
+
+        root = Path(tempfile.mkdtemp(prefix="robustness-seqlstm-"))
+        callback = {
+            "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+            "init_args": {"dirpath": str(root / "ckpt"), "save_last": True, "save_top_k": 0},
+        }
+        model = dual_encoder(shared_clip(), "SeqLSTMHead")
+        config = fit_config(
+            root / "fit.yaml",
+            "MultiEventDataModule",
+            video_corpus(root),
+            model,
+            enable_checkpointing=True,
+            callbacks=[callback],
+        )
+        main(["fit", "--config", str(config)])
+        _SEQ_LSTM.append(root / "ckpt" / "last.ckpt")
+    return _SEQ_LSTM[0]
+
+
+@case("checkpoints", "test --ckpt_path of another head")
+def _(tmp: Path) -> Expect:
+    ckpt = seq_lstm_checkpoint()
+    config = fit_config(tmp / "test.yaml", "MultiEventDataModule", video_corpus(tmp), dual_encoder(shared_clip()))
+    return Expect(
+        ["test", "--config", str(config), "--ckpt_path", str(ckpt)],
+        str(ckpt),
+        "the checkpoint's head is SeqLSTMHead, the config's model.head is MeanPHead",
+    )
 
 
 for _kind in CHECKPOINTS:
@@ -718,6 +809,29 @@ index_case(
     "--videos list not UTF-8", lambda tmp: text(tmp, "list.txt", "caf\u00e9.mp4\n".encode("latin-1")), "not UTF-8"
 )
 
+
+def index_option_case(name: str, extra: list[str], path: str, reason: str, videos: int = 1):
+    """An `index` option refused before the model loads (`--model` names no model)."""
+
+    def build(tmp: Path) -> Expect:
+        (tmp / "videos").mkdir()
+        for number in range(videos):
+            write_noise_video(tmp / "videos" / f"v{number}.mp4", 1.0, seed=number)
+        argv = ["index", "--model", str(tmp / "no-model"), "--videos", str(tmp / "videos"), "--out", str(tmp / "idx")]
+        return Expect([*argv, *extra], path, reason)
+
+    CASES.append(Case("index", name, build))
+
+
+index_option_case("--chunk 0", ["--chunk", "0"], "--chunk", "must be an integer >= 1, got 0")
+index_option_case(
+    "IVF with more lists than videos",
+    ["--kind", "ivf", "--nlist", "8"],
+    "--nlist",
+    "8 IVF lists need at least 8 vectors to train (faiss warns below 312, 39 per list) but there are 3",
+    videos=3,
+)
+
 # -- search ------------------------------------------------------------------------------------------
 
 
@@ -826,6 +940,20 @@ for _name in ("meta.json without fingerprint", "videos.json shorter than the ind
     index_folder_case("serve", _name, subprocess=_name == "videos.json empty")
 index_folder_case("serve", "built by another model")
 index_folder_case("serve", "videos.json shorter than the index", False, "--workers", "2")
+
+
+@case("search", "--text with --video on a dual encoder's index")
+def _(tmp: Path) -> Expect:
+    from lit_retrieval.commands import run_command
+
+    config = fit_config(tmp / "fit.yaml", "MultiEventDataModule", video_corpus(tmp), dual_encoder(shared_clip()))
+    (tmp / "list.txt").write_text("v1.mp4\nv2.mp4\n")
+    run_command("index", ["--config", str(config), "--videos", str(tmp / "list.txt"), "--out", str(tmp / "idx")])
+    return Expect(
+        ["search", str(tmp / "idx"), "--text", "a dog", "--video", str(tmp / "v1.mp4")],
+        "--text with --video",
+        "the query is text+video, but the index's model embeds text or video items only",
+    )
 
 
 def query_case(name: str, extra: list[str], path: str, reason: str):

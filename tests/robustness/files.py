@@ -153,11 +153,12 @@ def msrvtt_dir(
 # -- configs -----------------------------------------------------------------------------------
 
 
-def fit_config(path: Path, data_class: str, init_args: dict, **trainer: Any) -> Path:
-    """A `fit` config of a BoringModel on `data_class` (the data module is what is exercised)."""
+def fit_config(path: Path, data_class: str, init_args: dict, model: dict | None = None, **trainer: Any) -> Path:
+    """A `fit` config of `model` (default a BoringModel: the data module is what is exercised) on
+    `data_class`."""
     config = {
         "seed_everything": 0,
-        "model": {"class_path": BORING_MODEL},
+        "model": model or {"class_path": BORING_MODEL},
         "data": {"class_path": f"lit_retrieval.data.{data_class}", "init_args": init_args},
         "trainer": {
             "accelerator": "cpu",
@@ -174,6 +175,17 @@ def fit_config(path: Path, data_class: str, init_args: dict, **trainer: Any) -> 
     }
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+def dual_encoder(clip: str, head: str = "MeanPHead") -> dict:
+    """The model section of a CLIP dual encoder with `head` on the saved CLIP folder `clip`."""
+    return {
+        "class_path": "lit_retrieval.modules.DualEncoderRetrieval",
+        "init_args": {
+            "encoder": {"class_path": "lit_retrieval.models.encoders.CLIPEncoder", "init_args": {"pretrained": clip}},
+            "head": {"class_path": f"lit_retrieval.models.heads.{head}"},
+        },
+    }
 
 
 # -- frame cache (MultiEventDataModule's frame_cache) ---------------------------------------------
