@@ -3,19 +3,27 @@
 # processor needs torchvision). On this project's machines both resolve to local files; a GPU
 # cluster user runs e.g.
 #   make install TORCH='torch==2.6.0 torchvision==0.21.0' EXTRAS='dev,gpu'
+# EXTRAS with `gpu` also installs flash-attn (FLASH_ATTN) in a step of its own, --no-build-isolation: its
+# build imports the torch installed first, which pip's build isolation would hide (pyproject.toml says why).
 PYTHON ?= python3
 VENV ?= .venv
 TORCH ?= torch==2.14.1 torchvision==0.29.1
-EXTRAS ?= dev
+EXTRAS ?= dev,deepspeed
+FLASH_ATTN ?= flash-attn>=2.7,<3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+comma := ,
 
 .PHONY: install quickstart quickstart-mea quickstart-gve test lint bench mea-comparison sali-comparison clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet $(TORCH)
-	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
+	DS_BUILD_OPS=0 $(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
+ifneq ($(filter gpu,$(subst $(comma), ,$(EXTRAS))),)
+	$(PY) -m pip install --quiet setuptools wheel packaging psutil ninja
+	$(PY) -m pip install --quiet --no-build-isolation '$(FLASH_ATTN)'
+endif
 	touch $(STAMP)
 
 install: $(STAMP)

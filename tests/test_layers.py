@@ -25,6 +25,7 @@ LAYERS: dict[str, int] = {
     "checkpoint_io": 1,  # atomic checkpoint writes, readable errors for corrupt files
     "config_errors": 1,  # jsonargparse parser whose errors list the valid keys
     "locking": 1,  # OutputLock: one writer per output folder, naming the holder
+    "strategies": 1,  # DeepSpeedStrategy that also runs on CPU (a YAML class_path)
     "precision": 1,  # float32 scoring whatever the training precision (autocast off, weights cast up)
     "data": 2,  # records, formats, media items, video decoding, data modules
     "models": 3,  # encoders, heads, GVE embedder

@@ -17,6 +17,7 @@ import copy
 import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -149,9 +150,45 @@ class GVEEmbedder(nn.Module):
         """L2-normalised embeddings `[B, d]` (float32) of a processed batch, with explicit M-RoPE
         positions, so the result does not depend on the installed transformers' position rule."""
         positions = self.positions(batch)
-        out = self.model(**batch, position_ids=positions, output_hidden_states=True, use_cache=False, logits_to_keep=1)
+        inputs, unused = self.vision_in_fixed_order(batch) if self.zero3_partitioned() else (batch, None)
+        out = self.model(**inputs, position_ids=positions, output_hidden_states=True, use_cache=False, logits_to_keep=1)
         pooled = last_token_pool(out.hidden_states[-1], batch["attention_mask"])
+        if unused is not None:  # keeps a trainable tower's backward on every rank too
+            pooled = pooled + 0.0 * unused
         return F.normalize(pooled.float(), dim=-1)
+
+    def zero3_partitioned(self) -> bool:
+        """Whether DeepSpeed ZeRO-3 has partitioned the weights (each sub-module's call gathers them)."""
+        return hasattr(next(self.base_model.model.visual.parameters()), "ds_id")
+
+    def vision_in_fixed_order(self, batch: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """The batch with its image and video features computed here, always as one vision-tower
+        call for images and then one for videos, on a one-token dummy input where the batch has
+        none; and the sum of the dummy outputs. Under ZeRO-3 every rank must call the same
+        sub-modules in the same order (each call all-gathers their weights), but Qwen2.5-VL calls
+        its vision tower only for the kinds a batch holds: a text batch on one rank beside a video
+        batch on another deadlocked (NCCL) or failed (gloo: "Received data size doesn't match")."""
+        base, inputs = self.base_model, dict(batch)
+        features: dict[str, Any] = {}
+        unused = torch.zeros((), device=batch["input_ids"].device)
+        for kind, pixels, grid, encode in (
+            ("image", "pixel_values", "image_grid_thw", base.get_image_features),
+            ("video", "pixel_values_videos", "video_grid_thw", base.get_video_features),
+        ):
+            if inputs.get(pixels) is not None:
+                features[kind] = encode(inputs.pop(pixels), inputs[grid], return_dict=True)
+            else:
+                dummy, dummy_grid = self._dummy_vision_input(unused.device)
+                unused = unused + torch.cat(encode(dummy, dummy_grid, return_dict=True).pooler_output).sum()
+        return {**inputs, "mm_encoder_outputs": features}, unused
+
+    def _dummy_vision_input(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Zero pixels of one merged token: a 1 x m x m patch grid (m: the spatial merge size)."""
+        vision = self.base_model.config.vision_config
+        merge = int(vision.spatial_merge_size)
+        width = int(vision.in_channels) * int(vision.temporal_patch_size) * int(vision.patch_size) ** 2
+        grid = torch.tensor([[1, merge, merge]], device=device)
+        return torch.zeros(merge * merge, width, device=device), grid
 
     def process(self, items: list[MediaItem], instruction: str | None = None) -> dict[str, torch.Tensor]:
         return dict(self.processing(items, instruction))

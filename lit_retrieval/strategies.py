@@ -1,0 +1,135 @@
+"""`DeepSpeedStrategy`: Lightning's DeepSpeed strategy (same arguments) that also runs on CPU.
+
+With `trainer.accelerator: cpu` it starts the real DeepSpeed engine on DeepSpeed's CPU
+accelerator (DeepSpeed's choice when no GPU is visible, or `DS_ACCELERATOR=cpu`) over gloo: to
+debug a DeepSpeed config on a laptop, and what CI runs (tests/test_deepspeed.py). On CPU it
+lifts Lightning's CUDA-only checks and nothing else:
+
+- `setup_environment` refuses every accelerator but CUDA: a CPU accelerator is let through;
+- `setup_distributed` asks that device indices equal the local ranks (CPU devices have none);
+- `deepspeed.initialize` gets `device_rank=root_device.index`, None on CPU, which DeepSpeed
+  compares with 0: on CPU it gets the local rank;
+- and `deepspeed.initialize` runs under `torch.no_grad()`: ZeRO-1/2 flatten the parameters into
+  buffers that then require grad, and gloo's all-gather into them (an in-place copy into `split`
+  views, which NCCL does not go through autograd for) failed the first optimizer step ("Output 0
+  of Split is a view and is being modified inplace").
+
+On any device it fixes two things of Lightning's strategy:
+
+- DeepSpeed's `train_micro_batch_size_per_gpu` (DeepSpeed uses it for its throughput log) was read
+  from the training loader's `batch_sampler`, which a loader of ready-made batches (GVE's,
+  `batch_size=None`) lacks: then it is `logging_batch_size_per_gpu` if given, else 1;
+- ZeRO-3 evaluates a checkpoint directory (`test --ckpt_path DIR`, see `load_checkpoint`).
+
+    trainer:
+      strategy:
+        class_path: lit_retrieval.strategies.DeepSpeedStrategy
+        init_args: {stage: 3}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.pytorch.accelerators import CPUAccelerator
+from lightning.pytorch.strategies import DDPStrategy
+from lightning.pytorch.strategies import DeepSpeedStrategy as LightningDeepSpeedStrategy
+from lightning.pytorch.trainer.states import TrainerFn
+from lightning.fabric.utilities.seed import reset_seed
+
+from lit_retrieval.errors import ConfigError
+
+
+class DeepSpeedStrategy(LightningDeepSpeedStrategy):
+    """Lightning's DeepSpeed strategy, also on CPU (see the module docstring); same arguments."""
+
+    @property
+    def on_cpu(self) -> bool:
+        return isinstance(self.accelerator, CPUAccelerator)
+
+    def setup_environment(self) -> None:
+        if not self.on_cpu:
+            return super().setup_environment()
+        check_deepspeed_accelerator()
+        DDPStrategy.setup_environment(self)  # Lightning's DeepSpeed override only adds the CUDA check
+
+    def setup_distributed(self) -> None:
+        if not self.on_cpu:
+            return super().setup_distributed()
+        reset_seed()  # what Lightning's does, less `_validate_device_index_selection`
+        self.set_world_ranks()
+        self._init_deepspeed_distributed()
+
+    def _setup_model_and_optimizer(self, model: Any, optimizer: Any, lr_scheduler: Any = None) -> Any:
+        with self._cpu_initialize():
+            return super()._setup_model_and_optimizer(model, optimizer, lr_scheduler)
+
+    def _initialize_deepspeed_inference(self, model: Any) -> None:
+        with self._cpu_initialize():
+            super()._initialize_deepspeed_inference(model)
+
+    @contextlib.contextmanager
+    def _cpu_initialize(self) -> Iterator[None]:
+        """On CPU, `deepspeed.initialize` under `no_grad` with `root_device` = `cpu:<local rank>`
+        (Lightning builds its `device_rank` from the index; DeepSpeed's CPU accelerator ignores it
+        otherwise). See the module docstring."""
+        if not self.on_cpu:
+            yield
+            return
+        devices = self.parallel_devices
+        self.parallel_devices = [torch.device("cpu", i) for i in range(len(devices))]
+        try:
+            with torch.no_grad():
+                yield
+        finally:
+            self.parallel_devices = devices
+
+    def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
+        """ZeRO-3 evaluation (`validate`/`test`/`predict`) of a checkpoint directory: consolidated on
+        each rank as `convert-checkpoint` does; the weights load in `load_model_state_dict`, and the
+        hooks see the checkpoint without them, as after DeepSpeed's own load. DeepSpeed's load
+        cannot: ZeRO-3 keeps the weights in the optimizer's shards, and the evaluation engine has no
+        optimizer ("'DeepSpeedZeRoOffload' object has no attribute '_restore_from_bit16_weights'")."""
+        self._consolidated = None
+        if not (self.zero_stage_3 and Path(checkpoint_path).is_dir() and not self._fitting()):
+            return super().load_checkpoint(checkpoint_path, weights_only)
+        from lightning.pytorch.utilities.deepspeed import convert_zero_checkpoint_to_fp32_state_dict
+
+        with tempfile.TemporaryDirectory() as folder:
+            checkpoint = convert_zero_checkpoint_to_fp32_state_dict(checkpoint_path, Path(folder) / "full.ckpt")
+        self._consolidated = checkpoint.pop("state_dict")
+        return checkpoint
+
+    def load_model_state_dict(self, checkpoint: Any, strict: bool = True) -> None:
+        if getattr(self, "_consolidated", None) is None:
+            return super().load_model_state_dict(checkpoint, strict)
+        self.model_to_device()  # Lightning's path for `load_full_weights` under ZeRO-3
+        self._restore_zero_state({"state_dict": self._consolidated}, strict=strict)
+        self._consolidated = None
+
+    def _fitting(self) -> bool:
+        return self.lightning_module.trainer.state.fn == TrainerFn.FITTING
+
+    def _auto_select_batch_size(self) -> int:
+        loader = self.lightning_module.trainer.fit_loop._data_source
+        if loader.is_defined():
+            sampler = getattr(loader.dataloader(), "batch_sampler", None)
+            if sampler is not None:
+                return sampler.batch_size
+        return 1
+
+
+def check_deepspeed_accelerator() -> None:
+    """A CPU run needs DeepSpeed's CPU accelerator: refuse another in one line."""
+    from deepspeed.accelerator import get_accelerator
+
+    name = get_accelerator().device_name()
+    if name != "cpu":
+        raise ConfigError(
+            f"trainer.accelerator is cpu but DeepSpeed chose its {name!r} accelerator: set DS_ACCELERATOR=cpu"
+        )
