@@ -15,13 +15,13 @@ is used with `DataLoader(batch_size=None)`.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 from torch.utils.data import DistributedSampler
 
 Sampling = Literal["equal_passes", "proportional", "uniform"]
-SAMPLINGS: tuple[str, ...] = ("equal_passes", "proportional", "uniform")
+SAMPLINGS: tuple[str, ...] = get_args(Sampling)
 
 
 def size_weights(sizes: list[int], batch_sizes: list[int], sampling: Sampling = "equal_passes") -> list[float]:
