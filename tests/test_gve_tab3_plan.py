@@ -4,7 +4,6 @@ until `data.init_args.prober_path` is given; the rows without the curriculum kee
 
 from __future__ import annotations
 
-import deepspeed  # noqa: F401 - imported first: its import prints a warning to stdout, which resolve_config parses
 import pytest
 
 from lit_retrieval.grid.plan import load_plan
