@@ -75,8 +75,10 @@ def _submit(
     sbatch: str,
     max_parallel: int,
     group: Resources,
-) -> int:
-    """One array job of the `pending` runs, which all ask for `group`; slurm.json in each run folder."""
+    after: list[str],
+) -> tuple[int, str | None]:
+    """One array job of the `pending` runs, which all ask for `group`, started once the jobs `after`
+    have ended (Slurm's `afterany`); slurm.json in each run folder. (exit status, job id)."""
     settings = {
         **group.variables(),
         **values,
@@ -90,12 +92,13 @@ def _submit(
         raise UsageError(str(TEMPLATE), str(err)) from None
     (runs_dir / "slurm").mkdir(parents=True, exist_ok=True)
     stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{group.nodes}x{group.tasks_per_node}"
-    job = runs_dir / "slurm" / f"grid-{stamp}.sbatch"
+    job = runs_dir / "slurm" / f"grid-{stamp}{'-after' if after else ''}.sbatch"
     job.write_text(script)
-    done = subprocess.run([sbatch, str(job)], capture_output=True, text=True)
+    dependency = [f"--dependency=afterany:{':'.join(after)}"] if after else []
+    done = subprocess.run([sbatch, *dependency, str(job)], capture_output=True, text=True)
     if done.returncode:
         print(f"lit-retrieval grid: {sbatch} {job} failed ({done.returncode}): {done.stderr.strip()}", file=sys.stderr)
-        return 1
+        return 1, None
     match = SUBMITTED.search(done.stdout)
     job_id = match.group(1) if match else None
     for run_ in pending:
@@ -103,8 +106,27 @@ def _submit(
     with (runs_dir / "slurm" / "submissions.jsonl").open("a") as log:
         log.write(json.dumps({"job": job_id, "script": str(job), "array": settings["ARRAY"], "time": time.time()}))
         log.write("\n")
-    print(f"submitted {len(pending)} task(s) ({settings['ARRAY']}) as job {job_id or '?'}: {job}")
-    return 0
+    waits = f", after job(s) {', '.join(after)}" if after else ""
+    print(f"submitted {len(pending)} task(s) ({settings['ARRAY']}) as job {job_id or '?'}{waits}: {job}")
+    return 0, job_id
+
+
+def _submit_all(plan: Plan, runs_dir: Path, groups: dict[Resources, list[Run]], queued: dict[int, str], **kw) -> int:
+    """The training runs' arrays, then those of the rows that `evaluate` them, which wait for the
+    training jobs just submitted or still queued (a task whose trained run then failed fails too,
+    and a later `grid` submits it again)."""
+    codes, training_jobs = [], {task.split("_")[0] for task in queued.values()}
+    for evaluating in (False, True):
+        for group, members in groups.items():
+            chosen = [r for r in members if (r.row.evaluates is not None) == evaluating]
+            if chosen:
+                code, job = _submit(
+                    plan, runs_dir, chosen, group=group, after=sorted(training_jobs) if evaluating else [], **kw
+                )
+                codes.append(code)
+                if job and not evaluating:
+                    training_jobs.add(job)
+    return max(codes, default=0)
 
 
 def _slurm_groups(
@@ -189,11 +211,9 @@ def run(argv: list[str]) -> int:
         return 0
     _record(runs_dir, plan)
     if args.slurm:
-        codes = [
-            _submit(plan, runs_dir, group, values, args.sbatch, args.max_parallel, resources_)
-            for resources_, group in groups.items()
-        ]
-        return max(codes)
+        return _submit_all(
+            plan, runs_dir, groups, queued, values=values, sbatch=args.sbatch, max_parallel=args.max_parallel
+        )
     failures = 0
     for run_ in pending:
         print(f"[{run_.index}] {run_.row.name} seed {run_.seed} ...", flush=True)

@@ -14,6 +14,13 @@ optionally, the paper's published numbers (`lit-retrieval grid` runs a plan, `re
       - {name: clip4clip, label: CLIP4Clip, configs: [configs/melon/heads/clip4clip.yaml, ...],
          overrides: {...}, test_configs: [...], test_overrides: {...}}
       - {name: gve3b, label: GVE-3B, model: /models/GVE-3B}              # evaluate a model, no training
+      - {name: clip4clip_pess, evaluates: clip4clip, test_overrides: {model.init_args.evaluation.ties: pessimistic}}
+
+A row with `evaluates: ROW` trains nothing: it tests ROW's checkpoint of the same seed under its own
+`test_configs` / `test_overrides` (e.g. SALI Tab. 3's inference variants of one trained model, Sec. 3:
+"At inference, the trained model is used unchanged"), so rows that differ only at test time share
+their weights instead of differing by training noise too. ROW is an earlier row that trains; the
+row's seeds default to ROW's and must be among them.
 
 Config paths are relative to the directory the command runs in (the repository root), like
 `lit-retrieval fit --config`; `published` is relative to the plan file. Overrides are LightningCLI
@@ -47,7 +54,7 @@ PLAN_KEYS = {
     "published",
     "rows",
 }
-ROW_KEYS = {"name", "label", "seeds", "configs", "overrides", "test_configs", "test_overrides", "model"}
+ROW_KEYS = {"name", "label", "seeds", "configs", "overrides", "test_configs", "test_overrides", "model", "evaluates"}
 
 
 @dataclass(frozen=True)
@@ -62,10 +69,11 @@ class Row:
     test_configs: list[str] = field(default_factory=list)
     test_overrides: dict[str, Any] = field(default_factory=dict)
     model: str | None = None  # evaluate this model directory as it is (no `fit`)
+    evaluates: str | None = None  # test this earlier row's checkpoint of the same seed (no `fit`)
 
     @property
     def trains(self) -> bool:
-        return self.model is None
+        return self.model is None and self.evaluates is None
 
 
 @dataclass(frozen=True)
@@ -131,7 +139,13 @@ def _seeds(value: Any, where: str, path: Path) -> list[int]:
 
 
 def _row(
-    raw: Any, number: int, seeds: list[int], common_configs: list[str], common_overrides: dict[str, Any], path: Path
+    raw: Any,
+    number: int,
+    seeds: list[int],
+    common_configs: list[str],
+    common_overrides: dict[str, Any],
+    path: Path,
+    earlier: list[Row],
 ) -> Row:
     where = f"rows[{number}]"
     if not isinstance(raw, dict):
@@ -148,16 +162,39 @@ def _row(
         raise UsageError(
             str(path), f"{where} ({name}): a row evaluates either a 'model' or trains from 'configs', not both"
         )
+    row_seeds = _seeds(raw["seeds"], f"{where}.seeds", path) if "seeds" in raw else seeds
+    evaluates = raw.get("evaluates")
+    if evaluates is not None:
+        source = _evaluated_row(raw, f"{where} ({name})", earlier, path)
+        row_seeds = _seeds(raw["seeds"], f"{where}.seeds", path) if "seeds" in raw else source.seeds
+        if not set(row_seeds) <= set(source.seeds):
+            raise UsageError(str(path), f"{where} ({name}): seeds {row_seeds} not all trained by {evaluates!r}")
     return Row(
         name=name,
         label=str(raw.get("label", name)),
-        seeds=_seeds(raw["seeds"], f"{where}.seeds", path) if "seeds" in raw else seeds,
-        configs=[] if model is not None else common_configs + configs,
+        seeds=row_seeds,
+        configs=[] if model is not None or evaluates is not None else common_configs + configs,
         overrides={**common_overrides, **_mapping(raw.get("overrides"), f"{where}.overrides", path)},
         test_configs=_strings(raw.get("test_configs"), f"{where}.test_configs", path),
         test_overrides=_mapping(raw.get("test_overrides"), f"{where}.test_overrides", path),
         model=None if model is None else str(model),
+        evaluates=None if evaluates is None else str(evaluates),
     )
+
+
+def _evaluated_row(raw: dict[str, Any], where: str, earlier: list[Row], path: Path) -> Row:
+    """The earlier training row an `evaluates` row tests; a row with training keys of its own is refused."""
+    own = sorted(key for key in ("configs", "overrides", "model") if key in raw)
+    if own:
+        raise UsageError(str(path), f"{where}: a row that 'evaluates' another trains nothing; drop {own}")
+    source = next((row for row in earlier if row.name == raw["evaluates"]), None)
+    if source is None or not source.trains:
+        trained = [row.name for row in earlier if row.trains]
+        raise UsageError(
+            str(path),
+            f"{where}: 'evaluates' must name an earlier row that trains ({trained}), got {raw['evaluates']!r}",
+        )
+    return source
 
 
 def load_plan(path: str | Path) -> Plan:
@@ -191,12 +228,14 @@ def load_plan(path: str | Path) -> Plan:
     rows_raw = raw.get("rows")
     if not isinstance(rows_raw, list) or not rows_raw:
         raise UsageError(str(path), "'rows' must be a non-empty list")
-    rows = [_row(r, i, seeds, configs, overrides, path) for i, r in enumerate(rows_raw)]
+    rows: list[Row] = []
+    for i, r in enumerate(rows_raw):
+        rows.append(_row(r, i, seeds, configs, overrides, path, rows))
     names = [r.name for r in rows]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise UsageError(str(path), f"row names must be unique (they name the run folders); repeated: {repeated}")
-    if evaluate == "test" and any(not r.trains for r in rows):
+    if evaluate == "test" and any(r.model is not None for r in rows):
         raise UsageError(str(path), "a row with 'model' (no training) needs 'evaluate: uvrb'")
     published = raw.get("published")
     return Plan(

@@ -3,7 +3,8 @@
 A run folder `RUNS_DIR/<row>/seed<k>/` holds
   config.yaml  the row's configs and overrides resolved by the real CLI parser (`fit --print_config`),
                with the seed and every path under the row's own run folder moved into this folder;
-  run.json     the exact `lit-retrieval` commands of its steps (fit, then test or uvrb);
+  run.json     the exact `lit-retrieval` commands of its steps (fit, then test or uvrb); a row that
+               `evaluates` another has no fit and names the trained run folder it tests (`source`);
   fit.done     fit finished (exit 0), so a restarted task goes straight to the evaluation;
   done.json    written only after the evaluation's metrics file exists; names that file and the
                checkpoint it evaluated;
@@ -40,6 +41,7 @@ from lit_retrieval.locking import OutputLock
 
 DONE, FIT_DONE, FAILED, RUN_FILE, CONFIG = "done.json", "fit.done", "failed.json", "run.json", "config.yaml"
 CONVERTED = "converted"
+CONFIG_HEADER = "# lit-retrieval "  # the first line of every config the CLI prints (RetrievalCLI.init_parser)
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -121,7 +123,8 @@ def resolve_config(configs: list[str], overrides: dict[str, Any], where: str) ->
             raise UsageError(where, f"the configs do not parse: {error}") from None
     if code not in (0, None):
         raise UsageError(where, f"the configs do not parse: {err.getvalue().strip().splitlines()[-1:]}")
-    return yaml.safe_load(out.getvalue())
+    printed = out.getvalue()  # from the config's header on: a library imported while parsing may print first
+    return yaml.safe_load(printed[printed.find(CONFIG_HEADER) :] if CONFIG_HEADER in printed else printed)
 
 
 def relocate(config: dict[str, Any], run_dir: Path, seed: int) -> dict[str, Any]:
@@ -162,7 +165,8 @@ def relocate(config: dict[str, Any], run_dir: Path, seed: int) -> dict[str, Any]
 def commands(plan: Plan, run: Run, folder: Path, config: dict[str, Any] | None) -> dict[str, Any]:
     """The `lit-retrieval` argument lists of the run's steps; the checkpoint is added when it runs."""
     row = run.row
-    fit = None if config is None else ["fit", "--config", str(folder / CONFIG)]
+    fit = None if config is None or not row.trains else ["fit", "--config", str(folder / CONFIG)]
+    trained_run = {"source": str(folder.parent.parent / row.evaluates / folder.name)} if row.evaluates else {}
     if plan.evaluate == "uvrb":
         source = ["--model", row.model] if row.model else ["--config", str(folder / CONFIG)]
         evaluate = ["uvrb", *source, "--tasks", plan.uvrb_tasks, "--out", str(folder / "uvrb"), *plan.uvrb_args]
@@ -172,6 +176,7 @@ def commands(plan: Plan, run: Run, folder: Path, config: dict[str, Any] | None) 
             "kind": "uvrb",
             "ckpt_flag": None if row.model else "--ckpt",
             "checkpoint": plan.checkpoint,
+            **trained_run,
         }
     logger = (config or {}).get("trainer", {}).get("logger")
     version = (
@@ -187,21 +192,30 @@ def commands(plan: Plan, run: Run, folder: Path, config: dict[str, Any] | None) 
         *override_args(row.test_overrides),
         *version,
     ]
-    return {"fit": fit, "evaluate": evaluate, "kind": "test", "ckpt_flag": "--ckpt_path", "checkpoint": plan.checkpoint}
+    steps = {
+        "fit": fit,
+        "evaluate": evaluate,
+        "kind": "test",
+        "ckpt_flag": "--ckpt_path",
+        "checkpoint": plan.checkpoint,
+    }
+    return {**steps, **trained_run}
 
 
 def row_config(plan: Plan, run: Run, runs_dir: Path, extra: dict[str, Any], resolved: dict[str, Any]) -> dict | None:
-    """The row's fit config as the CLI resolves it (None for a row that evaluates a `model`), once
-    per row: `resolved` caches it by row name (a caller may adjust it there before `prepare`)."""
-    if not run.row.trains:
+    """The row's fit config as the CLI resolves it (None for a row that evaluates a `model`; the
+    trained row's for one that `evaluates` it), once per row: `resolved` caches it by row name (a
+    caller may adjust it there before `prepare`)."""
+    row = plan.row(run.row.evaluates) if run.row.evaluates else run.row
+    if row.model is not None:
         return None
-    if run.row.name not in resolved:
+    if row.name not in resolved:
         overrides = {
             k: v.replace("{runs}", str(runs_dir)) if isinstance(v, str) else v
-            for k, v in {**run.row.overrides, **extra}.items()
+            for k, v in {**row.overrides, **extra}.items()
         }
-        resolved[run.row.name] = resolve_config(run.row.configs, overrides, f"{plan.path}: row {run.row.name!r}")
-    return resolved[run.row.name]
+        resolved[row.name] = resolve_config(row.configs, overrides, f"{plan.path}: row {row.name!r}")
+    return resolved[row.name]
 
 
 def prepare(
@@ -349,8 +363,13 @@ def _execute(folder: Path, launcher: list[str]) -> int:
         return 0
     (folder / DONE).unlink(missing_ok=True)  # one that cannot be trusted is written again below
     evaluate = list(steps["evaluate"])
-    checkpoint = None
-    if steps["fit"]:
+    checkpoint, home = None, folder  # home: the run folder holding the checkpoint
+    if steps.get("source"):  # a row that tests another row's checkpoint
+        home = Path(steps["source"])
+        checkpoint = _newest(home, steps["checkpoint"]) if (home / FIT_DONE).exists() else None
+        if checkpoint is None:
+            return _fail(folder, f"checkpoint (the run it evaluates, {home}, is not fitted yet)", 1)
+    elif steps["fit"]:
         checkpoint = _newest(folder, steps["checkpoint"])
         if not (folder / FIT_DONE).exists() or checkpoint is None:
             (folder / FIT_DONE).unlink(missing_ok=True)
@@ -361,7 +380,8 @@ def _execute(folder: Path, launcher: list[str]) -> int:
             checkpoint = _newest(folder, steps["checkpoint"])
         if checkpoint is None:
             return _fail(folder, f"checkpoint (no {steps['checkpoint']} in {folder})", 1)
-        readable, code = _evaluable(folder, checkpoint, steps["kind"])
+    if checkpoint is not None:
+        readable, code = _evaluable(home, checkpoint, steps["kind"])
         if readable is None:
             return _fail(folder, "convert-checkpoint", code)
         evaluate += [steps["ckpt_flag"], str(readable)]
@@ -374,7 +394,7 @@ def _execute(folder: Path, launcher: list[str]) -> int:
         return _fail(folder, f"{steps['kind']} (no metrics file)", 1)
     done = {
         "metrics": str(metrics.relative_to(folder)),
-        "checkpoint": None if checkpoint is None else str(checkpoint.relative_to(folder)),
+        "checkpoint": None if checkpoint is None else os.path.relpath(checkpoint, folder),
         "time": time.time(),
     }
     write_atomic(folder / DONE, json.dumps(done))
