@@ -111,3 +111,53 @@ def test_metrics_command_prints_json(tmp_path):
         [sys.executable, "-m", "lit_retrieval", "metrics", str(tmp_path / "nope.npy")], capture_output=True, text=True
     )
     assert bad.returncode == 2 and "nope.npy" in bad.stderr
+
+
+def test_group_max_differs_from_strict_by_hand():
+    """Captions a1 (video 0) and b1, b2, b3 (video 1). Video 0's column: a1 0.5, b1 0.6, b2 0.7, b3 0.1.
+    Strict: two captions of video 1 beat a1, rank 3. CLIP4Clip's group maximum: video 1's group
+    scores video 0 by max(0.6, 0.7, 0.1) = 0.7 > 0.5, one group above, rank 2. Video 1 (best
+    caption b1 at 0.9 against a1's 0.2) is first under both."""
+    scores = torch.tensor([[0.5, 0.2], [0.6, 0.9], [0.7, 0.3], [0.1, 0.8]])
+    targets = torch.tensor([0, 1, 1, 1])
+    assert video_to_text_ranks(scores, targets).tolist() == [3.0, 1.0]
+    assert video_to_text_ranks(scores, targets, rule="group_max").tolist() == [2.0, 1.0]
+    strict, group = retrieval_metrics(scores, targets), retrieval_metrics(scores, targets, v2t_rule="group_max")
+    assert strict["v2t/MnR"] == 2.0 and group["v2t_group_max/MnR"] == 1.5
+    assert "v2t/MnR" not in group and strict["t2v/MnR"] == group["t2v/MnR"]  # T2V: one query per caption
+
+
+def clip4clip_v2t_ranks(scores: np.ndarray, targets: np.ndarray) -> list[float]:
+    """CLIP4Clip (metrics.py) re-derived: captions grouped per video into a [videos, max captions,
+    videos] tensor padded with -inf, the max over the captions (`tensor_video_to_text_sim`), its
+    transpose ranked row by row with the positive on the diagonal (`compute_metrics`)."""
+    videos = scores.shape[1]
+    groups = [[i for i in range(len(targets)) if targets[i] == v] for v in range(videos)]
+    longest = max(len(g) for g in groups)
+    padded = np.full((videos, longest, videos), -np.inf)
+    for v, group in enumerate(groups):
+        for c, i in enumerate(group):
+            padded[v, c] = scores[i]
+    group_by_video = padded.max(axis=1).T  # [video, group]
+    ranks = []
+    for v in range(videos):
+        ranks.append(1.0 + sum(1 for g in range(videos) if g != v and group_by_video[v, g] > group_by_video[v, v]))
+    return ranks
+
+
+def test_group_max_matches_clip4clip_reference():
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        scores = rng.random((60, 12))  # distinct: CLIP4Clip breaks ties by sort order
+        targets = np.concatenate([np.arange(12), rng.integers(0, 12, 48)])
+        got = video_to_text_ranks(torch.from_numpy(scores), torch.from_numpy(targets), chunk=7, rule="group_max")
+        assert got.tolist() == clip4clip_v2t_ranks(scores, targets)
+
+
+@pytest.mark.parametrize("ties", ["optimistic", "pessimistic", "average"])
+def test_group_max_ties_count_tied_groups(ties):
+    """Video 0's best caption 0.5 is tied by video 1's group (max 0.5) and beaten by video 2's (0.6)."""
+    scores = torch.tensor([[0.5, 0.0, 0.0], [0.5, 0.9, 0.0], [0.4, 0.0, 0.9], [0.6, 0.0, 0.8], [0.5, 0.1, 0.1]])
+    targets = torch.tensor([0, 1, 2, 2, 1])
+    first = video_to_text_ranks(scores, targets, ties, chunk=2, rule="group_max")[0].item()
+    assert first == {"optimistic": 2.0, "pessimistic": 3.0, "average": 2.5}[ties]

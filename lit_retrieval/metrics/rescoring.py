@@ -1,0 +1,221 @@
+"""Inference-time re-scoring of a text x video score matrix, reported beside the raw metrics.
+
+Raw metrics stay the headline; a re-scored metric is keyed by its method, `<method>/t2v/R@1`,
+`<method>/v2t/R@1` (`v2t_group_max/` under that rule, `lit_retrieval.metrics.ranking`):
+
+- `dsl/` dual softmax (CAMoE; TS2-Net's test-time DSL, `main_task_retrieval.py`): one matrix for
+  both directions, `S'_ij = S_ij * softmax_i(S_ij / T)`, the softmax over the *texts* of each video
+  column (TS2-Net: `sim_matrix * softmax(sim_matrix, axis=0)` on its logits `100 * cos`, hence
+  our default `T = 0.01` on the heads' cosines). As in TS2-Net, V2T ranks the same matrix's
+  columns: with positive scores it ranks them as the raw scores do.
+- `is/` inverted softmax (Smith et al., ICLR 2017; QB-Norm Sec. 3 with the test queries as the
+  bank): each gallery item is normalised over the queries. T2V: `S'_ij = exp(S_ij / T) /
+  sum_i' exp(S_i'j / T)` (a video over the test texts); V2T: a text over the test videos,
+  `exp(S_ij / T) / sum_j' exp(S_ij' / T)`.
+- `qbnorm/` QB-Norm's dynamic inverted softmax (Bogolin et al., CVPR 2022, Eq. 5-6;
+  `dynamic_inverted_softmax.py` of its repository), T2V only (its repository reports none other):
+  with a querybank `B` of training queries scored against the test gallery, the activation set is
+  the union of every bank query's top-`k` videos; a test query whose raw top-1 video is in it gets
+  `S'_ij = exp(S_ij / T) / sum_b exp(B_bj / T)`, every other query keeps its raw row.
+  Its defaults follow the repository: `k = 1`, inverse temperature 20 (`T = 0.05`).
+
+Memory: the matrices are re-scored `chunk` rows at a time (`ScoreRows`); the column statistics
+(log-sum-exp over the texts, computed blockwise first) and the bank's are one value per video,
+so a 10^5 x 10^5 evaluation holds no second matrix. Arithmetic is float64.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+
+from lit_retrieval.metrics.ranking import (
+    V2T_PREFIX,
+    ScoreRows,
+    Scores,
+    Ties,
+    V2TRule,
+    row_slices,
+    summarize_ranks,
+    take_rows,
+    text_to_video_ranks,
+    video_to_text_ranks,
+)
+
+CHUNK = 4096
+
+
+def positive(name: str, value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+
+
+@dataclass
+class DualSoftmax:
+    """`dsl/`: temperature of the softmax over the texts (TS2-Net: 0.01 on cosines)."""
+
+    temperature: float = 0.01
+
+    def __post_init__(self) -> None:
+        positive("rescore.dsl.temperature", self.temperature)
+
+
+@dataclass
+class InvertedSoftmax:
+    """`is/`: temperature of the inverted softmax over the test queries."""
+
+    temperature: float = 0.05
+
+    def __post_init__(self) -> None:
+        positive("rescore.inverted_softmax.temperature", self.temperature)
+
+
+@dataclass
+class QBNorm:
+    """`qbnorm/`: temperature, top-`k` of the activation set, and how many training queries form
+    the bank (a seeded draw of the training split; our choice, the paper varies it)."""
+
+    temperature: float = 0.05
+    k: int = 1
+    bank_size: int = 5000
+
+    def __post_init__(self) -> None:
+        positive("rescore.qbnorm.temperature", self.temperature)
+        if self.k < 1 or self.bank_size < 1:
+            raise ValueError(f"rescore.qbnorm.k and bank_size must be >= 1, got {self.k} and {self.bank_size}")
+
+
+@dataclass
+class RescoreConfig:
+    """Which re-scorings `test` reports beside the raw metrics (each `None`: not reported)."""
+
+    dsl: DualSoftmax | None = None
+    inverted_softmax: InvertedSoftmax | None = None
+    qbnorm: QBNorm | None = None
+
+
+@dataclass
+class QueryBank:
+    """QB-Norm's statistics of a querybank against the gallery: `log_norm[j] = log sum_b
+    exp(B_bj / T)` and `activated[j]`: video j is among some bank query's top-k."""
+
+    log_norm: torch.Tensor  # [V] float64
+    activated: torch.Tensor  # [V] bool
+
+    @classmethod
+    def from_blocks(cls, blocks: Iterable[torch.Tensor], num_videos: int, config: QBNorm) -> QueryBank:
+        """The statistics from the bank's score rows, given block by block."""
+        log_norm = torch.full((num_videos,), float("-inf"), dtype=torch.float64)
+        activated = torch.zeros(num_videos, dtype=torch.bool)
+        seen = 0
+        for block in blocks:
+            if block.shape[1] != num_videos:
+                raise ValueError(f"the querybank scores {block.shape[1]} videos, the gallery has {num_videos}")
+            if not torch.isfinite(block).all():
+                raise ValueError("the querybank's scores contain NaN or infinite values")
+            block = block.double()
+            log_norm = log_norm.to(block.device)
+            log_norm = torch.logaddexp(log_norm, (block / config.temperature).logsumexp(0))
+            top = block.topk(min(config.k, num_videos), dim=1).indices.flatten()
+            activated = activated.to(block.device)
+            activated[top] = True
+            seen += len(block)
+        if seen == 0:
+            raise ValueError("the querybank has no queries")
+        return cls(log_norm, activated)
+
+
+def column_logsumexp(scores: Scores, temperature: float, chunk: int = CHUNK) -> torch.Tensor:
+    """`log sum_i exp(S_ij / T)` per column, accumulated over blocks of rows."""
+    total = None
+    for index in row_slices(scores.shape[0], chunk):
+        part = (take_rows(scores, index).double() / temperature).logsumexp(0)
+        total = part if total is None else torch.logaddexp(total, part)
+    assert total is not None, "no rows"
+    return total
+
+
+def dual_softmax(scores: Scores, config: DualSoftmax, chunk: int = CHUNK) -> ScoreRows:
+    """`S * softmax over the texts (S / T)` (module docstring)."""
+    log_norm = column_logsumexp(scores, config.temperature, chunk)
+
+    def rows(index: slice | torch.Tensor) -> torch.Tensor:
+        raw = take_rows(scores, index).double()
+        return raw * torch.exp(raw / config.temperature - log_norm)
+
+    return ScoreRows(tuple(scores.shape), rows)
+
+
+def inverted_softmax_t2v(scores: Scores, config: InvertedSoftmax, chunk: int = CHUNK) -> ScoreRows:
+    """Each video column normalised over the texts: `exp(S_ij / T) / sum_i' exp(S_i'j / T)`."""
+    log_norm = column_logsumexp(scores, config.temperature, chunk)
+
+    def rows(index: slice | torch.Tensor) -> torch.Tensor:
+        return torch.exp(take_rows(scores, index).double() / config.temperature - log_norm)
+
+    return ScoreRows(tuple(scores.shape), rows)
+
+
+def inverted_softmax_v2t(scores: Scores, config: InvertedSoftmax) -> ScoreRows:
+    """Each text row normalised over the videos: `exp(S_ij / T) / sum_j' exp(S_ij' / T)`."""
+
+    def rows(index: slice | torch.Tensor) -> torch.Tensor:
+        return torch.softmax(take_rows(scores, index).double() / config.temperature, dim=1)
+
+    return ScoreRows(tuple(scores.shape), rows)
+
+
+def qb_norm(scores: Scores, bank: QueryBank, config: QBNorm) -> ScoreRows:
+    """QB-Norm's dynamic inverted softmax (module docstring): rows whose raw top-1 video is in the
+    bank's activation set divided by the bank's normaliser, the others raw."""
+    if len(bank.log_norm) != scores.shape[1]:
+        raise ValueError(f"the querybank scores {len(bank.log_norm)} videos, the gallery has {scores.shape[1]}")
+
+    def rows(index: slice | torch.Tensor) -> torch.Tensor:
+        raw = take_rows(scores, index).double()
+        log_norm, activated = bank.log_norm.to(raw.device), bank.activated.to(raw.device)
+        normalised = activated[raw.argmax(1)]
+        return torch.where(normalised[:, None], torch.exp(raw / config.temperature - log_norm), raw)
+
+    return ScoreRows(tuple(scores.shape), rows)
+
+
+def direction_metrics(
+    t2v: Scores, v2t: Scores | None, targets: torch.Tensor, ties: Ties, v2t_rule: V2TRule
+) -> dict[str, float]:
+    """`t2v/...` ranked from `t2v`'s rows and, with `v2t`, `v2t/...` from its columns."""
+    out = {f"t2v/{k}": v for k, v in summarize_ranks(text_to_video_ranks(t2v, targets, ties, CHUNK)).items()}
+    if v2t is not None:
+        ranks = video_to_text_ranks(v2t, targets, ties, CHUNK, v2t_rule)
+        out.update({f"{V2T_PREFIX[v2t_rule]}/{k}": v for k, v in summarize_ranks(ranks).items()})
+    return out
+
+
+def rescored_metrics(
+    scores: Scores,
+    targets: torch.Tensor,
+    config: RescoreConfig,
+    bank: QueryBank | None = None,
+    ties: Ties = "optimistic",
+    v2t_rule: V2TRule = "strict",
+) -> dict[str, float]:
+    """The metrics of every re-scoring `config` asks for, keyed `<method>/t2v/...` (module
+    docstring); `bank` is QB-Norm's querybank (needed with `config.qbnorm`)."""
+    out: dict[str, float] = {}
+    results: dict[str, dict[str, float]] = {}
+    if config.dsl is not None:
+        dsl = dual_softmax(scores, config.dsl)
+        results["dsl"] = direction_metrics(dsl, dsl, targets, ties, v2t_rule)
+    if config.inverted_softmax is not None:
+        t2v = inverted_softmax_t2v(scores, config.inverted_softmax)
+        v2t = inverted_softmax_v2t(scores, config.inverted_softmax)
+        results["is"] = direction_metrics(t2v, v2t, targets, ties, v2t_rule)
+    if config.qbnorm is not None:
+        if bank is None:
+            raise ValueError("rescore.qbnorm needs a querybank (training queries scored against the gallery)")
+        results["qbnorm"] = direction_metrics(qb_norm(scores, bank, config.qbnorm), None, targets, ties, v2t_rule)
+    for method, metrics in results.items():
+        out.update({f"{method}/{k}": v for k, v in metrics.items()})
+    return out

@@ -1,0 +1,136 @@
+"""Inference-time re-scoring (DSL, inverted softmax, QB-Norm) against hand-worked values and the
+public implementations' behaviour, re-derived from their text (lit_retrieval/metrics/rescoring.py)."""
+
+import math
+
+import pytest
+import torch
+
+from lit_retrieval.metrics.ranking import ScoreRows, retrieval_metrics
+from lit_retrieval.metrics.rescoring import (
+    DualSoftmax,
+    InvertedSoftmax,
+    QBNorm,
+    QueryBank,
+    RescoreConfig,
+    column_logsumexp,
+    dual_softmax,
+    inverted_softmax_t2v,
+    inverted_softmax_v2t,
+    qb_norm,
+    rescored_metrics,
+)
+
+# video 0 is a hub: the raw top-1 of every text; texts 1 and 2 belong to videos 1 and 2
+HUB = torch.tensor([[0.9, 0.1, 0.1], [0.6, 0.5, 0.1], [0.6, 0.1, 0.5]], dtype=torch.float64)
+
+
+def full(rows: ScoreRows) -> torch.Tensor:
+    return rows.rows(slice(0, rows.shape[0]))
+
+
+def test_dual_softmax_by_hand():
+    # T = 0.1: column 0's softmax over the texts is e^9, e^6, e^6 over their sum, etc.
+    expected = [[0.0] * 3 for _ in range(3)]
+    for j in range(3):
+        denominator = sum(math.exp(HUB[i, j].item() / 0.1) for i in range(3))
+        for i in range(3):
+            expected[i][j] = HUB[i, j].item() * math.exp(HUB[i, j].item() / 0.1) / denominator
+    got = full(dual_softmax(HUB, DualSoftmax(0.1)))
+    assert torch.allclose(got, torch.tensor(expected, dtype=torch.float64), rtol=1e-12)
+    # text 1 at video 0: 0.6 * e^6 / (e^9 + 2 e^6) = 0.6 / (e^3 + 2); at video 1: 0.5 / (1 + 2 e^-4)
+    assert got[1, 0].item() == pytest.approx(0.6 / (math.exp(3) + 2))
+    assert got[1, 1].item() == pytest.approx(0.5 / (1 + 2 * math.exp(-4)))
+    metrics = rescored_metrics(HUB, torch.arange(3), RescoreConfig(dsl=DualSoftmax(0.1)))
+    assert retrieval_metrics(HUB)["t2v/R@1"] == pytest.approx(100 / 3)
+    assert metrics["dsl/t2v/R@1"] == 100.0  # the hub no longer wins texts 1 and 2
+
+
+def test_dual_softmax_is_ts2net_on_logits():
+    """TS2-Net (main_task_retrieval.py): sim_matrix * softmax(sim_matrix, axis=0) on the logits
+    100 * cos; ours on the cosines at T = 0.01 is the same matrix divided by 100, so it ranks alike
+    in both directions, and TS2-Net's V2T (the transposed DSL matrix) keeps the raw V2T ranking
+    for positive scores."""
+    generator = torch.Generator().manual_seed(0)
+    cosines = torch.rand(6, 6, generator=generator, dtype=torch.float64) * 0.4 + 0.1
+    logits = (100 * cosines).tolist()
+    reference = [[0.0] * 6 for _ in range(6)]
+    for j in range(6):
+        denominator = sum(math.exp(logits[i][j]) for i in range(6))
+        for i in range(6):
+            reference[i][j] = logits[i][j] * math.exp(logits[i][j]) / denominator
+    ours = full(dual_softmax(cosines, DualSoftmax(0.01)))
+    assert torch.allclose(100 * ours, torch.tensor(reference, dtype=torch.float64), rtol=1e-9)
+    dsl = rescored_metrics(cosines, torch.arange(6), RescoreConfig(dsl=DualSoftmax()))
+    raw = retrieval_metrics(cosines)
+    assert {k[4:]: v for k, v in dsl.items() if k.startswith("dsl/v2t/")} == {
+        k: v for k, v in raw.items() if k.startswith("v2t/")
+    }
+
+
+def test_column_logsumexp_blockwise_equals_whole():
+    generator = torch.Generator().manual_seed(1)
+    scores = torch.randn(11, 5, generator=generator, dtype=torch.float64)
+    expected = [math.log(sum(math.exp(scores[i, j].item() / 0.3) for i in range(11))) for j in range(5)]
+    for chunk in (1, 3, 11, 64):
+        assert column_logsumexp(scores, 0.3, chunk).tolist() == pytest.approx(expected, rel=1e-12)
+    whole = full(dual_softmax(scores, DualSoftmax(0.3), chunk=64))
+    assert torch.allclose(full(dual_softmax(scores, DualSoftmax(0.3), chunk=2)), whole, rtol=1e-12)
+
+
+def test_inverted_softmax_by_hand():
+    t2v = full(inverted_softmax_t2v(HUB, InvertedSoftmax(0.1)))
+    v2t = full(inverted_softmax_v2t(HUB, InvertedSoftmax(0.1)))
+    for i in range(3):
+        for j in range(3):
+            column = sum(math.exp(HUB[k, j].item() / 0.1) for k in range(3))
+            row = sum(math.exp(HUB[i, k].item() / 0.1) for k in range(3))
+            assert t2v[i, j].item() == pytest.approx(math.exp(HUB[i, j].item() / 0.1) / column, rel=1e-12)
+            assert v2t[i, j].item() == pytest.approx(math.exp(HUB[i, j].item() / 0.1) / row, rel=1e-12)
+    assert t2v[1, 1].item() == pytest.approx(1 / (1 + 2 * math.exp(-4)))
+    metrics = rescored_metrics(HUB, torch.arange(3), RescoreConfig(inverted_softmax=InvertedSoftmax(0.1)))
+    assert metrics["is/t2v/R@1"] == 100.0
+    # V2T: video 0's column over the texts, each text normalised over the videos:
+    # text 0 keeps 1 / (1 + 2 e^-8), texts 1 and 2 get e^6 / (e^6 + e^5 + e^1) < that
+    assert metrics["is/v2t/R@1"] == 100.0
+
+
+BANK = torch.tensor([[0.95, 0.2, 0.25], [0.3, 0.9, 0.1]], dtype=torch.float64)
+# test texts: 0 and 1 have raw top-1 video 0 (activated by bank query 0), text 2 has video 2 (not activated)
+TEST = torch.tensor([[0.9, 0.1, 0.1], [0.6, 0.5, 0.1], [0.3, 0.1, 0.5]], dtype=torch.float64)
+
+
+def test_qb_norm_by_hand():
+    config = QBNorm(temperature=0.1, k=1)
+    bank = QueryBank.from_blocks(BANK.split(1), 3, config)
+    assert bank.activated.tolist() == [True, True, False]
+    norm = [sum(math.exp(BANK[b, j].item() / 0.1) for b in range(2)) for j in range(3)]
+    assert bank.log_norm.tolist() == pytest.approx([math.log(n) for n in norm], rel=1e-12)
+    got = full(qb_norm(TEST, bank, config))
+    for i in (0, 1):
+        assert got[i].tolist() == pytest.approx(
+            [math.exp(TEST[i, j].item() / 0.1) / norm[j] for j in range(3)], rel=1e-12
+        )
+    assert got[2].tolist() == TEST[2].tolist()  # top-1 outside the activation set: the raw row
+    # text 1: video 0 e^6 / (e^9.5 + e^3) = 0.0301 still beats video 1 e^5 / (e^2 + e^9) = 0.0183
+    assert got[1, 0].item() == pytest.approx(math.exp(6) / (math.exp(9.5) + math.exp(3)))
+    assert got[1, 1].item() == pytest.approx(math.exp(5) / (math.exp(2) + math.exp(9)))
+
+
+def test_qb_norm_top_k_activation_and_keys():
+    wide = QueryBank.from_blocks([BANK], 3, QBNorm(temperature=0.1, k=2))
+    assert wide.activated.tolist() == [True, True, True]  # top-2: {0, 2} and {1, 0}
+    config = RescoreConfig(qbnorm=QBNorm(temperature=0.1, k=2))
+    metrics = rescored_metrics(TEST, torch.arange(3), config, wide)
+    assert set(metrics) == {f"qbnorm/t2v/{k}" for k in ("R@1", "R@5", "R@10", "Rsum", "MdR", "MnR")}
+    with pytest.raises(ValueError, match="querybank"):
+        rescored_metrics(TEST, torch.arange(3), config)
+    with pytest.raises(ValueError, match="gallery has 4"):
+        QueryBank.from_blocks([BANK], 4, QBNorm())
+
+
+def test_options_are_checked():
+    with pytest.raises(ValueError, match="rescore.dsl.temperature"):
+        DualSoftmax(0.0)
+    with pytest.raises(ValueError, match="rescore.qbnorm.k"):
+        QBNorm(k=0)
