@@ -1,11 +1,14 @@
 """Inference-time re-scoring (DSL, inverted softmax, QB-Norm) against hand-worked values and the
 public implementations' behaviour, re-derived from their text (lit_retrieval/metrics/rescoring.py)."""
 
+import json
 import math
 
+import numpy as np
 import pytest
 import torch
 
+from lit_retrieval.data import MultiEventDataModule
 from lit_retrieval.metrics.ranking import ScoreRows, retrieval_metrics
 from lit_retrieval.metrics.rescoring import (
     DualSoftmax,
@@ -20,6 +23,11 @@ from lit_retrieval.metrics.rescoring import (
     qb_norm,
     rescored_metrics,
 )
+from lit_retrieval.models.encoders import CLIPEncoder
+from lit_retrieval.models.heads import MeanPHead
+from lit_retrieval.modules import DualEncoderRetrieval
+from lit_retrieval.modules.evaluation import EvaluationConfig
+from test_evaluation import eval_trainer
 
 # video 0 is a hub: the raw top-1 of every text; texts 1 and 2 belong to videos 1 and 2
 HUB = torch.tensor([[0.9, 0.1, 0.1], [0.6, 0.5, 0.1], [0.6, 0.1, 0.5]], dtype=torch.float64)
@@ -134,3 +142,37 @@ def test_options_are_checked():
         DualSoftmax(0.0)
     with pytest.raises(ValueError, match="rescore.qbnorm.k"):
         QBNorm(k=0)
+
+
+def test_test_stage_reports_rescored_metrics_beside_raw(tmp_path, corpus, tiny_clip):
+    """`test` with every re-scoring: the raw keys are unchanged and each method's keys equal the
+    re-scoring of the saved matrix; QB-Norm's bank is the training queries scored by the model."""
+
+    def run(evaluation: EvaluationConfig, root):
+        torch.manual_seed(0)
+        module = DualEncoderRetrieval(CLIPEncoder(pretrained=str(tiny_clip)), MeanPHead(), evaluation=evaluation)
+        data = MultiEventDataModule(
+            annotation=str(corpus / "annotations.json"), num_frames=3, image_size=32, batch_size=4, num_workers=0
+        )
+        eval_trainer(root).test(module, data, verbose=False)
+        return module, data, json.loads((root / "metrics.json").read_text())["test"]
+
+    rescore = RescoreConfig(DualSoftmax(0.05), InvertedSoftmax(0.05), QBNorm(temperature=0.05, k=2, bank_size=6))
+    module, data, metrics = run(EvaluationConfig(save_scores=True, rescore=rescore, query_rows=3), tmp_path / "a")
+    _, _, raw = run(EvaluationConfig(query_rows=3), tmp_path / "b")
+    assert {k: v for k, v in metrics.items() if k.startswith(("t2v/", "v2t/"))} == {
+        k: v for k, v in raw.items() if k.startswith(("t2v/", "v2t/"))
+    }
+    scores = torch.from_numpy(np.load(tmp_path / "a" / "scores.npy")).double()
+    bank_reps = module.evaluator.query_bank(module, 6)
+    module.eval()
+    with torch.no_grad():
+        videos = [
+            module.head.encode_video(module.encoder.encode_video(b["frames"], b["frame_mask"]))
+            for b in data.test_dataloader()
+        ]
+    bank_scores = module.head.score(bank_reps, torch.cat(videos))
+    bank = QueryBank.from_blocks([bank_scores], scores.shape[1], rescore.qbnorm)
+    expected = rescored_metrics(scores, torch.arange(len(scores)), rescore, bank)
+    assert {k: v for k, v in metrics.items() if k.split("/")[0] in ("dsl", "is", "qbnorm")} == pytest.approx(expected)
+    assert {k.split("/")[0] for k in expected} == {"dsl", "is", "qbnorm"}

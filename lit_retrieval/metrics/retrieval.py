@@ -6,7 +6,7 @@ import torch
 from torchmetrics import Metric
 from torchmetrics.utilities import dim_zero_cat
 
-from lit_retrieval.metrics.ranking import Ties, retrieval_metrics
+from lit_retrieval.metrics.ranking import Ties, V2TRule, retrieval_metrics
 
 
 def first_occurrence(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -19,7 +19,7 @@ def first_occurrence(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 class RetrievalMetrics(Metric):
     """Accumulates rows of the text x gallery score matrix and computes R@1/5/10, Rsum, MdR, MnR
-    in both directions (see `lit_retrieval.metrics.ranking`).
+    in both directions (see `lit_retrieval.metrics.ranking`; `v2t_rule`: the multi-caption V2T rule).
 
     Each process updates with its own query rows scored against the *whole* gallery (same column
     order on every rank) and the gallery column of each query's video. Rows are concatenated across
@@ -30,9 +30,10 @@ class RetrievalMetrics(Metric):
     full_state_update = False
     higher_is_better = None
 
-    def __init__(self, ties: Ties = "optimistic", **kwargs) -> None:
+    def __init__(self, ties: Ties = "optimistic", v2t_rule: V2TRule = "strict", **kwargs) -> None:
         super().__init__(**kwargs)
         self.ties = ties
+        self.v2t_rule = v2t_rule
         self.add_state("scores", default=[], dist_reduce_fx="cat")
         self.add_state("targets", default=[], dist_reduce_fx="cat")
         self.add_state("query_ids", default=[], dist_reduce_fx="cat")
@@ -50,4 +51,4 @@ class RetrievalMetrics(Metric):
         targets = dim_zero_cat(self.targets)
         ids = dim_zero_cat(self.query_ids)
         _, first = first_occurrence(ids)
-        return retrieval_metrics(scores[first], targets[first], self.ties)
+        return retrieval_metrics(scores[first], targets[first], self.ties, self.v2t_rule)

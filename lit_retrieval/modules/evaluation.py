@@ -15,7 +15,13 @@ attributes. At the end of the stage the evaluator
 4. reports how many videos were skipped as undecodable (each video once: the duplicates a
    distributed sampler adds are not counted again), and refuses an evaluation in which nothing
    could be evaluated (`NothingToEvaluateError`);
-5. optionally writes the test score matrix (`save_scores`, format in `save_score_matrix`).
+5. optionally writes the test score matrix (`save_scores`, format in `save_score_matrix`);
+6. on `test`, optionally re-scores the merged matrix (`rescore`: DSL, inverted softmax, QB-Norm with
+   a querybank of training queries drawn as the calibration banks are, `query_bank`) and reports
+   those metrics beside the raw ones, keyed by the method (`lit_retrieval.metrics.rescoring`).
+
+Video-to-text with several captions per video follows `v2t_rule` (ours `strict`, or CLIP4Clip's
+`group_max`; `lit_retrieval.metrics.ranking`), text-to-video ranks every caption as one query.
 
 Precision: every score and rank is computed in float32 whatever the trainer's precision. The
 representations are cast to float32 when collected, and scoring runs with autocast off and the
@@ -50,8 +56,9 @@ from lit_retrieval.data.spans import SpanSplitter
 from lit_retrieval.distributed import distributed_world, gather_objects, gather_variable
 from lit_retrieval.errors import InputError
 from lit_retrieval.metrics.analyses import AnalysesConfig, avg_event_hits, avg_event_metrics, sliced_metrics
-from lit_retrieval.metrics.ranking import Ties, retrieval_metrics, text_to_video_ranks
+from lit_retrieval.metrics.ranking import Ties, V2TRule, retrieval_metrics, text_to_video_ranks
 from lit_retrieval.metrics.relational import RelationalConfig, relational_metrics
+from lit_retrieval.metrics.rescoring import QueryBank, RescoreConfig, rescored_metrics
 from lit_retrieval.metrics.retrieval import RetrievalMetrics, first_occurrence
 from lit_retrieval.models.heads.base import SimilarityHead, cat_reps, map_rep, rep_len
 from lit_retrieval.precision import autocast_off, full_precision, full_precision_scoring
@@ -86,6 +93,11 @@ class EvaluationConfig:
             in the precision the model was trained in, bf16's fast path on GPUs; scores and ranks
             are float32 either way, so only the representations' rounding differs (measured on
             the quick-start in docs/melon.md, "Retrieval metrics").
+        v2t_rule: video-to-text with several captions per video: `strict` (ours: the best caption
+            among all captions, keys `v2t/...`) or `group_max` (CLIP4Clip's group maximum, keys
+            `v2t_group_max/...`).
+        rescore: re-scorings of the test matrix reported beside the raw metrics (`RescoreConfig`:
+            `dsl`, `inverted_softmax`, `qbnorm`; keys `dsl/...`, `is/...`, `qbnorm/...`; `None`: raw only).
     """
 
     analyses: AnalysesConfig | None = None
@@ -95,6 +107,8 @@ class EvaluationConfig:
     memory_mb: int = 2048
     save_scores: bool = False
     fp32_encoders: bool = False
+    v2t_rule: V2TRule = "strict"
+    rescore: RescoreConfig | None = None
 
     def __post_init__(self) -> None:
         if self.query_rows < 1 or self.memory_mb < 1:
@@ -216,7 +230,7 @@ class RetrievalEvaluator:
         retrieval metrics. With `synced` the rows of every process are merged (by `query_ids`)
         before the metrics; without, the rows are taken to be the whole split already. Scores
         are computed from float32 representations with autocast off (module docstring)."""
-        metric = RetrievalMetrics(self.config.ties, sync_on_compute=synced).to(targets.device)
+        metric = RetrievalMetrics(self.config.ties, self.config.v2t_rule, sync_on_compute=synced).to(targets.device)
         ranks, kept = [], []
         text, gallery = map_rep(text, full_precision), map_rep(gallery, full_precision)
         with autocast_off(targets.device):
@@ -262,10 +276,13 @@ class RetrievalEvaluator:
                 split.gallery = head.calibrate(bank, split.gallery, self.config.budget_bytes)
         head.before_evaluation(stage)
         save = self.config.save_scores and stage == "test"
+        rescore = self.config.rescore is not None and stage == "test"
         ranked = self.rank(
-            self.head_score(head), split.text, split.gallery, split.targets, split.index, keep_scores=save
+            self.head_score(head), split.text, split.gallery, split.targets, split.index, keep_scores=save or rescore
         )
         results = ranked.metrics
+        if rescore:
+            results.update(self.rescored(model, split, ranked.scores))
         if stage == "val" and type(head).fit_on_validation is not SimilarityHead.fit_on_validation:
             # every process's queries, in gallery order: query i belongs to gallery video i
             all_text = self.merge_queries(model, split, split.text)
@@ -337,6 +354,20 @@ class RetrievalEvaluator:
             reps = [model.query_reps(bank[start : start + rows]) for start in range(0, len(bank), rows)]
         return map_rep(cat_reps(reps), full_precision)
 
+    def rescored(self, model: L.LightningModule, split: EvalSplit, scores: torch.Tensor) -> dict[str, float]:
+        """The `rescore` metrics of every process's test rows against the gallery; QB-Norm's bank
+        is `bank_size` training queries (`query_bank`) scored against the same gallery."""
+        config = self.config.rescore
+        assert config is not None
+        matrix = self.merge_queries(model, split, scores)
+        targets = self.merge_queries(model, split, split.targets)
+        bank = None
+        if config.qbnorm is not None:
+            reps = self.query_bank(model, config.qbnorm.bank_size)
+            blocks = (rows for _, rows in self.score_rows(self.head_score(model.head), reps, split.gallery))
+            bank = QueryBank.from_blocks(blocks, rep_len(split.gallery), config.qbnorm)
+        return rescored_metrics(matrix, targets, config, bank, self.config.ties, self.config.v2t_rule)
+
     def encoded_rows(
         self, model: L.LightningModule, events: list[list[str]], gallery: Any, mode: QueryMode | None = None
     ) -> Iterator[tuple[slice, torch.Tensor]]:
@@ -385,7 +416,7 @@ class RetrievalEvaluator:
         for mode in config.query_modes:
             variants[f"query_mode/{mode}"] = (events, mode)
         for name, (variant_events, mode) in variants.items():
-            metric = RetrievalMetrics(ties).to(device)
+            metric = RetrievalMetrics(ties, self.config.v2t_rule).to(device)
             for rows, scores in self.encoded_rows(model, variant_events, split.gallery, mode):
                 metric.update(scores, targets[rows], split.index[rows])
             out.update({f"{name}/{k}": v for k, v in metric.compute().items()})
