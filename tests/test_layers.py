@@ -27,6 +27,7 @@ LAYERS: dict[str, int] = {
     "locking": 1,  # OutputLock: one writer per output folder, naming the holder
     "strategies": 1,  # DeepSpeedStrategy that also runs on CPU (a YAML class_path)
     "precision": 1,  # float32 scoring whatever the training precision (autocast off, weights cast up)
+    "progress": 1,  # progress of long commands: rich bar in a terminal, plain periodic lines otherwise
     "data": 2,  # records, formats, media items, video decoding, data modules
     "models": 3,  # encoders, heads, GVE embedder
     "losses": 4,

@@ -32,6 +32,7 @@ from lit_retrieval.errors import UsageError
 from lit_retrieval.locking import OutputLock
 from lit_retrieval.melon_build.config import load_config
 from lit_retrieval.melon_build.pipeline import STAGES, Build, dump
+from lit_retrieval.progress import add_progress_arguments, configure_from
 
 
 def shard_argument(text: str) -> tuple[int, int]:
@@ -50,7 +51,9 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--out", required=True, type=Path, help="the build folder (caches and outputs)")
     parser.add_argument("--stage", choices=STAGES, help="run the stages up to this one (default: all)")
     parser.add_argument("--shard", type=shard_argument, default=(0, 1), help="I/N: this process's share of the videos")
+    add_progress_arguments(parser)
     args = parser.parse_args(argv)
+    configure_from(args, shard=args.shard)
     # progress on stdout beside the summary; stderr holds only an error (one line, exit 2)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise

@@ -38,6 +38,7 @@ from lit_retrieval.data.frame_cache import CacheJob, CacheWriter, FrameFormat, f
 from lit_retrieval.data.video import FrameSample, SamplingSpec, VideoDecodeError, sample_video
 from lit_retrieval.errors import ConfigError, InputError
 from lit_retrieval.locking import OutputLock
+from lit_retrieval.progress import Progress, add_progress_arguments, configure_from
 
 
 class DiskFull(InputError):
@@ -185,17 +186,20 @@ def _write(
     frame_format: FrameFormat,
     quality: int | None,
     workers: int,
+    bar: Progress,
 ) -> None:
     """Decode `todo` (in `workers` processes) and append each video to the shard, in order."""
     tasks = ((sampler, job, frame_format, quality) for job in todo)
     if workers == 1:
         for job, stamp, result, chunks in map(_decode, tasks):
             writer.add(job, stamp, result, chunks)
+            bar.advance(**{"failed" if isinstance(result, str) else "decoded": 1})
         return
     gc.collect()  # PyAV objects of earlier decoding freed by a forked child's collector can hang it
     with multiprocessing.get_context("fork").Pool(workers) as pool:
         for job, stamp, result, chunks in pool.imap(_decode, tasks, chunksize=1):  # in order: resumable
             writer.add(job, stamp, result, chunks)
+            bar.advance(**{"failed" if isinstance(result, str) else "decoded": 1})
 
 
 def run(argv: list[str]) -> int:
@@ -213,8 +217,10 @@ def run(argv: list[str]) -> int:
     )
     parser.add_argument("--quality", type=int, default=90, help="JPEG quality (--format jpeg)")
     add_shard_arguments(parser)
+    add_progress_arguments(parser)
     args = parser.parse_args(argv)
     check_shard(parser, args)
+    configure_from(args)
     if args.workers < 1:
         parser.error(f"--workers must be >= 1, got {args.workers}")
     config = load_config(args.config)
@@ -239,7 +245,9 @@ def run(argv: list[str]) -> int:
             todo = writer.pending(jobs)
             for line in writer.repairs:
                 print(f"dropped from the cache (decoded again): {line}")
-            _write(writer, plan.sampler, todo, args.format, quality, args.workers)
+            cached = {"cached": len(jobs) - len(todo), "decoded": 0, "failed": 0}
+            with Progress("caching frames", len(jobs), completed=cached["cached"], counts=cached) as bar:
+                _write(writer, plan.sampler, todo, args.format, quality, args.workers, bar)
             failed = writer.write_failures()
         except OSError as err:
             if err.errno not in (errno.ENOSPC, errno.EDQUOT):

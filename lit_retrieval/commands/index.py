@@ -18,6 +18,7 @@ import argparse
 from lit_retrieval.commands.sharding import add_shard_arguments, check_shard
 from lit_retrieval.errors import UsageError
 from lit_retrieval.locking import OutputLock
+from lit_retrieval.progress import add_progress_arguments, configure_from
 from lit_retrieval.search.index import IndexConfig, build_video_index, check_ivf_lists, list_videos
 from lit_retrieval.search.loading import ModelSpec, load_item_embedder
 
@@ -72,10 +73,12 @@ def run(argv: list[str]) -> int:
         action="store_true",
         help="retry every video listed in OUT/failed*.json (changed files are retried anyway)",
     )
+    add_progress_arguments(parser)
     args = parser.parse_args(argv)
     if args.model is None and args.config is None:
         parser.error("one of --model or --config is required")
     check_shard(parser, args)
+    configure_from(args)
     spec = ModelSpec(args.model, args.config, args.ckpt, args.device, args.sampling)
     videos = list_videos(args.videos)
     if not videos:

@@ -27,6 +27,7 @@ from lit_retrieval.data.shots import ShotDetectorConfig, ShotConfig, detect_many
 from lit_retrieval.data.records import read_text
 from lit_retrieval.errors import ConfigError, UsageError
 from lit_retrieval.locking import OutputLock
+from lit_retrieval.progress import add_progress_arguments, configure_from
 
 VIDEO_EXTS = (".mp4", ".mkv", ".webm", ".avi", ".mov", ".m4v")
 
@@ -81,8 +82,10 @@ def run(argv: list[str]) -> int:
         help="detect again videos that failed before (changed files are retried anyway)",
     )
     add_shard_arguments(parser)
+    add_progress_arguments(parser)
     args = parser.parse_args(argv)
     check_shard(parser, args)
+    configure_from(args)
     try:
         options = options_from_config(args.config) if args.config else ShotConfig()
     except yaml.YAMLError as err:

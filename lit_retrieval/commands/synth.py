@@ -6,6 +6,7 @@ import argparse
 import time
 
 from lit_retrieval.data.synthetic import SynthConfig, generate_corpus
+from lit_retrieval.progress import add_progress_arguments, configure_from
 
 
 def run(argv: list[str]) -> int:
@@ -30,7 +31,9 @@ def run(argv: list[str]) -> int:
         help="events per video",
     )
     parser.add_argument("--workers", type=int, default=None, help="encoding processes (default: all cores)")
+    add_progress_arguments(parser)
     args = parser.parse_args(argv)
+    configure_from(args)
     if args.num_videos < 1:
         parser.error("--num-videos must be at least 1")
     start = time.perf_counter()

@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from rich.progress import Progress
 
 from lit_retrieval.data.video import VideoDecodeError
+from lit_retrieval.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -229,19 +229,18 @@ def detect_many(
         else:
             results.shots[path] = hit
             results.cached += 1
-    with Progress(disable=not progress or not todo) as bar:
-        task = bar.add_task("detecting shots", total=len(todo))
+    known = results.cached + results.known_failures
+    counts = {"cached": results.cached, "detected": 0, "failed": results.known_failures}
+    with Progress("detecting shots", known + len(todo), completed=known, counts=counts, enabled=progress) as bar:
         if workers <= 1:
             outcomes = (_detect_and_store(p, config, str(cache_root)) for p in todo)
             for path, shots, error in outcomes:
-                _record(results, path, shots, error)
-                bar.advance(task)
+                bar.advance(**_record(results, path, shots, error))
         else:
             with ProcessPoolExecutor(workers) as executor:
                 futures = [executor.submit(_detect_and_store, p, config, str(cache_root)) for p in todo]
                 for future in as_completed(futures):
-                    _record(results, *future.result())
-                    bar.advance(task)
+                    bar.advance(**_record(results, *future.result()))
     if results.failed:
         for path, reason in results.failed.items():
             log.warning("shot detection failed for %s: %s", path, reason)
@@ -251,11 +250,13 @@ def detect_many(
     return results
 
 
-def _record(results: ShotResults, path: str, shots: Shots | None, error: str | None) -> None:
+def _record(results: ShotResults, path: str, shots: Shots | None, error: str | None) -> dict[str, int]:
+    """Adds one video's outcome to `results`; the progress count it adds to."""
     if shots is None:
         results.failed[path] = error or "unknown error"
-    else:
-        results.shots[path] = shots
+        return {"failed": 1}
+    results.shots[path] = shots
+    return {"detected": 1}
 
 
 def frame_shot_index(frame_times: np.ndarray, shots: Shots) -> np.ndarray:

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import av
 import numpy as np
-from rich.progress import Progress
 
 from lit_retrieval.data.annotations import save_annotations
 from lit_retrieval.data.records import Event, VideoRecord
+from lit_retrieval.progress import Progress
 
 COLOURS = {
     "red": ((215, 35, 35), ["red", "crimson", "scarlet"]),
@@ -393,16 +393,16 @@ def generate_corpus(out: str | Path, cfg: SynthConfig = SynthConfig(), workers: 
             jobs.append(_VideoJob(str(out / rel), segments, cfg.size, cfg.fps, cfg.keyframe_seconds))
 
     workers = workers or min(len(jobs), os.cpu_count() or 1) or 1
-    with Progress(disable=not progress) as bar:
-        task = bar.add_task("writing videos", total=len(jobs))
+    written = cfg.num_videos - len(jobs)  # complete files of an earlier run
+    with Progress("writing videos", cfg.num_videos, completed=written, enabled=progress) as bar:
         if workers == 1:
             for job in jobs:
                 write_video(job)
-                bar.advance(task)
+                bar.advance()
         else:
             with ProcessPoolExecutor(workers) as pool_exec:
                 for _ in pool_exec.map(write_video, jobs, chunksize=8):
-                    bar.advance(task)
+                    bar.advance()
 
     (out / "events.json").write_text(json.dumps([asdict(e) for e in pool], indent=1))
     annotation = out / "annotations.json"

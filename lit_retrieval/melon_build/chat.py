@@ -184,10 +184,12 @@ class ChatStats:
         self.cache_hits: Counter[tuple[str, str]] = Counter()
         self.retries: Counter[tuple[str, str]] = Counter()
         self.failures: Counter[str] = Counter()
+        self.stage_totals: Counter[tuple[str, str]] = Counter()  # (counter, stage): the progress lines' counts
 
     def add(self, counter: str, key: tuple[str, str] | str) -> None:
         with self._lock:
             getattr(self, counter)[key] += 1
+            self.stage_totals[counter, key if isinstance(key, str) else key[0]] += 1
 
     def summary(self) -> dict[str, dict[str, Any]]:
         """Per stage: videos asked about, calls, cache hits, calls per video, retries by reason, failures."""

@@ -48,6 +48,7 @@ from lit_retrieval.melon_build.llm_stages import VideoRejected
 from lit_retrieval.melon_build.sources import Segment, SourceVideo, collect
 from lit_retrieval.melon_build.stage_cache import StageCache, stage_key
 from lit_retrieval.models.encoders.text_towers import resolve_model_path
+from lit_retrieval.progress import Progress
 from lit_retrieval.search.embedders import file_identity
 
 log = logging.getLogger(__name__)
@@ -150,21 +151,28 @@ class Build:
         missing = [uid for uid, result in results.items() if result is None]
         results = {uid: result for uid, result in results.items() if result is not None}
         workers = self.chat_config.concurrency if self.chat_config is not None else 1
+        counts = {"cached": len(results), "failed": 0, "in_flight": 0}
 
         def one(uid: str) -> None:
+            bar.advance(0, in_flight=1)
             try:
                 result = ask(uid)
             except ChatFailure as err:
                 with self._lock:
                     state.fail(stage, uid, err.reason)
+                bar.advance(failed=1, in_flight=-1)
                 return
             except VideoRejected as err:
                 result = {"rejected": err.reason}
             with self._lock:
                 cache.put(uid, keys[uid], result)
                 results[uid] = result
+            bar.advance(in_flight=-1)
 
-        with ThreadPoolExecutor(max_workers=max(1, min(workers, len(missing) or 1))) as pool:
+        with (
+            self.progress(stage, len(uids), counts, live=lambda: self.stage_calls(stage), heartbeat=True) as bar,
+            ThreadPoolExecutor(max_workers=max(1, min(workers, len(missing) or 1))) as pool,
+        ):
             futures = [pool.submit(one, uid) for uid in missing]
             wait(futures, return_when=FIRST_EXCEPTION)  # an EndpointError: the videos not started never start
             pool.shutdown(cancel_futures=True)
@@ -174,6 +182,22 @@ class Build:
         for uid in [u for u, r in results.items() if isinstance(r, dict) and "rejected" in r]:
             state.remove(stage, uid, "rejected", results.pop(uid)["rejected"])
         return results
+
+    def progress(self, stage: str, total: int, counts: dict[str, int] | None = None, **options: Any) -> Progress:
+        """A stage's progress over its videos (`counts["cached"]` of them done before it starts)."""
+        counts = counts or {}
+        label = f"build-melon {stage}"
+        shard = (self.shard, self.shards)
+        return Progress(label, total, completed=counts.get("cached", 0), counts=counts, shard=shard, **options)
+
+    def stage_calls(self, stage: str) -> dict[str, int]:
+        """This process's LLM calls of `stage` so far and the attempts that were retried."""
+        with self._lock:
+            totals = [client.stats.stage_totals for client in self._clients.values()]
+        return {
+            "llm_calls": sum(t["calls", stage] for t in totals),
+            "retried": sum(t["retries", stage] for t in totals),
+        }
 
     def v2t_thresholds(self) -> dict[str, float]:
         """Each source's V2T threshold (its own, else `v2t.threshold`)."""
@@ -216,18 +240,19 @@ class Build:
         identity = [t2t.model, file_identity(resolve_model_path(t2t.model))]
         cache = self.cache("t2t")
         encoder: SentenceEncoder | None = None
-        for uid in list(state.videos):
-            texts = [s.text for s in state.videos[uid].segments]
-            key = stage_key("t2t", texts, identity)
-            similarities = cache.get(uid, key)
-            if similarities is None:
-                encoder = encoder or sentence_encoder(t2t.model, t2t.batch_size)
-                similarities = encoder.adjacent_similarities(texts)
-                cache.put(uid, key, similarities)
-            pairs = redundant_pairs(similarities, t2t.threshold)
-            if pairs:
-                detail = "; ".join(f"segments {i}, {i + 1}: {s:.3f} > {t2t.threshold:g}" for i, s in pairs)
-                state.remove("t2t", uid, "redundant_adjacent_descriptions", detail)
+        with self.progress("t2t", len(state.videos)) as bar:
+            for uid in bar.track(list(state.videos)):
+                texts = [s.text for s in state.videos[uid].segments]
+                key = stage_key("t2t", texts, identity)
+                similarities = cache.get(uid, key)
+                if similarities is None:
+                    encoder = encoder or sentence_encoder(t2t.model, t2t.batch_size)
+                    similarities = encoder.adjacent_similarities(texts)
+                    cache.put(uid, key, similarities)
+                pairs = redundant_pairs(similarities, t2t.threshold)
+                if pairs:
+                    detail = "; ".join(f"segments {i}, {i + 1}: {s:.3f} > {t2t.threshold:g}" for i, s in pairs)
+                    state.remove("t2t", uid, "redundant_adjacent_descriptions", detail)
 
     def v2t(self, state: BuildState) -> None:
         v2t = self.config.v2t
@@ -235,34 +260,36 @@ class Build:
         identity = v2t_identity(v2t)
         cache = self.cache("v2t")
         embedder = None
-        for uid in list(state.videos):
-            video = state.videos[uid]
-            key = stage_key("v2t", video.path, file_stamp(video.path), [asdict(s) for s in video.segments], identity)
-            result = cache.get(uid, key)
-            if result is None:
-                embedder = embedder or load_embedder(v2t)
-                try:
-                    result = {
-                        "similarities": segment_similarities(embedder, video.path, video.segments, v2t.batch_size)
-                    }
-                except VideoDecodeError as err:
-                    result = {"error": err.reason}
-                cache.put(uid, key, result)
-            if "error" in result:
-                state.remove("v2t", uid, "undecodable_video", result["error"])
-                continue
-            threshold = thresholds[video.source]
-            scores = result["similarities"]
-            state.v2t_scores[video.source] += scores
-            kept = tuple(s for s, score in zip(video.segments, scores) if score >= threshold)
-            state.segment_removals[("v2t", video.source)] += len(video.segments) - len(kept)
-            if len(kept) < self.settings.min_events:
-                detail = (
-                    f"{len(kept)} of {len(video.segments)} segments >= {threshold:g}; {self.settings.min_events} needed"
+        with self.progress("v2t", len(state.videos)) as bar:
+            for uid in bar.track(list(state.videos)):
+                video = state.videos[uid]
+                key = stage_key(
+                    "v2t", video.path, file_stamp(video.path), [asdict(s) for s in video.segments], identity
                 )
-                state.remove("v2t", uid, "too_few_aligned_segments", detail)
-            else:
-                state.videos[uid] = replace(video, segments=kept)
+                result = cache.get(uid, key)
+                if result is None:
+                    embedder = embedder or load_embedder(v2t)
+                    try:
+                        result = {
+                            "similarities": segment_similarities(embedder, video.path, video.segments, v2t.batch_size)
+                        }
+                    except VideoDecodeError as err:
+                        result = {"error": err.reason}
+                    cache.put(uid, key, result)
+                if "error" in result:
+                    state.remove("v2t", uid, "undecodable_video", result["error"])
+                    continue
+                threshold = thresholds[video.source]
+                scores = result["similarities"]
+                state.v2t_scores[video.source] += scores
+                kept = tuple(s for s, score in zip(video.segments, scores) if score >= threshold)
+                state.segment_removals[("v2t", video.source)] += len(video.segments) - len(kept)
+                if len(kept) < self.settings.min_events:
+                    needed = self.settings.min_events
+                    detail = f"{len(kept)} of {len(video.segments)} segments >= {threshold:g}; {needed} needed"
+                    state.remove("v2t", uid, "too_few_aligned_segments", detail)
+                else:
+                    state.videos[uid] = replace(video, segments=kept)
 
     def summarise(self, state: BuildState) -> None:
         def key_of(uid: str) -> str:

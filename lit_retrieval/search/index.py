@@ -28,12 +28,12 @@ from pathlib import Path
 
 import faiss
 import numpy as np
-from rich.progress import Progress
 
 from lit_retrieval.data.media import ItemError, MediaItem
 from lit_retrieval.data.records import read_json, read_text
 from lit_retrieval.data.video import VideoDecodeError
 from lit_retrieval.errors import InputError, UsageError
+from lit_retrieval.progress import Progress
 from lit_retrieval.search.embedders import ItemEmbedder
 from lit_retrieval.search.loading import ModelSpec
 
@@ -204,8 +204,10 @@ def build_video_index(
     if retried & set(failed):
         failed = {v: entry for v, entry in failed.items() if v not in retried}
         _write_atomic(failed_path, lambda p: p.write_text(json.dumps(failed, indent=1)))
-    with Progress(disable=not progress) as bar:
-        task = bar.add_task("embedding videos", total=len(mine), completed=len(mine) - len(todo))
+    before = len(done.intersection(mine))
+    skipped = len(mine) - len(todo) - before  # failed before, unchanged since
+    counts = {"done_before": before, "skipped": skipped, "failed": 0}
+    with Progress("embedding videos", len(mine), completed=before + skipped, counts=counts, enabled=progress) as bar:
         for start in range(0, len(todo), chunk):
             names, vectors = [], []
             group = todo[start : start + chunk]
@@ -220,7 +222,7 @@ def build_video_index(
                     except (VideoDecodeError, ItemError) as err:
                         failed[video] = _failure(video, str(err))
                         _write_atomic(failed_path, lambda p: p.write_text(json.dumps(failed, indent=1)))
-            bar.advance(task, len(group))
+            bar.advance(len(group), failed=len(group) - len(names))
             if names:
                 stem = parts / f"part-{tag}{len(list(parts.glob(f'part-{tag}*.npy'))):05d}"
                 _write_atomic(
