@@ -3,11 +3,14 @@ public implementations' behaviour, re-derived from their text (lit_retrieval/met
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
 import torch
 
+from lit_retrieval.cli import main
+from lit_retrieval.commands import run_command
 from lit_retrieval.data import MultiEventDataModule
 from lit_retrieval.metrics.ranking import ScoreRows, retrieval_metrics
 from lit_retrieval.metrics.rescoring import (
@@ -176,3 +179,45 @@ def test_test_stage_reports_rescored_metrics_beside_raw(tmp_path, corpus, tiny_c
     expected = rescored_metrics(scores, torch.arange(len(scores)), rescore, bank)
     assert {k: v for k, v in metrics.items() if k.split("/")[0] in ("dsl", "is", "qbnorm")} == pytest.approx(expected)
     assert {k.split("/")[0] for k in expected} == {"dsl", "is", "qbnorm"}
+
+
+def cli_metrics(capsys, *argv):
+    assert run_command("metrics", list(argv)) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_metrics_command_rescores_a_saved_matrix(tmp_path, capsys):
+    np.save(tmp_path / "hub.npy", HUB.numpy())
+    np.save(tmp_path / "bank.npy", BANK.numpy())
+    np.save(tmp_path / "test.npy", TEST.numpy())
+    out = cli_metrics(capsys, str(tmp_path / "hub.npy"), "--rescore", "dsl", "is", "--temperature", "0.1")
+    assert out["t2v/R@1"] == pytest.approx(100 / 3)  # the raw headline, unchanged
+    assert out["dsl/t2v/R@1"] == 100.0 and out["is/t2v/R@1"] == 100.0 and "qbnorm/t2v/R@1" not in out
+    out = cli_metrics(capsys, str(tmp_path / "test.npy"), "--rescore", "qbnorm", "--bank", str(tmp_path / "bank.npy"))
+    bank = QueryBank.from_blocks([BANK], 3, QBNorm())
+    expected = rescored_metrics(TEST, torch.arange(3), RescoreConfig(qbnorm=QBNorm()), bank)
+    assert {k: v for k, v in out.items() if k.startswith("qbnorm/")} == pytest.approx(expected)
+    # four captions of two videos (test_metrics: strict rank 3, group max rank 2 for video 0)
+    np.save(tmp_path / "captions.npy", np.array([[0.5, 0.2], [0.6, 0.9], [0.7, 0.3], [0.1, 0.8]]))
+    np.save(tmp_path / "targets.npy", np.array([0, 1, 1, 1]))
+    argv = [str(tmp_path / "captions.npy"), "--text-video", str(tmp_path / "targets.npy"), "--v2t-rule", "group_max"]
+    assert cli_metrics(capsys, *argv)["v2t_group_max/MnR"] == 1.5
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--rescore", "qbnorm"], "--rescore qbnorm and --bank go together"),
+        (["--rescore", "dsl", "--temperature", "0"], "--temperature must be > 0"),
+        (["--rescore", "qbnorm", "--bank", "BANK4"], r"bank must be \[bank queries, 3 videos\], got shape \(2, 4\)"),
+    ],
+)
+def test_metrics_command_refuses_bad_rescoring_options(tmp_path, capsys, argv, message):
+    np.save(tmp_path / "hub.npy", HUB.numpy())
+    np.save(tmp_path / "bank4.npy", np.zeros((2, 4)))
+    argv = [a.replace("BANK4", str(tmp_path / "bank4.npy")) for a in argv]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["metrics", str(tmp_path / "hub.npy"), *argv])
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and "Traceback" not in err
+    assert re.search(message, err.splitlines()[-1])

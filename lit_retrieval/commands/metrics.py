@@ -14,6 +14,16 @@ relational flag (`relational`), its video's shot count (`num_shots`) and Rel-Mul
 (or the ensemble) are then added to the output, as `test` reports them. An ids file written before
 these were saved still works: the standard metrics and a note on stderr that Rel-Multi needs a new
 `test` run with `evaluation.save_scores`.
+
+Multi-caption video-to-text: `--v2t-rule strict` (ours, keys `v2t/...`) or `group_max`
+(CLIP4Clip's group maximum, keys `v2t_group_max/...`).
+
+Re-scoring (`--rescore dsl is qbnorm`, lit_retrieval/metrics/rescoring.py): each method's metrics
+are added beside the raw ones, keyed `dsl/...`, `is/...`, `qbnorm/...`. `--temperature` sets every
+chosen method's temperature (default: dsl 0.01, is 0.05, qbnorm 0.05). QB-Norm needs `--bank
+BANK.npy`: a float `[bank queries, videos]` matrix of training queries scored against the same
+video columns as the matrix (what QB-Norm's repository calls the train-test similarities), and
+`--bank-k` (default 1) for its activation set.
 """
 
 from __future__ import annotations
@@ -31,6 +41,14 @@ import torch
 from lit_retrieval.errors import InputError, UsageError
 from lit_retrieval.metrics.ranking import retrieval_metrics, text_to_video_ranks
 from lit_retrieval.metrics.relational import RelationalConfig, relational_metrics
+from lit_retrieval.metrics.rescoring import (
+    DualSoftmax,
+    InvertedSoftmax,
+    QBNorm,
+    QueryBank,
+    RescoreConfig,
+    rescored_metrics,
+)
 
 ID_KEYS = ("text_ids", "video_ids", "targets")
 RELATIONAL_KEYS = ("relational", "num_shots")  # per query; with `min_shots`, written by `test` since Rel-Multi
@@ -178,6 +196,29 @@ def rel_multi(
     return relational_metrics(ranks, flags, shots, RelationalConfig(min_shots=threshold))
 
 
+def rescore_config(methods: list[str], temperature: float | None, bank_k: int) -> RescoreConfig:
+    """The `RescoreConfig` of `--rescore`, `--temperature` and `--bank-k`."""
+    temperature_arg = {} if temperature is None else {"temperature": temperature}
+    return RescoreConfig(
+        dsl=DualSoftmax(**temperature_arg) if "dsl" in methods else None,
+        inverted_softmax=InvertedSoftmax(**temperature_arg) if "is" in methods else None,
+        qbnorm=QBNorm(k=bank_k, **temperature_arg) if "qbnorm" in methods else None,
+    )
+
+
+def load_bank(path: Path, num_videos: int, config: QBNorm) -> QueryBank:
+    """QB-Norm's querybank statistics from a `[bank queries, videos]` score matrix file."""
+    bank = load_array(path)
+    if not (np.issubdtype(bank.dtype, np.integer) or np.issubdtype(bank.dtype, np.floating)):
+        raise UsageError(str(path), f"bank scores must be numbers, got dtype {bank.dtype}")
+    if bank.ndim != 2 or bank.shape[1] != num_videos:
+        raise ValueError(f"{path}: the bank must be [bank queries, {num_videos} videos], got shape {bank.shape}")
+    if not np.isfinite(bank).all():
+        raise ValueError(f"{path}: {int((~np.isfinite(bank)).sum())} bank scores are NaN or infinite")
+    blocks = (torch.from_numpy(bank[start : start + 4096]) for start in range(0, len(bank), 4096))
+    return QueryBank.from_blocks(blocks, num_videos, config)
+
+
 def run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="lit-retrieval metrics", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -197,7 +238,19 @@ def run(argv: list[str]) -> int:
     parser.add_argument(
         "--min-shots", type=int, help="Rel-Multi's shot threshold (default: the ids file's, else the median)"
     )
+    parser.add_argument("--v2t-rule", choices=["strict", "group_max"], default="strict")
+    parser.add_argument("--rescore", nargs="+", choices=["dsl", "is", "qbnorm"], help="re-scorings reported beside")
+    parser.add_argument("--temperature", type=float, help="temperature of every --rescore method")
+    parser.add_argument("--bank", type=Path, help="QB-Norm's querybank: .npy [bank queries, videos] scores")
+    parser.add_argument("--bank-k", type=int, default=1, help="QB-Norm's top-k of each bank query (default 1)")
     args = parser.parse_args(argv)
+    rescoring = args.rescore or []
+    if args.temperature is not None and not args.temperature > 0:
+        parser.error("--temperature must be > 0")
+    if args.bank_k < 1:
+        parser.error("--bank-k must be >= 1")
+    if ("qbnorm" in rescoring) != (args.bank is not None):
+        parser.error("--rescore qbnorm and --bank go together (QB-Norm's querybank scores)")
     if args.min_shots is not None and args.min_shots < 0:
         parser.error("--min-shots must be >= 0")
     if (args.sim is None) == (args.ensemble is None):
@@ -217,16 +270,21 @@ def run(argv: list[str]) -> int:
         else:
             targets = torch.tensor(ids["targets"], dtype=torch.long) if ids is not None else None
         matrix = torch.from_numpy(scores).double()
-        results = retrieval_metrics(matrix, targets, args.ties)
+        results = retrieval_metrics(matrix, targets, args.ties, args.v2t_rule)
         if targets is None:
             targets = torch.arange(matrix.shape[0])
+        if rescoring:
+            config = rescore_config(rescoring, args.temperature, args.bank_k)
+            bank = load_bank(args.bank, matrix.shape[1], config.qbnorm) if config.qbnorm else None
+            results.update(rescored_metrics(matrix, targets, config, bank, args.ties, args.v2t_rule))
         source = args.ensemble[0] if args.ensemble else Path(args.sim)
         results.update(rel_multi(matrix, targets, ids, source, args.min_shots, args.ties))
         print(json.dumps(results))
     except ValueError as err:
         if isinstance(err, UsageError):
             raise
-        inputs = [str(p) for p in (*(args.ensemble or [args.sim]), *([args.text_video] if args.text_video else []))]
+        extra = [p for p in (args.text_video, args.bank) if p]
+        inputs = [str(p) for p in (*(args.ensemble or [args.sim]), *extra)]
         named = any(path in str(err) for path in inputs)
         raise InputError(
             str(err) if named else f"{', '.join(inputs)}: {err}"
