@@ -147,7 +147,7 @@ def test_options_are_checked():
         QBNorm(k=0)
 
 
-def test_test_stage_reports_rescored_metrics_beside_raw(tmp_path, corpus, tiny_clip):
+def test_test_stage_reports_rescored_metrics_beside_raw(tmp_path, corpus, tiny_clip, capsys):
     """`test` with every re-scoring: the raw keys are unchanged and each method's keys equal the
     re-scoring of the saved matrix; QB-Norm's bank is the training queries scored by the model."""
 
@@ -179,6 +179,13 @@ def test_test_stage_reports_rescored_metrics_beside_raw(tmp_path, corpus, tiny_c
     expected = rescored_metrics(scores, torch.arange(len(scores)), rescore, bank)
     assert {k: v for k, v in metrics.items() if k.split("/")[0] in ("dsl", "is", "qbnorm")} == pytest.approx(expected)
     assert {k.split("/")[0] for k in expected} == {"dsl", "is", "qbnorm"}
+    # the saved bank re-scores the saved matrix as `test` did
+    capsys.readouterr()  # the test table
+    argv = ["--rescore", "dsl", "is", "qbnorm", "--temperature", "0.05", "--bank-k", "2"]
+    out = cli_metrics(
+        capsys, str(tmp_path / "a" / "scores.npy"), *argv, "--bank", str(tmp_path / "a" / "scores_bank.npy")
+    )
+    assert {k: v for k, v in out.items() if k in expected} == pytest.approx(expected)
 
 
 def cli_metrics(capsys, *argv):

@@ -65,6 +65,7 @@ from lit_retrieval.precision import autocast_off, full_precision, full_precision
 
 SCORES_FILE = "scores.npy"
 SCORE_IDS_FILE = "scores_ids.json"
+BANK_FILE = "scores_bank.npy"
 ScoreFn = Callable[[Any, Any], torch.Tensor]
 
 
@@ -356,7 +357,8 @@ class RetrievalEvaluator:
 
     def rescored(self, model: L.LightningModule, split: EvalSplit, scores: torch.Tensor) -> dict[str, float]:
         """The `rescore` metrics of every process's test rows against the gallery; QB-Norm's bank
-        is `bank_size` training queries (`query_bank`) scored against the same gallery."""
+        is `bank_size` training queries (`query_bank`) scored against the same gallery, written
+        with `save_scores` as `scores_bank.npy` (`save_bank_matrix`)."""
         config = self.config.rescore
         assert config is not None
         matrix = self.merge_queries(model, split, scores)
@@ -364,8 +366,12 @@ class RetrievalEvaluator:
         bank = None
         if config.qbnorm is not None:
             reps = self.query_bank(model, config.qbnorm.bank_size)
-            blocks = (rows for _, rows in self.score_rows(self.head_score(model.head), reps, split.gallery))
+            scored = self.score_rows(self.head_score(model.head), reps, split.gallery)
+            keep = self.config.save_scores
+            blocks = [rows for _, rows in scored] if keep else (rows for _, rows in scored)
             bank = QueryBank.from_blocks(blocks, rep_len(split.gallery), config.qbnorm)
+            if keep:
+                save_bank_matrix(model, torch.cat(blocks))
         return rescored_metrics(matrix, targets, config, bank, self.config.ties, self.config.v2t_rule)
 
     def encoded_rows(
@@ -450,11 +456,9 @@ def save_score_matrix(
         flags = {
             name: RetrievalEvaluator.merge_queries(model, split, split.attributes[name]).tolist() for name in flags
         }
-    trainer = model.trainer
-    run_dir = Path(trainer.log_dir or trainer.default_root_dir)  # a broadcast under DDP: every rank asks
-    if not trainer.is_global_zero:
+    run_dir = run_directory(model)
+    if not model.trainer.is_global_zero:
         return
-    run_dir.mkdir(parents=True, exist_ok=True)
     np.save(run_dir / SCORES_FILE, rows.cpu().numpy().astype(np.float32))
     ids = {
         "text_ids": [split.video_ids[t] for t in targets.tolist()],
@@ -464,3 +468,21 @@ def save_score_matrix(
         "min_shots": relational.min_shots if flags["relational"] is not None else None,
     }
     (run_dir / SCORE_IDS_FILE).write_text(json.dumps(ids))
+
+
+def run_directory(model: L.LightningModule) -> Path:
+    """The run directory the score files go to (created); every rank must ask (a broadcast under DDP)."""
+    trainer = model.trainer
+    run_dir = Path(trainer.log_dir or trainer.default_root_dir)
+    if trainer.is_global_zero:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    return run_dir
+
+
+def save_bank_matrix(model: L.LightningModule, scores: torch.Tensor) -> None:
+    """Write QB-Norm's querybank scores, float32 `[bank queries, videos]` in `scores.npy`'s column
+    order, as `scores_bank.npy` (rank 0): `lit-retrieval metrics scores.npy --rescore qbnorm --bank
+    scores_bank.npy` re-scores the saved matrix as `test` did."""
+    run_dir = run_directory(model)
+    if model.trainer.is_global_zero:
+        np.save(run_dir / BANK_FILE, scores.cpu().numpy().astype(np.float32))
