@@ -40,6 +40,7 @@ from lit_retrieval.models.heads import (
     XCLIPHead,
 )
 from lit_retrieval.models.heads.base import map_rep
+from lit_retrieval.models.heads.sali import SpanTextFeatures
 from lit_retrieval.modules import DualEncoderRetrieval, EvaluationConfig, SALIRetrieval
 
 ZOO: dict[str, Callable] = {
@@ -238,13 +239,32 @@ def test_analyses_encode_queries_in_the_precision_of_the_test_step(corpus, tiny_
         assert results[f"query_mode/concat/{key}"] == results[key], key
 
 
-@pytest.mark.parametrize("name", list(ZOO))
+SCORED = {
+    **ZOO,
+    "sali_max": lambda: SALIHead(eval_penalty=True),
+    "sali_ot": lambda: SALIHead(eval_operator="ot", eval_penalty=True),
+}
+
+
+def head_features(name: str, dim: int) -> tuple:
+    """Random text and video features for head `name` (SALI: span features and shots)."""
+    text, video = features(num_text=4, num_video=4, frames=4, words=5, dim=dim)
+    if not name.startswith("sali"):
+        return text, video
+    video.shots = torch.tensor([[0, 0, 1, 1], [0, 1, 2, -1], [0, -1, -1, -1], [0, 1, 1, 2]])
+    g = torch.Generator().manual_seed(1)
+    subject, obj = torch.randn(2, 4, dim, generator=g)
+    flags = torch.tensor([True, True, False, False])
+    return SpanTextFeatures(text.pooled, subject, obj, has_verb=flags, relational=flags), video
+
+
+@pytest.mark.parametrize("name", list(SCORED))
 def test_score_blocks_is_float32_under_autocast_and_with_bf16_weights(name, encoder):
     """`score_blocks` of bf16 representations inside a bf16 autocast region equals the float32
     score of the same (upcast) representations; with the head's weights in bf16 it equals a float32
     copy of those weights, and the head keeps its own bf16 weight tensors."""
-    head = bind_seeded(ZOO[name], encoder).eval()
-    text, video = features(num_text=4, num_video=4, frames=4, words=5, dim=encoder.embed_dim)
+    head = bind_seeded(SCORED[name], encoder).eval()
+    text, video = head_features(name, encoder.embed_dim)
     with torch.no_grad():
         text_rep, video_rep = head.encode_text(text), head.encode_video(video)
         low = lambda t: t.bfloat16() if t.is_floating_point() else t  # noqa: E731
