@@ -66,6 +66,15 @@ class RetrievalCLI(LightningCLI):
             run=run,
         )
 
+    def add_arguments_to_parser(self, parser) -> None:
+        parser.add_lightning_class_args(ResumeCheckpoint, "resume_checkpoint")
+
+    def before_fit(self) -> None:
+        # CSVLogger deletes metrics.csv when fit starts; keep its rows for a resumed run
+        for callback in self.trainer.callbacks:
+            if isinstance(callback, ResumeCheckpoint):
+                callback.remember_logs(self.trainer)
+
     def parse_arguments(self, parser, args) -> None:
         given = sys.argv[1:] if args is None else args
         subcommands = getattr(self, "_subcommand_parsers", {})  # none when run=False
