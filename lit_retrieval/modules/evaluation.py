@@ -58,9 +58,10 @@ from lit_retrieval.errors import InputError
 from lit_retrieval.metrics.analyses import AnalysesConfig, avg_event_hits, avg_event_metrics, sliced_metrics
 from lit_retrieval.metrics.ranking import Ties, V2TRule, retrieval_metrics, text_to_video_ranks
 from lit_retrieval.metrics.relational import RelationalConfig, relational_metrics
+from lit_retrieval.metrics.rerank import CandidateScorer
 from lit_retrieval.metrics.rescoring import QueryBank, RescoreConfig, rescored_metrics
 from lit_retrieval.metrics.retrieval import RetrievalMetrics, first_occurrence
-from lit_retrieval.models.heads.base import SimilarityHead, cat_reps, map_rep, rep_len
+from lit_retrieval.models.heads.base import SimilarityHead, cat_reps, map_rep, rep_device, rep_len
 from lit_retrieval.precision import autocast_off, full_precision, full_precision_scoring
 
 SCORES_FILE = "scores.npy"
@@ -427,6 +428,33 @@ class RetrievalEvaluator:
                 metric.update(scores, targets[rows], split.index[rows])
             out.update({f"{name}/{k}": v for k, v in metric.compute().items()})
         return out
+
+
+def candidate_scorer(head: SimilarityHead, text: Any, gallery: Any, budget_bytes: int) -> CandidateScorer:
+    """`head`'s float32 scores of each query's candidate videos (`lit_retrieval.metrics.rerank`):
+    aligned (text, video) pairs through `score_pairs`, at most `budget_bytes` of pairwise working
+    memory at a time, where the head has a pair form of its own; else one query's candidates at a
+    time through `score` (the generic `score_pairs` would score every pair of the block)."""
+    paired = type(head).score_pairs is not SimilarityHead.score_pairs
+    pick = lambda rep, index: map_rep(rep, lambda t: full_precision(t[index.to(t.device)]))  # noqa: E731
+
+    def score(rows: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
+        n, k = candidates.shape
+        with full_precision_scoring(head, rep_device(gallery)):
+            if not paired:
+                return torch.cat(
+                    [head.score(pick(text, rows[i : i + 1]), pick(gallery, candidates[i])) for i in range(n)]
+                )
+            queries, videos = rows.repeat_interleave(k), candidates.flatten()
+            per_pair = head.pair_bytes(pick(text, queries[:1]), pick(gallery, videos[:1]))
+            step = max(1, budget_bytes // max(1, per_pair))
+            parts = [
+                head.score_pairs(pick(text, queries[start : start + step]), pick(gallery, videos[start : start + step]))
+                for start in range(0, len(queries), step)
+            ]
+            return torch.cat(parts).view(n, k)
+
+    return score
 
 
 def no_rows(gallery: Any) -> torch.Tensor:

@@ -1,0 +1,87 @@
+"""Retrieve-then-rerank (lit_retrieval/metrics/rerank.py): a hand-worked list, and exactly full
+pairwise scoring when K covers the gallery, for a head with a pair form and one without."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from lit_retrieval.metrics.ranking import text_to_video_ranks
+from lit_retrieval.metrics.rerank import rerank_ranks
+from lit_retrieval.models.heads.base import SimilarityHead
+from lit_retrieval.models.heads.tight import TightTransfHead
+from lit_retrieval.modules.evaluation import candidate_scorer
+
+
+def test_rerank_by_hand():
+    """Retriever scores 0.9, 0.8, 0.1, 0.5; pairwise scores 0.1, 0.7, 0.9, 0.3; K = 2. The list is
+    the candidates {0, 1} by pairwise score (1, 0), then the rest by retriever score (3, 2): video 2,
+    the pairwise best, stays last because the retriever missed it."""
+    gallery = torch.tensor([[0.9], [0.8], [0.1], [0.5]])
+    queries = torch.ones(4, 1)
+    pairwise = torch.tensor([0.1, 0.7, 0.9, 0.3])
+    result = rerank_ranks(queries, gallery, torch.arange(4), lambda rows, cands: pairwise[cands], k=2)
+    assert result.ranks.tolist() == [2.0, 1.0, 4.0, 3.0]
+    assert result.inside.tolist() == [True, True, False, False]
+    metrics = result.metrics()
+    assert metrics["rerank/recall_ceiling"] == 50.0 and metrics["rerank/t2v/R@1"] == 25.0
+    assert metrics["rerank/t2v/MnR"] == 2.5
+
+
+class NegativeDistance(SimilarityHead):
+    """A pairwise head without a pair form of its own: -|t - v|^2."""
+
+    def encode_text(self, text):
+        return text
+
+    def encode_video(self, video):
+        return video
+
+    def score(self, text_rep, video_rep):
+        return -(torch.cdist(text_rep, video_rep) ** 2)
+
+
+def tight_head(width: int) -> TightTransfHead:
+    torch.manual_seed(0)
+    head = TightTransfHead(layers=1, max_frames=4, dropout=0.0, init_from_text=False)
+    head.bind(SimpleNamespace(embed_dim=width, text_blocks=lambda: None))
+    return head.eval()
+
+
+@pytest.mark.parametrize("head_name", ["tight", "distance"])
+def test_rerank_with_k_covering_the_gallery_is_full_scoring(head_name):
+    generator = torch.Generator().manual_seed(1)
+    num_text, num_video, width = 9, 7, 16
+    text = torch.randn(num_text, width, generator=generator)
+    if head_name == "tight":
+        head = tight_head(width)
+        gallery = {"frames": torch.randn(num_video, 4, width, generator=generator), "mask": torch.ones(num_video, 4)}
+    else:
+        head, gallery = NegativeDistance(), torch.randn(num_video, width, generator=generator)
+    targets = torch.randint(0, num_video, (num_text,), generator=generator)
+    retriever_text = torch.randn(num_text, 5, generator=generator)
+    retriever_gallery = torch.randn(num_video, 5, generator=generator)
+    with torch.no_grad():
+        full = head.score(text, gallery)
+        expected = text_to_video_ranks(full, targets)
+        for budget in (1, 2**30):  # one pair per call, or all at once
+            scorer = candidate_scorer(head, text, gallery, budget)
+            result = rerank_ranks(retriever_text, retriever_gallery, targets, scorer, k=num_video, query_rows=4)
+            assert torch.equal(result.ranks, expected)
+            assert result.metrics()["rerank/recall_ceiling"] == 100.0
+        # K = 3: candidates keep their pairwise order, the rest their retriever rank
+        result = rerank_ranks(
+            retriever_text, retriever_gallery, targets, candidate_scorer(head, text, gallery, 2**30), 3
+        )
+        retriever = retriever_text @ retriever_gallery.t()
+        for i in range(num_text):
+            top = retriever[i].argsort(descending=True)[:3].tolist()
+            if targets[i] in top:
+                assert result.ranks[i] == 1 + sum(full[i, j] > full[i, targets[i]] for j in top)
+            else:
+                assert result.ranks[i] == 1 + sum(retriever[i] > retriever[i, targets[i]])
+
+
+def test_rerank_refuses_k_below_one():
+    with pytest.raises(ValueError, match="rerank k must be >= 1"):
+        rerank_ranks(torch.ones(1, 1), torch.ones(1, 1), torch.zeros(1), lambda r, c: c.float(), k=0)
