@@ -88,3 +88,23 @@ def base_trainer(devices: int, max_epochs: int, train_batches: int) -> dict:
             }
         ],
     }
+
+
+def run_grid_here(work: Path, args: list[str]) -> int:
+    """`lit-retrieval grid ARGS` in-process, in the folder `work` and in the clean launch environment
+    (its fit/test subprocesses then start as from a user's shell); cwd and environment restored after."""
+    import os
+
+    from lit_retrieval.commands import run_command
+
+    previous, env = os.getcwd(), os.environ.copy()
+    launch = clean_launch_env(str(Path(__file__).resolve().parent))  # keeps PATH and this checkout's PYTHONPATH
+    os.chdir(work)
+    os.environ.clear()
+    os.environ.update(launch)
+    try:
+        return run_command("grid", args)
+    finally:
+        os.chdir(previous)
+        os.environ.clear()
+        os.environ.update(env)

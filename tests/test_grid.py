@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fit_configs import base_trainer, clean_launch_env, clip_fit_config
+from fit_configs import base_trainer, clip_fit_config, run_grid_here
 from lit_retrieval.commands import run_command
 from lit_retrieval.commands.slurm import render_template
 from lit_retrieval.errors import UsageError
@@ -111,17 +111,7 @@ def local_grid(plan_dir, tmp_path_factory):
     """The plan of `plan_dir` run with --local (real `fit` and `test` subprocesses)."""
     work = tmp_path_factory.mktemp("local")
     shutil.copytree(plan_dir, work, dirs_exist_ok=True)
-    previous, env = os.getcwd(), os.environ.copy()
-    launch = clean_launch_env(str(ROOT / "tests"))  # before clearing: it keeps PATH and this checkout's PYTHONPATH
-    os.chdir(work)
-    os.environ.clear()
-    os.environ.update(launch)
-    try:
-        assert run_command("grid", ["plan.yaml", "--out", "runs/grid", "--local"]) == 0
-    finally:
-        os.chdir(previous)
-        os.environ.clear()
-        os.environ.update(env)
+    assert run_grid_here(work, ["plan.yaml", "--out", "runs/grid", "--local"]) == 0
     return work
 
 
@@ -269,12 +259,12 @@ def test_a_deepspeed_checkpoint_directory_is_converted_before_the_evaluation(loc
     code = run_command("grid", ["plan.yaml", "--out", str(runs), "--local"])
     convert = (run / "convert.log").read_text()
     assert f"$ lit-retrieval convert-checkpoint {checkpoint} {run / 'converted' / 'last.ckpt'}" in convert
+    # the directory has DeepSpeed's layout but no ZeRO shards: with DeepSpeed (the default install) the
+    # conversion fails on it as without DeepSpeed; real conversions: tests/test_deepspeed.py
+    assert code == 1 and json.loads((run / "failed.json").read_text())["step"] == "convert-checkpoint"
+    assert (run / "test.log").stat().st_size == test_log and not (run / "done.json").exists()
     if importlib.util.find_spec("deepspeed") is None:
-        assert code == 1 and "converting needs DeepSpeed" in convert
-        assert json.loads((run / "failed.json").read_text())["step"] == "convert-checkpoint"
-        assert (run / "test.log").stat().st_size == test_log and not (run / "done.json").exists()
-    else:
-        assert code == 0 and f"--ckpt_path {run / 'converted' / 'last.ckpt'}" in (run / "test.log").read_text()
+        assert "converting needs DeepSpeed" in convert
 
 
 def fake_slurm(tmp_path: Path, queued: str = "") -> dict[str, str]:

@@ -5,14 +5,13 @@ and under Slurm their array waits for the training array."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 
-from fit_configs import base_trainer, clean_launch_env, clip_fit_config
+from fit_configs import base_trainer, clip_fit_config, run_grid_here
 from lit_retrieval.commands import run_command
 from lit_retrieval.errors import UsageError
 from lit_retrieval.grid.plan import load_plan
@@ -62,17 +61,7 @@ def test_plan_errors_for_evaluating_rows(tmp_path, rows, message):
 def test_an_evaluating_row_tests_the_trained_rows_checkpoint_with_its_own_options(work, tmp_path):
     local = tmp_path / "local"
     shutil.copytree(work, local)
-    previous, env = os.getcwd(), os.environ.copy()
-    launch = clean_launch_env(str(ROOT / "tests"))
-    os.chdir(local)
-    os.environ.clear()
-    os.environ.update(launch)
-    try:
-        assert run_command("grid", ["plan.yaml", "--out", "runs", "--local"]) == 0
-    finally:
-        os.chdir(previous)
-        os.environ.clear()
-        os.environ.update(env)
+    assert run_grid_here(local, ["plan.yaml", "--out", "runs", "--local"]) == 0
     trained, evaluating = local / "runs" / "meanp" / "seed0", local / "runs" / "meanp_pessimistic" / "seed0"
     steps = json.loads((evaluating / "run.json").read_text())
     assert steps["fit"] is None and Path(steps["source"]) == Path("runs/meanp/seed0")

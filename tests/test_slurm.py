@@ -63,45 +63,21 @@ def test_every_template_declares_what_it_uses_and_renders():
         assert "{{" not in script and "#@" not in script and script.startswith("#!/bin/bash")
 
 
+def render_fit(cwd: Path, *settings: str) -> subprocess.CompletedProcess:
+    """`lit-retrieval slurm slurm/fit.sbatch --set SETTINGS` run in `cwd`, as a user types it."""
+    command = [sys.executable, "-m", "lit_retrieval", "slurm", str(ROOT / "slurm" / "fit.sbatch"), "--set", *settings]
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+
+
 def test_rendering_makes_the_log_folders_slurm_opens_before_the_script_runs(tmp_path):
     """`lit-retrieval slurm slurm/fit.sbatch --set ... --out job.sbatch && sbatch job.sbatch` must run
     as printed: Slurm opens `--output` before the script's own `mkdir`, so the renderer makes it."""
     run_dir = tmp_path / "runs" / "gve-3b_r1.5"
-    settings = [f"{k}={v}" for k, v in {**FIT, "RUN_DIR": str(run_dir)}.items()]
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "lit_retrieval",
-            "slurm",
-            str(ROOT / "slurm" / "fit.sbatch"),
-            "--set",
-            *settings,
-            "--out",
-            "j",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
+    out = render_fit(tmp_path, *FIT_SET, f"RUN_DIR={run_dir}", "--out", "j")
     assert out.returncode == 0, out.stderr
     assert (run_dir / "slurm").is_dir()
-    relative = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "lit_retrieval",
-            "slurm",
-            str(ROOT / "slurm" / "fit.sbatch"),
-            "--set",
-            *FIT_SET,
-            "RUN_DIR=rel",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
-    assert relative.returncode == 0 and (tmp_path / "rel" / "slurm").is_dir()  # printed: made all the same
+    relative = render_fit(tmp_path, *FIT_SET, "RUN_DIR=rel")  # printed, not written: made all the same
+    assert relative.returncode == 0 and (tmp_path / "rel" / "slurm").is_dir()
 
 
 def test_log_folders_follow_slurms_option_forms_and_chdir(tmp_path):
