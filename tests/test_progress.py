@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from rich.console import Console
 
 from lit_retrieval.progress import Every, Progress, format_duration, format_rate, parse_every
@@ -250,3 +251,31 @@ def test_build_melon_without_a_terminal_writes_each_stages_lines(tmp_path):
             calls = received.count(stage)
             retried = int(stage == "qa-to-caption")
             assert lines[-1].endswith(f"; cached 0, failed 0, in flight 0, llm calls {calls}, retried {retried}")
+
+
+class CountingEmbedder:
+    """Embeds item k as the unit vector (k, 1) normalised, batch by batch; records each call's size."""
+
+    modalities = {"text"}
+    fingerprint = "counting"
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def embed(self, items, instruction=None, batch_size=8):
+        self.calls.append(len(items))
+        vectors = torch.tensor([[float(item.text), 1.0] for item in items])
+        return vectors / vectors.norm(dim=-1, keepdim=True)
+
+
+def test_embed_tracked_shows_items_and_gives_the_vectors_of_one_call(capsys):
+    from lit_retrieval.data.media import MediaItem
+    from lit_retrieval.search.embedders import embed_tracked
+
+    items = [MediaItem(text=str(k)) for k in range(70)]
+    embedder = CountingEmbedder()
+    got = embed_tracked(embedder, items, None, 2, "MSRVTT-queries")  # chunks of 16 batches: 32, 32, 6 items
+    assert embedder.calls == [32, 32, 6]
+    assert torch.equal(got, CountingEmbedder().embed(items))
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(" (")[0] for line in lines] == [f"embedding MSRVTT-queries {n}/70 items" for n in (0, 70)]

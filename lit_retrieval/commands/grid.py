@@ -35,6 +35,7 @@ from lit_retrieval.grid.plan import Plan, Run, load_plan
 from lit_retrieval.grid.runs import execute, prepare, row_config, status, write_atomic
 from lit_retrieval.grid.slurm import Resources, record_submission, resources, submitted_and_queued
 from lit_retrieval.locking import OutputLocked
+from lit_retrieval.progress import Progress, add_progress_arguments, configure_from
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "slurm" / "grid.sbatch"
 SUBMITTED = re.compile(r"Submitted batch job (\d+)")
@@ -175,7 +176,9 @@ def run(argv: list[str]) -> int:
         "--dry-run", action="store_true", help="resolve every row's configs and list the runs; write and run nothing"
     )
     parser.add_argument("--sbatch", default="sbatch", help=argparse.SUPPRESS)
+    add_progress_arguments(parser)
     args = parser.parse_args(argv)
+    configure_from(args)
     plan = load_plan(args.plan)
     runs_dir = Path(args.out)
     extra = {k: yaml.safe_load(v) for k, v in _pairs(args.override, "--override").items()}
@@ -215,16 +218,20 @@ def run(argv: list[str]) -> int:
             plan, runs_dir, groups, queued, values=values, sbatch=args.sbatch, max_parallel=args.max_parallel
         )
     failures = 0
-    for run_ in pending:
-        print(f"[{run_.index}] {run_.row.name} seed {run_.seed} ...", flush=True)
-        try:
-            code = execute(run_.folder(runs_dir))
-        except OutputLocked as locked:
-            print(f"[{run_.index}] {run_.row.name} seed {run_.seed}: left alone, {locked}", flush=True)
-            continue
-        print(
-            f"[{run_.index}] {run_.row.name} seed {run_.seed}: {'done' if code == 0 else f'failed ({code})'}",
-            flush=True,
-        )
-        failures += code != 0
+    counts = {"failed": 0, "left_alone": 0}
+    with Progress("grid", len(runs), "runs", completed=len(runs) - len(pending), counts=counts, heartbeat=True) as bar:
+        for run_ in pending:
+            print(f"[{run_.index}] {run_.row.name} seed {run_.seed} ...", flush=True)
+            try:
+                code = execute(run_.folder(runs_dir))
+            except OutputLocked as locked:
+                print(f"[{run_.index}] {run_.row.name} seed {run_.seed}: left alone, {locked}", flush=True)
+                bar.advance(left_alone=1)
+                continue
+            print(
+                f"[{run_.index}] {run_.row.name} seed {run_.seed}: {'done' if code == 0 else f'failed ({code})'}",
+                flush=True,
+            )
+            failures += code != 0
+            bar.advance(failed=int(code != 0))
     return 1 if failures else 0

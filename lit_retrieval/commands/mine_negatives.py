@@ -23,6 +23,8 @@ from pathlib import Path
 from lit_retrieval.data.media import MediaItem, parse_format
 from lit_retrieval.data.negatives import candidate_targets, hardest_negatives, read_corpus
 from lit_retrieval.data.tasks import TaskSpec, read_task, write_task
+from lit_retrieval.progress import add_progress_arguments, configure_from
+from lit_retrieval.search.embedders import embed_tracked
 from lit_retrieval.search.loading import ModelSpec, load_item_embedder
 
 
@@ -61,15 +63,17 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--target-instruction", help="target instruction")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--device", default="cpu")
+    add_progress_arguments(parser)
     args = parser.parse_args(argv)
+    configure_from(args)
     if args.k < 1:
         parser.error("--k must be at least 1")
     _, target_format = parse_format(args.format)
     records = read_task(TaskSpec("mine", args.task, args.format))
     items, positions = candidate_targets([r.positive for r in records], read_corpus(args.corpus, target_format))
     embedder = load_item_embedder(ModelSpec(args.model, args.config, args.ckpt, args.device))
-    queries = embedder.embed([r.query for r in records], args.instruction, args.batch_size).numpy()
-    candidates = embedder.embed(items, args.target_instruction, args.batch_size).numpy()
+    queries = embed_tracked(embedder, [r.query for r in records], args.instruction, args.batch_size, "queries").numpy()
+    candidates = embed_tracked(embedder, items, args.target_instruction, args.batch_size, "candidates").numpy()
     found = hardest_negatives(queries, candidates, [{p} for p in positions], args.k)
     base = Path(args.out).resolve().parent
     rows = []

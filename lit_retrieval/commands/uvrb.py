@@ -28,6 +28,7 @@ from rich.table import Table
 from lit_retrieval.data.records import parse_json, read_text
 from lit_retrieval.errors import ConfigError, UsageError
 from lit_retrieval.locking import OutputLock
+from lit_retrieval.progress import add_progress_arguments, configure_from
 from lit_retrieval.search.loading import ModelSpec, load_item_embedder
 from lit_retrieval.uvrb.abilities import ABILITIES, ability_scores
 from lit_retrieval.uvrb.runner import markdown_table, run_benchmark
@@ -137,7 +138,9 @@ def run(argv: list[str]) -> int:
         type=int,
         help="test-time max visual tokens per frame, GVE models (GVE A.12 scales 200 to 800; default 200)",
     )
+    add_progress_arguments(parser)
     args = parser.parse_args(argv)
+    configure_from(args)
     if args.frames is not None and args.frames < 1:
         parser.error("--frames must be >= 1")
     if args.max_frame_tokens is not None and args.max_frame_tokens < 4:

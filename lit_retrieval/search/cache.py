@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from lit_retrieval.data.media import MediaItem
-from lit_retrieval.search.embedders import ItemEmbedder, digest, file_identity
+from lit_retrieval.search.embedders import ItemEmbedder, digest, embed_tracked, file_identity
 
 
 def items_identity(items: list[MediaItem]) -> str:
@@ -21,23 +21,32 @@ def items_identity(items: list[MediaItem]) -> str:
     return digest([i.key for i in items], [file_identity(p) if os.path.exists(p) else [p, "missing"] for p in media])
 
 
+def _embed_at_once(
+    embedder: ItemEmbedder, items: list[MediaItem], instruction: str | None, batch_size: int, label: str
+) -> torch.Tensor:
+    return embedder.embed(items, instruction, batch_size)
+
+
 class EmbeddingCache:
-    def __init__(self, root: str | Path | None) -> None:
+    """`progress`: what is embedded is shown (`search.embedders.embed_tracked`), as by `uvrb`."""
+
+    def __init__(self, root: str | Path | None, progress: bool = False) -> None:
         self.root = Path(root) if root else None
         self.hits = self.misses = 0
+        self._embed = embed_tracked if progress else _embed_at_once
 
     def embed(
         self, embedder: ItemEmbedder, items: list[MediaItem], instruction: str | None, batch_size: int, label: str
     ) -> torch.Tensor:
         if self.root is None:
-            return embedder.embed(items, instruction, batch_size)
+            return self._embed(embedder, items, instruction, batch_size, label)
         key = digest(embedder.fingerprint, items_identity(items), instruction)
         path = self.root / f"{label}-{key}.npy"
         if path.is_file():
             self.hits += 1
             return torch.from_numpy(np.load(path))
         self.misses += 1
-        vectors = embedder.embed(items, instruction, batch_size)
+        vectors = self._embed(embedder, items, instruction, batch_size, label)
         self.root.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.tmp.npy")  # two processes never write one temporary file
         np.save(partial, vectors.numpy())

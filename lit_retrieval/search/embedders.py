@@ -29,6 +29,7 @@ from lit_retrieval.modules.item_embedders import (
     digest,
     file_identity,
 )
+from lit_retrieval.progress import Progress
 
 __all__ = [
     "DualEncoderEmbedder",
@@ -38,8 +39,25 @@ __all__ = [
     "MTEBEncoderEmbedder",
     "check_modalities",
     "digest",
+    "embed_tracked",
     "file_identity",
 ]
+
+
+def embed_tracked(
+    embedder: ItemEmbedder, items: list[MediaItem], instruction: str | None, batch_size: int, label: str
+) -> torch.Tensor:
+    """`embedder.embed(items, instruction, batch_size)` in chunks of 16 batches, with the items
+    embedded so far shown by a `Progress` (`uvrb` per dataset, `mine-negatives`). The batches are
+    cut as one call cuts them, and every embedder embeds a batch on its own: the same vectors."""
+    if not items:
+        return embedder.embed(items, instruction, batch_size)
+    step, parts = 16 * batch_size, []
+    with Progress(f"embedding {label}", len(items), unit="items") as bar:
+        for start in range(0, len(items), step):
+            parts.append(embedder.embed(items[start : start + step], instruction, batch_size))
+            bar.advance(len(parts[-1]))
+    return torch.cat(parts)
 
 
 class MTEBEncoderEmbedder:

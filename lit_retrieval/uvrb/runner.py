@@ -49,7 +49,7 @@ def run_benchmark(
     batch_size: int = 8,
     memory_mb: float = 256,
 ) -> dict[str, Any]:
-    cache = EmbeddingCache(cache_dir)
+    cache = EmbeddingCache(cache_dir, progress=True)  # each dataset's embedding shown as it goes
     datasets = {}
     for spec in specs:
         datasets[spec.name] = evaluate_task(embedder, spec, cache, batch_size, memory_mb)
