@@ -14,12 +14,13 @@ lifts Lightning's CUDA-only checks and nothing else:
   views, which NCCL does not go through autograd for) failed the first optimizer step ("Output 0
   of Split is a view and is being modified inplace").
 
-On any device it fixes two things of Lightning's strategy:
+On any device it fixes three things of Lightning's strategy:
 
 - DeepSpeed's `train_micro_batch_size_per_gpu` (DeepSpeed uses it for its throughput log) was read
   from the training loader's `batch_sampler`, which a loader of ready-made batches (GVE's,
   `batch_size=None`) lacks: then it is `logging_batch_size_per_gpu` if given, else 1;
-- ZeRO-3 evaluates a checkpoint directory (`test --ckpt_path DIR`, see `load_checkpoint`).
+- ZeRO-3 evaluates a checkpoint directory (`test --ckpt_path DIR`, see `load_checkpoint`);
+- optimizer offload accepts the module's torch optimizer (`_format_config`).
 
     trainer:
       strategy:
@@ -111,6 +112,14 @@ class DeepSpeedStrategy(LightningDeepSpeedStrategy):
         self.model_to_device()  # Lightning's path for `load_full_weights` under ZeRO-3
         self._restore_zero_state({"state_dict": self._consolidated}, strict=strict)
         self._consolidated = None
+
+    def _format_config(self) -> None:
+        """Optimizer offload with the module's own (torch) optimizer, which DeepSpeed refuses unless
+        told (`zero_force_ds_cpu_optimizer`): our modules build AdamW in `configure_optimizers`.
+        It then steps on the CPU in torch, slower than DeepSpeed's compiled CPU Adam."""
+        super()._format_config()
+        if "offload_optimizer" in self.config.get("zero_optimization", {}):
+            self.config.setdefault("zero_force_ds_cpu_optimizer", False)
 
     def _fitting(self) -> bool:
         return self.lightning_module.trainer.state.fn == TrainerFn.FITTING

@@ -32,7 +32,7 @@ def run(argv: list[str]) -> int:
     if not source.is_dir():
         parser.error(f"{source}: not a DeepSpeed checkpoint directory (a single-file checkpoint needs no conversion)")
     if importlib.util.find_spec("deepspeed") is None:
-        parser.error("converting needs DeepSpeed: pip install -e '.[gpu]'")
+        parser.error("converting needs DeepSpeed: DS_BUILD_OPS=0 pip install -e '.[deepspeed]'")
     from lightning.pytorch.utilities.deepspeed import convert_zero_checkpoint_to_fp32_state_dict
 
     convert_zero_checkpoint_to_fp32_state_dict(str(source), args.out, tag=args.tag)

@@ -1,0 +1,246 @@
+"""The real DeepSpeed engine on 2 CPU ranks (DeepSpeed's CPU accelerator, gloo) through
+`lit-retrieval`, with the shipped `configs/strategy/deepspeed_*.yaml` composed with the quick-start
+(shrunk: the test corpus, 2 frames, a few steps) and with GVE's tiny CPU config. Each stage runs at
+least once (fp32: `--trainer.precision 32-true`, so runs can be compared exactly):
+
+- quick-start x ZeRO-3: fit, a `last.ckpt/` directory, `convert-checkpoint`, `test` under
+  DeepSpeed on the directory = `test` without DeepSpeed on the converted file, resume of the epoch-0
+  directory with `--ckpt_path newest` = the uninterrupted run's weights;
+- grid's conversion of that directory for `uvrb` (once);
+- quick-start x ZeRO-2 with optimizer offload: the same run = ZeRO-3's weights (sharding and
+  offload change no arithmetic);
+- GVE x ZeRO-3 with offload, validation split so that one rank embeds text while the other embeds
+  videos (the collective mismatch): fit, LoRA-only checkpoint, the converted file validates
+  without DeepSpeed to the metrics the DeepSpeed run logged;
+- GVE x ZeRO-2: fit (its loader has no batch sampler) and a LoRA-only checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from fit_configs import clean_launch_env
+
+pytest.importorskip("deepspeed")
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+FP32 = ["--trainer.precision", "32-true"]
+# the dual encoder loads strictly: its frozen text tower must be in the checkpoint (docs/scale-out.md)
+KEEP_FROZEN = ["--trainer.strategy.init_args.exclude_frozen_parameters", "false"]
+
+
+def strategy(name: str) -> list[str]:
+    return ["--config", str(ROOT / "configs" / "strategy" / f"deepspeed_{name}.yaml"), *FP32]
+
+
+def cli(*args: str, ranks: int = 2) -> None:
+    """`lit-retrieval ARGS` in a subprocess on `ranks` CPU processes."""
+    env = {**clean_launch_env(str(ROOT / "tests")), "DS_ACCELERATOR": "cpu"}
+    done = subprocess.run(
+        [sys.executable, "-m", "lit_retrieval", *args, "--trainer.devices", str(ranks)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-5000:]
+
+
+def convert(directory: Path, out: Path) -> dict[str, torch.Tensor]:
+    from lit_retrieval.commands.convert_checkpoint import run
+
+    assert run([str(directory), str(out)]) == 0
+    return torch.load(out, map_location="cpu", weights_only=False)["state_dict"]
+
+
+def assert_same_weights(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], changed_from=None) -> None:
+    assert got.keys() == expected.keys()
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], atol=2e-6, rtol=1e-5, msg=name)
+    if changed_from is not None:  # training moved the weights: the comparison is not of two initialisations
+        assert any(not torch.equal(got[k], changed_from[k]) for k in got)
+
+
+def run_config(run: Path, data: dict, epochs: int) -> Path:
+    """Trainer and data overrides over a shipped config: `run` as the run folder, a checkpoint
+    directory per epoch and `last.ckpt`."""
+    config = {
+        "trainer": {
+            "max_epochs": epochs,
+            "default_root_dir": str(run),
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+            "logger": {
+                "class_path": "lightning.pytorch.loggers.CSVLogger",
+                "init_args": {"save_dir": str(run), "name": "logs", "version": "fit"},
+            },
+        },
+        "data": {"init_args": data},
+    }
+    path = run.with_suffix(".yaml")
+    run.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def checkpoints(run: Path, every_epoch: bool) -> list[str]:
+    args = {"dirpath": str(run / "checkpoints"), "save_last": True, "save_top_k": -1 if every_epoch else 0}
+    args["enable_version_counter"] = False  # a resumed run writes last.ckpt again, not last-v1.ckpt
+    callback = {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint", "init_args": args}
+    return ["--trainer.callbacks+", json.dumps(callback)]
+
+
+# ---- quick-start -------------------------------------------------------------------------------
+QUICKSTART = ["--config", str(ROOT / "configs" / "quickstart.yaml")]
+
+
+def quickstart(run: Path, corpus: Path, epochs: int, every_epoch: bool = False) -> list[str]:
+    data = {"annotation": str(corpus / "annotations.json"), "synthetic": None, "num_frames": 2, "batch_size": 4}
+    data.update(eval_batch_size=8, num_workers=0)
+    overrides = run_config(run, data, epochs)
+    # ZeRO-3: every rank must run the same sub-modules, which a text-cache hit on one rank breaks
+    no_cache = ["--model.init_args.encoder.init_args.text_cache_size", "0"]
+    fit = ["--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "0", "--trainer.callbacks=[]"]
+    return [*QUICKSTART, "--config", str(overrides), *no_cache, *fit, *checkpoints(run, every_epoch)]
+
+
+def logged_metrics(run: Path, version: str) -> dict[str, float]:
+    return json.loads((run / "logs" / version / "metrics.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def zero3_quickstart(tmp_path_factory, corpus):
+    """The uninterrupted ZeRO-3 run: 2 epochs of 2 steps, a checkpoint directory per epoch."""
+    run = tmp_path_factory.mktemp("zero3") / "run"
+    cli("fit", *quickstart(run, corpus, 2, every_epoch=True), *strategy("zero3"), *KEEP_FROZEN)
+    return run
+
+
+def in_process(*args: str) -> None:
+    """`lit-retrieval ARGS` on one CPU process, in this one (no DeepSpeed)."""
+    from lit_retrieval.cli import main
+
+    main([*args, *FP32, "--trainer.devices", "1"])
+
+
+def test_quickstart_zero3_checkpoint_converts_and_tests_as_without_deepspeed(zero3_quickstart, corpus, tmp_path):
+    run = zero3_quickstart
+    last = run / "checkpoints" / "last.ckpt"
+    assert (last / "latest").is_file() and len(list((last / "checkpoint").glob("*model_states.pt"))) == 2
+    weights = convert(last, tmp_path / "last.ckpt")
+    assert any(k.startswith("encoder.text.model.") for k in weights)  # frozen MiniLM kept: loads strictly
+    config = quickstart(run, corpus, 2)
+    cli(
+        "test",
+        *config,
+        *strategy("zero3"),
+        *KEEP_FROZEN,
+        "--trainer.logger.init_args.version",
+        "ds",
+        "--ckpt_path",
+        str(last),
+    )
+    in_process(
+        "test", *config, "--trainer.logger.init_args.version", "plain", "--ckpt_path", str(tmp_path / "last.ckpt")
+    )
+    deepspeed, plain = logged_metrics(run, "ds")["test"], logged_metrics(run, "plain")["test"]
+    assert "t2v/R@1" in plain
+    assert {k: v for k, v in deepspeed.items() if plain.get(k) != v} == {}, plain
+
+
+def test_grid_converts_a_zero3_directory_for_uvrb_once(zero3_quickstart, tmp_path):
+    """`grid`'s evaluation of a run whose last.ckpt is a DeepSpeed directory (lit_retrieval/grid/runs.py)."""
+    from lit_retrieval.grid.runs import CONVERTED, _evaluable
+
+    last = zero3_quickstart / "checkpoints" / "last.ckpt"
+    folder = tmp_path / "grid_run"
+    folder.mkdir()
+    path, code = _evaluable(folder, last, "uvrb")
+    assert code == 0 and path == folder / CONVERTED / "last.ckpt"
+    converted = torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
+    assert_same_weights(converted, convert(last, tmp_path / "by_hand.ckpt"))
+    written = path.stat().st_mtime_ns
+    assert _evaluable(folder, last, "uvrb") == (path, 0) and path.stat().st_mtime_ns == written  # not again
+
+
+def test_quickstart_zero3_resumes_newest_directory_to_the_uninterrupted_weights(zero3_quickstart, corpus, tmp_path):
+    uninterrupted = convert(zero3_quickstart / "checkpoints" / "last.ckpt", tmp_path / "uninterrupted.ckpt")
+    (epoch0,) = (zero3_quickstart / "checkpoints").glob("epoch=0*.ckpt")
+    run = tmp_path / "run"
+    shutil.copytree(epoch0, run / "checkpoints" / "last.ckpt")
+    first = convert(epoch0, tmp_path / "epoch0.ckpt")
+    cli("fit", *quickstart(run, corpus, 2), *strategy("zero3"), *KEEP_FROZEN, "--ckpt_path", "newest")
+    resumed = convert(run / "checkpoints" / "last.ckpt", tmp_path / "resumed.ckpt")
+    assert_same_weights(resumed, uninterrupted, changed_from=first)
+
+
+def test_quickstart_zero2_offload_trains_as_zero3(zero3_quickstart, corpus, tmp_path):
+    """The same 2 epochs (the learning-rate schedule spans the run) as the ZeRO-3 run."""
+    run = tmp_path / "run"
+    cli("fit", *quickstart(run, corpus, 2), *strategy("zero2_offload"), *KEEP_FROZEN)
+    zero2 = convert(run / "checkpoints" / "last.ckpt", tmp_path / "z2.ckpt")
+    zero3 = convert(zero3_quickstart / "checkpoints" / "last.ckpt", tmp_path / "z3.ckpt")
+    assert_same_weights(
+        zero2,
+        zero3,
+        changed_from=convert(next((zero3_quickstart / "checkpoints").glob("epoch=0*")), tmp_path / "e0.ckpt"),
+    )
+
+
+# ---- GVE ---------------------------------------------------------------------------------------
+def gve(run: Path, tiny_qwen: Path, gve_tasks) -> list[str]:
+    """GVE's tiny CPU config for 2 steps; validation on T->V with one batch of queries (text) and
+    one of targets (videos), so under 2 ranks one rank embeds text while the other embeds video."""
+    paths = {s.name: str(s.path) for s in gve_tasks["train"]}
+    config = yaml.safe_load((ROOT / "configs" / "gve" / "tiny_cpu.yaml").read_text())
+    tasks = [{**task, "path": paths[task["name"]], "batch_size": 4} for task in config["data"]["init_args"]["tasks"]]
+    (val,) = [
+        {**t, "path": str(s.path)}
+        for t in config["data"]["init_args"]["val_tasks"]
+        for s in gve_tasks["val"]
+        if s.name == t["name"] == "syn_t2v"
+    ]
+    data = {"tasks": tasks, "val_tasks": [val], "steps_per_epoch": 2, "eval_batch_size": 64, "num_workers": 0}
+    overrides = run_config(run, data, 1)
+    pyramid = {"class_path": "lit_retrieval.callbacks.ModalityPyramid", "init_args": {"num_probe_pairs": 6}}
+    model = [
+        "--model.init_args.embedder.model_path",
+        str(tiny_qwen),
+        "--model.init_args.embedder.inputs.max_frames",
+        "2",
+    ]
+    callbacks = ["--trainer.callbacks=[]", "--trainer.callbacks+", json.dumps(pyramid), *checkpoints(run, False)]
+    return ["--config", str(ROOT / "configs" / "gve" / "tiny_cpu.yaml"), "--config", str(overrides), *model, *callbacks]
+
+
+def lora_only(weights: dict[str, torch.Tensor]) -> bool:
+    return bool(weights) and all(".lora_A." in k or ".lora_B." in k for k in weights)
+
+
+def test_gve_zero2_checkpoint_holds_lora_only_and_loads_back(tiny_qwen, gve_tasks, tmp_path):
+    run = tmp_path / "run"
+    cli("fit", *gve(run, tiny_qwen, gve_tasks), *strategy("zero2"))
+    weights = convert(run / "checkpoints" / "last.ckpt", tmp_path / "last.ckpt")
+    assert lora_only(weights) and any(
+        k.endswith("lora_B.default.weight") and v.abs().sum() > 0 for k, v in weights.items()
+    )
+    # GVE's module refuses a checkpoint whose keys are not exactly its trainable ones
+    version = ["--trainer.logger.init_args.version", "plain", "--ckpt_path", str(tmp_path / "last.ckpt")]
+    in_process("validate", *gve(run, tiny_qwen, gve_tasks), *version)
+    assert "syn_t2v/q2c/R@1" in logged_metrics(run, "plain")["val"]
+
+
+def test_gve_zero3_offload_runs_text_and_video_ranks_side_by_side(tiny_qwen, gve_tasks, tmp_path):
+    run = tmp_path / "run"
+    cli("fit", *gve(run, tiny_qwen, gve_tasks), *strategy("zero3_offload"))
+    assert lora_only(convert(run / "checkpoints" / "last.ckpt", tmp_path / "last.ckpt"))
