@@ -1,16 +1,23 @@
 """Retrieve-then-rerank (lit_retrieval/metrics/rerank.py): a hand-worked list, and exactly full
 pairwise scoring when K covers the gallery, for a head with a pair form and one without."""
 
+import json
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
+from lit_retrieval.data import MultiEventDataModule
 from lit_retrieval.metrics.ranking import text_to_video_ranks
-from lit_retrieval.metrics.rerank import rerank_ranks
+from lit_retrieval.metrics.rerank import RerankConfig, rerank_ranks
+from lit_retrieval.models.encoders import CLIPEncoder
+from lit_retrieval.models.heads import MeanPHead
 from lit_retrieval.models.heads.base import SimilarityHead
 from lit_retrieval.models.heads.tight import TightTransfHead
-from lit_retrieval.modules.evaluation import candidate_scorer
+from lit_retrieval.modules import DualEncoderRetrieval
+from lit_retrieval.modules.evaluation import EvaluationConfig, candidate_scorer
+from test_evaluation import eval_trainer
 
 
 def test_rerank_by_hand():
@@ -85,3 +92,34 @@ def test_rerank_with_k_covering_the_gallery_is_full_scoring(head_name):
 def test_rerank_refuses_k_below_one():
     with pytest.raises(ValueError, match="rerank k must be >= 1"):
         rerank_ranks(torch.ones(1, 1), torch.ones(1, 1), torch.zeros(1), lambda r, c: c.float(), k=0)
+
+
+@pytest.mark.parametrize("k", [100, 3])
+def test_test_stage_reranks_beside_full_scoring(tmp_path, corpus, tiny_clip, k):
+    """`evaluation.rerank` on a tightTransf model: with K covering the gallery the re-ranked T2V
+    metrics are the full scoring's; with K = 3 the ceiling is meanP's R@3 on the same encoder."""
+    torch.manual_seed(0)
+    evaluation = EvaluationConfig(rerank=RerankConfig(k=k), query_rows=5)
+    module = DualEncoderRetrieval(
+        CLIPEncoder(pretrained=str(tiny_clip)), TightTransfHead(layers=1, max_frames=3), evaluation=evaluation
+    )
+    data = MultiEventDataModule(
+        annotation=str(corpus / "annotations.json"), num_frames=3, image_size=32, batch_size=4, num_workers=0
+    )
+    eval_trainer(tmp_path).test(module, data, verbose=False)
+    metrics = json.loads((tmp_path / "metrics.json").read_text())["test"]
+    if k == 100:
+        assert metrics["rerank/recall_ceiling"] == 100.0
+        assert {key: metrics[f"rerank/{key}"] for key in metrics if key.startswith("t2v/")} == {
+            key: value for key, value in metrics.items() if key.startswith("t2v/")
+        }
+        return
+    meanp = DualEncoderRetrieval(
+        CLIPEncoder(pretrained=str(tiny_clip)), MeanPHead(), evaluation=EvaluationConfig(save_scores=True)
+    )
+    meanp.encoder.load_state_dict(module.encoder.state_dict())
+    eval_trainer(tmp_path / "meanp").test(meanp, data, verbose=False)
+    retriever_scores = torch.from_numpy(np.load(tmp_path / "meanp" / "scores.npy"))
+    retriever_ranks = text_to_video_ranks(retriever_scores, torch.arange(len(retriever_scores)))
+    assert metrics["rerank/recall_ceiling"] == pytest.approx(100 * float((retriever_ranks <= 3).double().mean()))
+    assert metrics["rerank/t2v/R@1"] <= metrics["rerank/recall_ceiling"] < 100

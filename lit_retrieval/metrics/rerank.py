@@ -27,6 +27,17 @@ CandidateScorer = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 @dataclass
+class RerankConfig:
+    """`evaluation.rerank`: the head scores each query's top `k` videos of the retriever."""
+
+    k: int = 100
+
+    def __post_init__(self) -> None:
+        if self.k < 1:
+            raise ValueError(f"evaluation.rerank.k must be >= 1, got {self.k}")
+
+
+@dataclass
 class RerankResult:
     ranks: torch.Tensor  # [Q] float64 text-to-video rank of each query's video
     inside: torch.Tensor  # [Q] bool: the video is among the retriever's top K

@@ -153,7 +153,8 @@ class DualEncoderRetrieval(L.LightningModule):
         if len(batch["index"]):
             with self.evaluator.encoding(self):  # the trainer's precision, or fp32 (`evaluation.fp32_encoders`)
                 text, video = self(batch)
-            self.evaluator.collect(stage, batch, text, video, self.spans)
+            retriever = self.evaluator.retriever_reps(self, batch, stage)  # `evaluation.rerank` only
+            self.evaluator.collect(stage, batch, text, video, self.spans, retriever)
 
     def _eval_end(self, stage: str) -> None:
         results = self.evaluator.evaluate(self, stage)

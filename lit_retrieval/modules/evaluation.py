@@ -18,7 +18,10 @@ attributes. At the end of the stage the evaluator
 5. optionally writes the test score matrix (`save_scores`, format in `save_score_matrix`);
 6. on `test`, optionally re-scores the merged matrix (`rescore`: DSL, inverted softmax, QB-Norm with
    a querybank of training queries drawn as the calibration banks are, `query_bank`) and reports
-   those metrics beside the raw ones, keyed by the method (`lit_retrieval.metrics.rescoring`).
+   those metrics beside the raw ones, keyed by the method (`lit_retrieval.metrics.rescoring`);
+7. on `test`, optionally re-ranks (`rerank`): an indexable retriever, CLIP4Clip's meanP on the
+   module's own encoder features (`retriever_reps`), picks each query's top K and the head scores
+   only those (`lit_retrieval.metrics.rerank`), reported as `rerank/t2v/...` beside the full scoring.
 
 Video-to-text with several captions per video follows `v2t_rule` (ours `strict`, or CLIP4Clip's
 `group_max`; `lit_retrieval.metrics.ranking`), text-to-video ranks every caption as one query.
@@ -58,10 +61,11 @@ from lit_retrieval.errors import InputError
 from lit_retrieval.metrics.analyses import AnalysesConfig, avg_event_hits, avg_event_metrics, sliced_metrics
 from lit_retrieval.metrics.ranking import Ties, V2TRule, retrieval_metrics, text_to_video_ranks
 from lit_retrieval.metrics.relational import RelationalConfig, relational_metrics
-from lit_retrieval.metrics.rerank import CandidateScorer
+from lit_retrieval.metrics.rerank import CandidateScorer, RerankConfig, RerankResult, rerank_ranks
 from lit_retrieval.metrics.rescoring import QueryBank, RescoreConfig, rescored_metrics
 from lit_retrieval.metrics.retrieval import RetrievalMetrics, first_occurrence
 from lit_retrieval.models.heads.base import SimilarityHead, cat_reps, map_rep, rep_device, rep_len
+from lit_retrieval.models.heads.meanp import MeanPHead
 from lit_retrieval.precision import autocast_off, full_precision, full_precision_scoring
 
 SCORES_FILE = "scores.npy"
@@ -100,6 +104,8 @@ class EvaluationConfig:
             `v2t_group_max/...`).
         rescore: re-scorings of the test matrix reported beside the raw metrics (`RescoreConfig`:
             `dsl`, `inverted_softmax`, `qbnorm`; keys `dsl/...`, `is/...`, `qbnorm/...`; `None`: raw only).
+        rerank: retrieve-then-rerank on test (`RerankConfig`: `k`), keys `rerank/t2v/...` and
+            `rerank/recall_ceiling`, beside the full scoring (`None`: off).
     """
 
     analyses: AnalysesConfig | None = None
@@ -111,6 +117,7 @@ class EvaluationConfig:
     fp32_encoders: bool = False
     v2t_rule: V2TRule = "strict"
     rescore: RescoreConfig | None = None
+    rerank: RerankConfig | None = None
 
     def __post_init__(self) -> None:
         if self.query_rows < 1 or self.memory_mb < 1:
@@ -140,19 +147,23 @@ class EvalBatch:
     events: list[list[str]]  # each query's event descriptions
     video_ids: list[str]
     attributes: dict[str, torch.Tensor]  # [B] per-query values the analyses read (duration, ...)
+    retriever: dict[str, torch.Tensor] | None = None  # `rerank`'s retriever vectors: {"text", "video"}
 
     def empty(self) -> EvalBatch:
         """This batch with no rows (on the CPU): what a rank without batches evaluates."""
         rows = slice(0, 0)
         none = lambda t: t[rows].cpu()  # noqa: E731
         attributes = {k: none(v) for k, v in self.attributes.items()}
-        return EvalBatch(map_rep(self.text, none), map_rep(self.video, none), none(self.index), [], [], attributes)
+        retriever = None if self.retriever is None else map_rep(self.retriever, none)
+        text, video = map_rep(self.text, none), map_rep(self.video, none)
+        return EvalBatch(text, video, none(self.index), [], [], attributes, retriever)
 
     def to(self, device: torch.device) -> EvalBatch:
         move = lambda t: t.to(device)  # noqa: E731
         attributes = {k: move(v) for k, v in self.attributes.items()}
         text, video = map_rep(self.text, move), map_rep(self.video, move)
-        return EvalBatch(text, video, move(self.index), self.events, self.video_ids, attributes)
+        retriever = None if self.retriever is None else map_rep(self.retriever, move)
+        return EvalBatch(text, video, move(self.index), self.events, self.video_ids, attributes, retriever)
 
 
 @dataclass
@@ -167,6 +178,7 @@ class EvalSplit:
     gallery: Any  # every process's videos, ordered by dataset index
     gallery_ids: torch.Tensor  # dataset index of each gallery column
     video_ids: list[str]  # id of each gallery column's video
+    retriever: dict[str, torch.Tensor] | None = None  # `rerank`: local "text" rows, every process's "video"
 
 
 @dataclass
@@ -187,10 +199,19 @@ class RetrievalEvaluator:
         self._batches: dict[str, list[EvalBatch]] = {}
         self._skipped: dict[str, list[torch.Tensor]] = {}
 
-    def collect(self, stage: str, batch: dict[str, Any], text: Any, video: Any, spans: SpanSplitter) -> None:
+    def collect(
+        self,
+        stage: str,
+        batch: dict[str, Any],
+        text: Any,
+        video: Any,
+        spans: SpanSplitter,
+        retriever: dict[str, torch.Tensor] | None = None,
+    ) -> None:
         """Keep a data batch's query and video representations, and the per-query values the
         analyses read (`[B]` tensors): duration, and with `relational` the relational flag
-        (`spans`) and the video's shot count."""
+        (`spans`) and the video's shot count; with `rerank`, the retriever's vectors
+        (`retriever_reps`)."""
         device = batch["frames"].device
         attributes = {"duration": batch["duration"].to(device)}
         if self.config.relational is not None:
@@ -200,12 +221,29 @@ class RetrievalEvaluator:
             attributes["relational"] = torch.tensor(flags, dtype=torch.bool, device=device)
             attributes["num_shots"] = batch["num_shots"].to(device)
         text, video = map_rep(text, full_precision), map_rep(video, full_precision)
-        record = EvalBatch(text, video, batch["index"].to(device), batch["events"], batch["video_id"], attributes)
+        retriever = None if retriever is None else map_rep(retriever, full_precision)
+        record = EvalBatch(
+            text, video, batch["index"].to(device), batch["events"], batch["video_id"], attributes, retriever
+        )
         self._batches.setdefault(stage, []).append(record)
 
     def count_skipped(self, stage: str, index: torch.Tensor) -> None:
         """Note the dataset indices of a batch's skipped (undecodable) videos."""
         self._skipped.setdefault(stage, []).append(index.long().cpu())
+
+    def retriever_reps(
+        self, model: L.LightningModule, batch: dict[str, Any], stage: str
+    ) -> dict[str, torch.Tensor] | None:
+        """With `rerank` on `test`, the retriever's unit vectors of a batch's queries and videos:
+        CLIP4Clip's meanP (parameter-free, indexable) on the module's own text and frame features,
+        encoded in the evaluation's precision; `None` otherwise."""
+        if self.config.rerank is None or stage != "test":
+            return None
+        meanp = MeanPHead()
+        with self.encoding(model):
+            text = model.encode_queries(batch["events"])
+            video = model.encoder.encode_video(batch["frames"], batch["frame_mask"])
+        return {"text": meanp.encode_text(text), "video": meanp.encode_video(video)}
 
     def wants(self, stage: str, option: AnalysesConfig | RelationalConfig | None) -> bool:
         return option is not None and stage in option.stages
@@ -285,6 +323,8 @@ class RetrievalEvaluator:
         results = ranked.metrics
         if rescore:
             results.update(self.rescored(model, split, ranked.scores))
+        if self.config.rerank is not None and stage == "test":
+            results.update(self.reranked(model, split))
         if stage == "val" and type(head).fit_on_validation is not SimilarityHead.fit_on_validation:
             # every process's queries, in gallery order: query i belongs to gallery video i
             all_text = self.merge_queries(model, split, split.text)
@@ -325,6 +365,10 @@ class RetrievalEvaluator:
         gallery_ids, first = first_occurrence(gather_variable(model, index))
         video_ids = [v for b in batches for v in b.video_ids]
         all_video_ids = gather_objects(video_ids)
+        retriever = None
+        if batches[0].retriever is not None:
+            local = cat_reps([b.retriever for b in batches])
+            retriever = {"text": local["text"], "video": gather_variable(model, local["video"])[first]}
         return EvalSplit(
             text=cat_reps([b.text for b in batches]),
             index=index,
@@ -334,6 +378,7 @@ class RetrievalEvaluator:
             gallery=map_rep(video, lambda t: gather_variable(model, t)[first]),
             gallery_ids=gallery_ids,
             video_ids=[all_video_ids[i] for i in first.tolist()],
+            retriever=retriever,
         )
 
     @staticmethod
@@ -374,6 +419,21 @@ class RetrievalEvaluator:
             if keep:
                 save_bank_matrix(model, torch.cat(blocks))
         return rescored_metrics(matrix, targets, config, bank, self.config.ties, self.config.v2t_rule)
+
+    def reranked(self, model: L.LightningModule, split: EvalSplit) -> dict[str, float]:
+        """`rerank/t2v/...` and `rerank/recall_ceiling` of this process's queries (the retriever's
+        top K scored by the head), merged over processes."""
+        config = self.config.rerank
+        assert config is not None
+        if split.retriever is None:
+            raise ValueError(f"evaluation.rerank: {type(model).__name__} collects no retriever vectors")
+        scorer = candidate_scorer(model.head, split.text, split.gallery, self.config.budget_bytes)
+        retriever_text, retriever_gallery = split.retriever["text"], split.retriever["video"]
+        local = rerank_ranks(
+            retriever_text, retriever_gallery, split.targets, scorer, config.k, self.config.ties, self.config.memory_mb
+        )
+        merged = self.merge_queries(model, split, {"ranks": local.ranks, "inside": local.inside.double()})
+        return RerankResult(merged["ranks"].cpu(), merged["inside"].cpu() > 0, local.k).metrics()
 
     def encoded_rows(
         self, model: L.LightningModule, events: list[list[str]], gallery: Any, mode: QueryMode | None = None
