@@ -103,6 +103,7 @@ def configure_from(args: argparse.Namespace, shard: tuple[int, int] | None = Non
     if shard is None and hasattr(args, "num_shards"):
         shard = (args.shard, args.num_shards)
     configure(args.progress_every, args.quiet, shard)
+    current_every()  # a bad LIT_RETRIEVAL_PROGRESS_EVERY is refused before the job starts
 
 
 def format_count(n: int) -> str:

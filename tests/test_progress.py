@@ -11,6 +11,7 @@ import pty
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -83,6 +84,39 @@ def test_an_unsharded_job_names_no_shard_and_off_writes_nothing():
     with bar:
         bar.advance(2)
     assert stream.getvalue() == ""
+
+
+def test_the_heartbeat_writes_lines_while_no_item_finishes():
+    """A stage waiting on its LLM calls still shows them: lines every interval though nothing advanced."""
+    stream, calls = io.StringIO(), iter(range(1, 1000))
+    with Progress(
+        "build-melon judge",
+        3,
+        every=Every(0.05),
+        stream=stream,
+        live=lambda: {"llm_calls": next(calls)},
+        heartbeat=True,
+    ):
+        time.sleep(0.5)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) >= 3 and all(line.startswith("build-melon judge 0/3 videos (0%); llm calls ") for line in lines)
+    calls_shown = [line.rsplit(" ", 1)[1] for line in lines]
+    assert len(set(calls_shown)) == len(calls_shown)  # `live` read again for every line
+
+
+def test_a_bad_environment_interval_is_one_line_naming_the_variable(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "lit_retrieval", "synth", "--out", str(tmp_path), "--num-videos", "1"],
+        env={**os.environ, "LIT_RETRIEVAL_PROGRESS_EVERY": "often"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 2 and not (tmp_path / "annotations.json").exists()
+    assert result.stderr.strip().splitlines() == [
+        "lit-retrieval synth: LIT_RETRIEVAL_PROGRESS_EVERY: "
+        "expected a positive interval like 30s, 2min or 5% (or off), got 'often'"
+    ]
 
 
 @pytest.mark.parametrize(
