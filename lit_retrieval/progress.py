@@ -4,7 +4,7 @@ helper, two ways to show it.
 - In a terminal: rich's live bar, the counts of the job (failed, cached, ...) beside its label.
 - Without one (Slurm's `.out`, CI, `> log`): plain lines, readable with `tail -f`, no control
   sequences: one when the job starts, one every `every` (seconds, or a share of the total), one at
-  the end, e.g. `shard 3/16: caching frames 1,204/6,250 videos (19%), 41/s, ETA 2 min; failed 2`.
+  the end, e.g. `shard 3/16: caching frames 1,204/6,250 videos (19%), 41/s, ETA 3 min; failed 2`.
 
 The interval comes from `--progress-every 30s|2min|5%` (commands that call `add_progress_arguments`),
 else the environment variable `LIT_RETRIEVAL_PROGRESS_EVERY`, else 30 s; `--quiet` (or
@@ -111,7 +111,7 @@ def format_count(n: int) -> str:
 
 
 def format_rate(per_second: float) -> str:
-    """`41/s`, `2.5/s`, or `12/min` below one a second."""
+    """`41/s`, `2.5/s`; `12/min` below one a second, `3.6/h` below one a minute."""
     if per_second >= 10:
         return f"{per_second:.0f}/s"
     if per_second >= 1:
@@ -193,7 +193,7 @@ class Progress:
 
     # ------------------------------------------------------------------ text
     def line(self) -> str:
-        """`label 1,204/6,250 videos (19%), 41/s, ETA 2 min; failed 2, cached 10`."""
+        """`label 1,204/6,250 videos (19%), 41/s, ETA 3 min; failed 2, cached 10`."""
         with self._lock:
             elapsed = 0.0 if self.started is None else self.clock() - self.started
             text = f"{self.label} {format_count(self.done)}/{format_count(self.total)} {self.unit}"
@@ -219,7 +219,8 @@ class Progress:
         if self.mode == "bar":
             self._bar = RichProgress(console=self.console)
             self._bar.__enter__()
-            self._task = self._bar.add_task(self.label, total=self.total, completed=self.done)
+            description = self.label + self._counts_text(" · ")
+            self._task = self._bar.add_task(description, total=self.total, completed=self.done)
         elif self.mode == "lines":
             self._write()
             if self._heartbeat:
