@@ -34,8 +34,14 @@ def annotations(corpus: Path, out: Path, tests: int, broken: tuple[int, ...] = (
     return path
 
 
-def test_metrics(tmp_path: Path, tiny_clip: Path, corpus: Path, annotation: Path, devices: int) -> list[dict]:
-    """`lit-retrieval test` of the untrained tiny model on `devices` processes: each rank's metrics."""
+ANALYSES = {"analyses": {"avg_event": True, "slices": True, "event_orders": ["reversed"]}}
+
+
+def test_metrics(
+    tmp_path: Path, tiny_clip: Path, corpus: Path, annotation: Path, devices: int, evaluation: dict = ANALYSES
+) -> list[dict]:
+    """`lit-retrieval test` of the untrained tiny model on `devices` processes (`evaluation`: the
+    model's evaluation options): each rank's metrics."""
     out = tmp_path / f"devices{devices}"
     config = clip_fit_config(
         tiny_clip,
@@ -47,7 +53,7 @@ def test_metrics(tmp_path: Path, tiny_clip: Path, corpus: Path, annotation: Path
             "logger": False,
             "callbacks": [{"class_path": "stop_callbacks.RecordEvaluation", "init_args": {"out": str(out)}}],
         },
-        model={"evaluation": {"analyses": {"avg_event": True, "slices": True, "event_orders": ["reversed"]}}},
+        model={"evaluation": evaluation},
         data={"annotation": str(annotation), "eval_batch_size": 2, "on_bad_video": "skip"},
     )
     path = tmp_path / f"test{devices}.yaml"

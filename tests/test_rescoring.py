@@ -228,3 +228,22 @@ def test_metrics_command_refuses_bad_rescoring_options(tmp_path, capsys, argv, m
     err = capsys.readouterr().err.strip()
     assert exit_info.value.code == 2 and "Traceback" not in err
     assert re.search(message, err.splitlines()[-1])
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_three_processes_rescore_and_rerank_as_one(tmp_path, tiny_clip, corpus):
+    """DDP on 3 CPU processes, one rank without a batch (its videos undecodable): the re-scored and
+    re-ranked metrics of every rank are the one-process ones."""
+    from test_ddp_evaluation import annotations, test_metrics
+
+    annotation = annotations(corpus, tmp_path, 7, (1, 2, 5))
+    evaluation = {
+        "rescore": {"dsl": {}, "inverted_softmax": {}, "qbnorm": {"k": 2, "bank_size": 2}},
+        "rerank": {"k": 2},
+        "v2t_rule": "group_max",
+    }
+    [single] = test_metrics(tmp_path, tiny_clip, corpus, annotation, 1, evaluation)
+    assert {"dsl/t2v/R@1", "is/v2t_group_max/R@1", "qbnorm/t2v/R@1", "rerank/recall_ceiling"} <= set(single)
+    for results in test_metrics(tmp_path, tiny_clip, corpus, annotation, 3, evaluation):
+        assert results == pytest.approx(single, abs=1e-9)
