@@ -9,6 +9,7 @@ import json
 import os
 import pty
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -313,3 +314,19 @@ def test_embed_tracked_shows_items_and_gives_the_vectors_of_one_call(capsys):
     assert torch.equal(got, CountingEmbedder().embed(items))
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(" (")[0] for line in lines] == [f"embedding MSRVTT-queries {n}/70 items" for n in (0, 70)]
+
+
+def test_index_without_a_terminal_writes_periodic_plain_lines(corpus, tiny_qwen, tmp_path):
+    folder = tmp_path / "videos"
+    folder.mkdir()
+    for video in sorted((corpus / "videos").glob("*.mp4"))[:3]:
+        shutil.copy(video, folder / video.name)
+    (folder / "broken.mp4").write_bytes(b"not a video" * 50)  # sorted first: in shard 0 of 2
+    argv = ["index", "--model", str(tiny_qwen), "--videos", str(folder), "--out", str(tmp_path / "idx"), "--chunk", "1"]
+    argv += ["--shard", "0", "--num-shards", "2", "--embed-only", "--progress-every", "1%"]
+    lines = progress_lines(run_to_file(argv, tmp_path / "log", tmp_path), "embedding videos")
+    assert [line.split(" (")[0] for line in lines] == [f"shard 0/2: embedding videos {n}/2 videos" for n in range(3)]
+    assert lines[1].endswith("; done before 0, skipped 0, failed 1")  # broken.mp4, the shard's first video
+    assert re.fullmatch(r".* 2/2 videos \(100%\), done in \d+ s; done before 0, skipped 0, failed 1", lines[-1])
+    again = progress_lines(run_to_file(argv, tmp_path / "log2", tmp_path), "embedding videos")
+    assert again == ["shard 0/2: embedding videos 2/2 videos (100%), done in 0 s; done before 1, skipped 1, failed 0"]
