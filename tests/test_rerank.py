@@ -10,7 +10,9 @@ import torch
 
 from lit_retrieval.data import MultiEventDataModule
 from lit_retrieval.metrics.ranking import text_to_video_ranks
+from lit_retrieval.metrics.analyses import AnalysesConfig
 from lit_retrieval.metrics.rerank import RerankConfig, rerank_ranks
+from lit_retrieval.metrics.rescoring import DualSoftmax, RescoreConfig
 from lit_retrieval.models.encoders import CLIPEncoder
 from lit_retrieval.models.heads import MeanPHead
 from lit_retrieval.models.heads.base import SimilarityHead
@@ -94,26 +96,45 @@ def test_rerank_refuses_k_below_one():
         rerank_ranks(torch.ones(1, 1), torch.ones(1, 1), torch.zeros(1), lambda r, c: c.float(), k=0)
 
 
-@pytest.mark.parametrize("k", [100, 3])
-def test_test_stage_reranks_beside_full_scoring(tmp_path, corpus, tiny_clip, k):
-    """`evaluation.rerank` on a tightTransf model: with K covering the gallery the re-ranked T2V
-    metrics are the full scoring's; with K = 3 the ceiling is meanP's R@3 on the same encoder."""
+def rerank_test(
+    root, corpus, tiny_clip, rerank: RerankConfig
+) -> tuple[DualEncoderRetrieval, MultiEventDataModule, dict]:
+    """`test` of an untrained tightTransf model with `rerank`: the module, data and test metrics."""
     torch.manual_seed(0)
-    evaluation = EvaluationConfig(rerank=RerankConfig(k=k), query_rows=5)
+    evaluation = EvaluationConfig(rerank=rerank, query_rows=5)
     module = DualEncoderRetrieval(
         CLIPEncoder(pretrained=str(tiny_clip)), TightTransfHead(layers=1, max_frames=3), evaluation=evaluation
     )
     data = MultiEventDataModule(
         annotation=str(corpus / "annotations.json"), num_frames=3, image_size=32, batch_size=4, num_workers=0
     )
-    eval_trainer(tmp_path).test(module, data, verbose=False)
-    metrics = json.loads((tmp_path / "metrics.json").read_text())["test"]
-    if k == 100:
-        assert metrics["rerank/recall_ceiling"] == 100.0
-        assert {key: metrics[f"rerank/{key}"] for key in metrics if key.startswith("t2v/")} == {
-            key: value for key, value in metrics.items() if key.startswith("t2v/")
-        }
-        return
+    eval_trainer(root).test(module, data, verbose=False)
+    return module, data, json.loads((root / "metrics.json").read_text())["test"]
+
+
+def test_test_stage_reranks_as_full_scoring_when_k_covers_the_gallery(tmp_path, corpus, tiny_clip):
+    """With K covering the gallery the re-ranked T2V metrics are the full scoring's, beside it or
+    (`full_scoring: false`) without it."""
+    _, _, metrics = rerank_test(tmp_path / "beside", corpus, tiny_clip, RerankConfig(k=100))
+    full = {key: value for key, value in metrics.items() if key.startswith("t2v/")}
+    assert metrics["rerank/recall_ceiling"] == 100.0 and len(full) == 6
+    assert {key: metrics[f"rerank/{key}"] for key in full} == full
+    _, _, alone = rerank_test(tmp_path / "alone", corpus, tiny_clip, RerankConfig(k=100, full_scoring=False))
+    assert not any(key.startswith(("t2v/", "v2t/")) for key in alone)
+    assert {key: alone[f"rerank/{key}"] for key in full} == full
+
+
+def test_rerank_without_full_scoring_refuses_what_needs_the_matrix():
+    with pytest.raises(ValueError, match="no test score matrix for evaluation.save_scores, evaluation.rescore"):
+        EvaluationConfig(
+            rerank=RerankConfig(k=5, full_scoring=False), save_scores=True, rescore=RescoreConfig(dsl=DualSoftmax())
+        )
+    EvaluationConfig(rerank=RerankConfig(k=5, full_scoring=False), analyses=AnalysesConfig(stages=["val"]))
+
+
+def test_test_stage_rerank_ceiling_is_the_retrievers_recall(tmp_path, corpus, tiny_clip):
+    """With K = 3 the ceiling is meanP's R@3 on the same encoder, and bounds the re-ranked R@1."""
+    module, data, metrics = rerank_test(tmp_path, corpus, tiny_clip, RerankConfig(k=3))
     meanp = DualEncoderRetrieval(
         CLIPEncoder(pretrained=str(tiny_clip)), MeanPHead(), evaluation=EvaluationConfig(save_scores=True)
     )

@@ -28,9 +28,12 @@ CandidateScorer = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 @dataclass
 class RerankConfig:
-    """`evaluation.rerank`: the head scores each query's top `k` videos of the retriever."""
+    """`evaluation.rerank`: the head scores each query's top `k` videos of the retriever.
+    `full_scoring: false` skips the full pairwise scoring on test (its `t2v/...`, `v2t/...`
+    metrics), the cost the re-ranking avoids; only the re-ranked metrics are then reported."""
 
     k: int = 100
+    full_scoring: bool = True
 
     def __post_init__(self) -> None:
         if self.k < 1:

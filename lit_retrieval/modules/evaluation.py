@@ -105,7 +105,9 @@ class EvaluationConfig:
         rescore: re-scorings of the test matrix reported beside the raw metrics (`RescoreConfig`:
             `dsl`, `inverted_softmax`, `qbnorm`; keys `dsl/...`, `is/...`, `qbnorm/...`; `None`: raw only).
         rerank: retrieve-then-rerank on test (`RerankConfig`: `k`), keys `rerank/t2v/...` and
-            `rerank/recall_ceiling`, beside the full scoring (`None`: off).
+            `rerank/recall_ceiling`, beside the full scoring, or instead of it with
+            `full_scoring: false` (then no test option that needs the full matrix may be set).
+            `None`: off.
     """
 
     analyses: AnalysesConfig | None = None
@@ -122,6 +124,16 @@ class EvaluationConfig:
     def __post_init__(self) -> None:
         if self.query_rows < 1 or self.memory_mb < 1:
             raise ValueError(f"query_rows and memory_mb must be >= 1, got {self.query_rows} and {self.memory_mb}")
+        if self.rerank is not None and not self.rerank.full_scoring:
+            needs_matrix = {
+                "analyses": self.analyses is not None and "test" in self.analyses.stages,
+                "relational": self.relational is not None and "test" in self.relational.stages,
+                "save_scores": self.save_scores,
+                "rescore": self.rescore is not None,
+            }
+            if any(needs_matrix.values()):
+                names = ", ".join(f"evaluation.{name}" for name, on in needs_matrix.items() if on)
+                raise ValueError(f"evaluation.rerank.full_scoring: false leaves no test score matrix for {names}")
 
     @property
     def budget_bytes(self) -> int:
@@ -315,6 +327,11 @@ class RetrievalEvaluator:
             with full_precision_scoring(head, model.device):
                 split.gallery = head.calibrate(bank, split.gallery, self.config.budget_bytes)
         head.before_evaluation(stage)
+        if stage == "test" and self.config.rerank is not None and not self.config.rerank.full_scoring:
+            results = self.reranked(model, split)
+            if skipped:
+                results["skipped_videos"] = float(skipped)
+            return results
         save = self.config.save_scores and stage == "test"
         rescore = self.config.rescore is not None and stage == "test"
         ranked = self.rank(
