@@ -238,8 +238,12 @@ def run(argv: list[str]) -> int:
     parser.add_argument(
         "--min-shots", type=int, help="Rel-Multi's shot threshold (default: the ids file's, else the median)"
     )
-    parser.add_argument("--v2t-rule", choices=["strict", "group_max"], default="strict")
-    parser.add_argument("--rescore", nargs="+", choices=["dsl", "is", "qbnorm"], help="re-scorings reported beside")
+    parser.add_argument(
+        "--v2t-rule", choices=["strict", "group_max"], default="strict", help="multi-caption V2T (default: strict)"
+    )
+    parser.add_argument(
+        "--rescore", nargs="+", choices=["dsl", "is", "qbnorm"], help="re-scorings reported beside the raw metrics"
+    )
     parser.add_argument("--temperature", type=float, help="temperature of every --rescore method")
     parser.add_argument("--bank", type=Path, help="QB-Norm's querybank: .npy [bank queries, videos] scores")
     parser.add_argument("--bank-k", type=int, default=1, help="QB-Norm's top-k of each bank query (default 1)")
