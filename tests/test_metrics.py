@@ -145,12 +145,13 @@ def clip4clip_v2t_ranks(scores: np.ndarray, targets: np.ndarray) -> list[float]:
     return ranks
 
 
-def test_group_max_matches_clip4clip_reference():
+@pytest.mark.parametrize("chunk", [2, 7, 4096])  # groups of about five rows split over up to three blocks
+def test_group_max_matches_clip4clip_reference(chunk):
     rng = np.random.default_rng(3)
     for _ in range(5):
         scores = rng.random((60, 12))  # distinct: CLIP4Clip breaks ties by sort order
         targets = np.concatenate([np.arange(12), rng.integers(0, 12, 48)])
-        got = video_to_text_ranks(torch.from_numpy(scores), torch.from_numpy(targets), chunk=7, rule="group_max")
+        got = video_to_text_ranks(torch.from_numpy(scores), torch.from_numpy(targets), chunk=chunk, rule="group_max")
         assert got.tolist() == clip4clip_v2t_ranks(scores, targets)
 
 

@@ -140,6 +140,25 @@ def test_qb_norm_top_k_activation_and_keys():
         QueryBank.from_blocks([BANK], 4, QBNorm())
 
 
+@pytest.mark.parametrize("v2t_rule", ["strict", "group_max"])
+def test_rescoring_reads_the_matrix_a_block_of_rows_at_a_time(v2t_rule):
+    """Memory bound: every method reads at most `chunk` raw rows at once, and blocks of 3 rows give
+    the metrics of one block of all rows."""
+    generator = torch.Generator().manual_seed(2)
+    raw = torch.randn(20, 6, generator=generator, dtype=torch.float64)
+    targets = torch.randint(0, 6, (20,), generator=generator)
+    read = []
+
+    def rows(index):
+        read.append(len(raw[index]))
+        return raw[index]
+
+    config = RescoreConfig(DualSoftmax(0.3), InvertedSoftmax(0.3), QBNorm(temperature=0.3, k=2))
+    bank = QueryBank.from_blocks([BANK.repeat(1, 2)], 6, config.qbnorm)
+    blocked = rescored_metrics(ScoreRows((20, 6), rows), targets, config, bank, v2t_rule=v2t_rule, chunk=3)
+    assert max(read) == 3 and blocked == rescored_metrics(raw, targets, config, bank, v2t_rule=v2t_rule, chunk=64)
+
+
 def test_options_are_checked():
     with pytest.raises(ValueError, match="rescore.dsl.temperature"):
         DualSoftmax(0.0)

@@ -130,27 +130,36 @@ def group_max_counts(
     scores: Scores, targets: torch.Tensor, best: torch.Tensor, chunk: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per video v, the other videos' caption groups whose best caption is above / level with v's
-    best caption (CLIP4Clip's group maximum), reading the rows group by group, about `chunk` rows
-    at a time (a group is never split)."""
+    best caption (CLIP4Clip's group maximum). The rows are read `chunk` at a time in group order;
+    the last group of a block carries its flags into the next block, where it may continue."""
     num_videos = len(best)
     order = torch.argsort(targets, stable=True)
     grouped = targets[order]
     greater = torch.zeros(num_videos, dtype=torch.float64, device=best.device)
     equal = torch.zeros(num_videos, dtype=torch.float64, device=best.device)
-    start = 0
-    while start < len(order):
-        last = grouped[min(len(order), start + chunk) - 1]
-        stop = int(torch.searchsorted(grouped, last, right=True))
-        videos, local = torch.unique_consecutive(grouped[start:stop], return_inverse=True)
-        rows = take_rows(scores, order[start:stop])
-        above = group_any(rows > best, local, len(videos))
-        level = group_any(rows == best, local, len(videos))
+
+    def count(videos: torch.Tensor, above: torch.Tensor, level: torch.Tensor) -> None:
         own = torch.arange(len(videos), device=best.device)
         above[own, videos] = False  # a video's own group is not a competitor
         level[own, videos] = False
-        greater += above.sum(0).double()
-        equal += (level & ~above).sum(0).double()
-        start = stop
+        greater.add_(above.sum(0).double())
+        equal.add_((level & ~above).sum(0).double())
+
+    carry: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+    for index in row_slices(len(order), chunk):
+        videos, local = torch.unique_consecutive(grouped[index], return_inverse=True)
+        rows = take_rows(scores, order[index])
+        above = group_any(rows > best, local, len(videos))
+        level = group_any(rows == best, local, len(videos))
+        if carry is not None and carry[0][0] == videos[0]:  # the carried group continues here
+            above[0] |= carry[1][0]
+            level[0] |= carry[2][0]
+        elif carry is not None:
+            count(*carry)
+        count(videos[:-1], above[:-1], level[:-1])
+        carry = (videos[-1:], above[-1:], level[-1:])
+    if carry is not None:
+        count(*carry)
     return greater, equal
 
 

@@ -183,12 +183,12 @@ def qb_norm(scores: Scores, bank: QueryBank, config: QBNorm) -> ScoreRows:
 
 
 def direction_metrics(
-    t2v: Scores, v2t: Scores | None, targets: torch.Tensor, ties: Ties, v2t_rule: V2TRule
+    t2v: Scores, v2t: Scores | None, targets: torch.Tensor, ties: Ties, v2t_rule: V2TRule, chunk: int
 ) -> dict[str, float]:
     """`t2v/...` ranked from `t2v`'s rows and, with `v2t`, `v2t/...` from its columns."""
-    out = {f"t2v/{k}": v for k, v in summarize_ranks(text_to_video_ranks(t2v, targets, ties, CHUNK)).items()}
+    out = {f"t2v/{k}": v for k, v in summarize_ranks(text_to_video_ranks(t2v, targets, ties, chunk)).items()}
     if v2t is not None:
-        ranks = video_to_text_ranks(v2t, targets, ties, CHUNK, v2t_rule)
+        ranks = video_to_text_ranks(v2t, targets, ties, chunk, v2t_rule)
         out.update({f"{V2T_PREFIX[v2t_rule]}/{k}": v for k, v in summarize_ranks(ranks).items()})
     return out
 
@@ -200,22 +200,25 @@ def rescored_metrics(
     bank: QueryBank | None = None,
     ties: Ties = "optimistic",
     v2t_rule: V2TRule = "strict",
+    chunk: int = CHUNK,
 ) -> dict[str, float]:
     """The metrics of every re-scoring `config` asks for, keyed `<method>/t2v/...` (module
-    docstring); `bank` is QB-Norm's querybank (needed with `config.qbnorm`)."""
+    docstring), reading `chunk` rows of `scores` at a time; `bank` is QB-Norm's querybank
+    (needed with `config.qbnorm`)."""
     out: dict[str, float] = {}
     results: dict[str, dict[str, float]] = {}
     if config.dsl is not None:
-        dsl = dual_softmax(scores, config.dsl)
-        results["dsl"] = direction_metrics(dsl, dsl, targets, ties, v2t_rule)
+        dsl = dual_softmax(scores, config.dsl, chunk)
+        results["dsl"] = direction_metrics(dsl, dsl, targets, ties, v2t_rule, chunk)
     if config.inverted_softmax is not None:
-        t2v = inverted_softmax_t2v(scores, config.inverted_softmax)
+        t2v = inverted_softmax_t2v(scores, config.inverted_softmax, chunk)
         v2t = inverted_softmax_v2t(scores, config.inverted_softmax)
-        results["is"] = direction_metrics(t2v, v2t, targets, ties, v2t_rule)
+        results["is"] = direction_metrics(t2v, v2t, targets, ties, v2t_rule, chunk)
     if config.qbnorm is not None:
         if bank is None:
             raise ValueError("rescore.qbnorm needs a querybank (training queries scored against the gallery)")
-        results["qbnorm"] = direction_metrics(qb_norm(scores, bank, config.qbnorm), None, targets, ties, v2t_rule)
+        rows = qb_norm(scores, bank, config.qbnorm)
+        results["qbnorm"] = direction_metrics(rows, None, targets, ties, v2t_rule, chunk)
     for method, metrics in results.items():
         out.update({f"{method}/{k}": v for k, v in metrics.items()})
     return out
