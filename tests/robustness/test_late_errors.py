@@ -57,6 +57,7 @@ def test_full_disk_while_writing_a_checkpoint_is_one_line_and_keeps_the_previous
     small_disk, tmp_path, capsys, monkeypatch
 ):
     monkeypatch.delenv("LIT_RETRIEVAL_DEBUG", raising=False)
+    monkeypatch.chdir(tmp_path)  # the run's config.yaml goes to its folder (no logger, no default_root_dir)
     last = small_disk / "ckpt" / "last.ckpt"
     callback = {
         "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
