@@ -47,7 +47,17 @@ from lit_retrieval.errors import ConfigError
 
 
 class DeepSpeedStrategy(LightningDeepSpeedStrategy):
-    """Lightning's DeepSpeed strategy, also on CPU (see the module docstring); same arguments."""
+    """Lightning's DeepSpeed strategy, also on CPU (see the module docstring); Lightning's arguments and:
+
+    Args:
+        param_persistence_threshold: ZeRO-3 keeps parameters of at most this many elements whole on
+            every rank (DeepSpeed's `stage3_param_persistence_threshold`; None: DeepSpeed's 1e5). 0
+            partitions every one, so a tiny model gathers its weights as a large one does.
+    """
+
+    def __init__(self, *args: Any, param_persistence_threshold: int | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.param_persistence_threshold = param_persistence_threshold
 
     @property
     def on_cpu(self) -> bool:
@@ -95,7 +105,9 @@ class DeepSpeedStrategy(LightningDeepSpeedStrategy):
         each rank as `convert-checkpoint` does; the weights load in `load_model_state_dict`, and the
         hooks see the checkpoint without them, as after DeepSpeed's own load. DeepSpeed's load
         cannot: ZeRO-3 keeps the weights in the optimizer's shards, and the evaluation engine has no
-        optimizer ("'DeepSpeedZeRoOffload' object has no attribute '_restore_from_bit16_weights'")."""
+        optimizer ("'DeepSpeedZeRoOffload' object has no attribute '_restore_from_bit16_weights'").
+        Its scores are close to, not equal to, those of the same weights without DeepSpeed (an open
+        discrepancy, docs/scale-out.md): a table's numbers come from the converted file."""
         self._consolidated = None
         if not (self.zero_stage_3 and Path(checkpoint_path).is_dir() and not self._fitting()):
             return super().load_checkpoint(checkpoint_path, weights_only)
@@ -116,10 +128,14 @@ class DeepSpeedStrategy(LightningDeepSpeedStrategy):
     def _format_config(self) -> None:
         """Optimizer offload with the module's own (torch) optimizer, which DeepSpeed refuses unless
         told (`zero_force_ds_cpu_optimizer`): our modules build AdamW in `configure_optimizers`.
-        It then steps on the CPU in torch, slower than DeepSpeed's compiled CPU Adam."""
+        It then steps on the CPU in torch, slower than DeepSpeed's compiled CPU Adam. And
+        `param_persistence_threshold`."""
         super()._format_config()
-        if "offload_optimizer" in self.config.get("zero_optimization", {}):
+        zero = self.config.get("zero_optimization", {})
+        if "offload_optimizer" in zero:
             self.config.setdefault("zero_force_ds_cpu_optimizer", False)
+        if self.param_persistence_threshold is not None:
+            zero.setdefault("stage3_param_persistence_threshold", self.param_persistence_threshold)
 
     def _fitting(self) -> bool:
         return self.lightning_module.trainer.state.fn == TrainerFn.FITTING

@@ -4,7 +4,7 @@
 least once (fp32: `--trainer.precision 32-true`, so runs can be compared exactly):
 
 - quick-start x ZeRO-3: fit, a `last.ckpt/` directory, `convert-checkpoint`, `test` under
-  DeepSpeed on the directory = `test` without DeepSpeed on the converted file, resume of the epoch-0
+  DeepSpeed on the directory = `test` under DDP on the converted file (every score), resume of the epoch-0
   directory with `--ckpt_path newest` = the uninterrupted run's weights;
 - grid's conversion of that directory for `uvrb` (once);
 - quick-start x ZeRO-2 with optimizer offload: the same run = ZeRO-3's weights (sharding and
@@ -23,6 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -139,7 +140,7 @@ def test_quickstart_zero3_checkpoint_converts_and_tests_as_without_deepspeed(zer
     assert (last / "latest").is_file() and len(list((last / "checkpoint").glob("*model_states.pt"))) == 2
     weights = convert(last, tmp_path / "last.ckpt")
     assert any(k.startswith("encoder.text.model.") for k in weights)  # frozen MiniLM kept: loads strictly
-    config = quickstart(run, corpus, 2)
+    config = [*quickstart(run, corpus, 2), "--model.init_args.evaluation.save_scores", "true"]
     cli(
         "test",
         *config,
@@ -150,12 +151,15 @@ def test_quickstart_zero3_checkpoint_converts_and_tests_as_without_deepspeed(zer
         "--ckpt_path",
         str(last),
     )
-    in_process(
-        "test", *config, "--trainer.logger.init_args.version", "plain", "--ckpt_path", str(tmp_path / "last.ckpt")
-    )
-    deepspeed, plain = logged_metrics(run, "ds")["test"], logged_metrics(run, "plain")["test"]
-    assert "t2v/R@1" in plain
-    assert {k: v for k, v in deepspeed.items() if plain.get(k) != v} == {}, plain
+    # the same 2 ranks under DDP: each rank embeds the same videos in the same batches as under ZeRO-3
+    ddp = ["--trainer.strategy", "ddp", *FP32, "--trainer.logger.init_args.version", "plain"]
+    cli("test", *config, *ddp, "--ckpt_path", str(tmp_path / "last.ckpt"))
+    # every score, not the metrics. ZeRO-3's evaluation engine scores within 2.4e-3 of DDP here (scores
+    # 0.03-0.09), DDP within 1.3e-7 of one process: an open discrepancy (docs/scale-out.md), so 5e-3
+    deepspeed, plain = (np.load(next((run / "logs" / v).rglob("scores.npy"))) for v in ("ds", "plain"))
+    assert deepspeed.shape == plain.shape == (7, 7)
+    np.testing.assert_allclose(deepspeed, plain, atol=5e-3, rtol=0)
+    assert np.abs(plain - plain.mean()).max() > 1e-2  # not a constant matrix
 
 
 def test_grid_converts_a_zero3_directory_for_uvrb_once(zero3_quickstart, tmp_path):
@@ -242,5 +246,8 @@ def test_gve_zero2_checkpoint_holds_lora_only_and_loads_back(tiny_qwen, gve_task
 
 def test_gve_zero3_offload_runs_text_and_video_ranks_side_by_side(tiny_qwen, gve_tasks, tmp_path):
     run = tmp_path / "run"
-    cli("fit", *gve(run, tiny_qwen, gve_tasks), *strategy("zero3_offload"))
+    # the tiny model's weights are all below DeepSpeed's persistence threshold, which keeps them whole
+    # on every rank (no gather); 0 partitions every one, as most of a 3B model's are
+    partition_all = ["--trainer.strategy.init_args.param_persistence_threshold", "0"]
+    cli("fit", *gve(run, tiny_qwen, gve_tasks), *strategy("zero3_offload"), *partition_all)
     assert lora_only(convert(run / "checkpoints" / "last.ckpt", tmp_path / "last.ckpt"))
