@@ -86,9 +86,11 @@ def test_tab2_baselines_x_clip_and_ts2net_at_128_frames(row, head, epochs, posit
 def test_tab3_rows_train_as_their_labels_say(capsys, monkeypatch):
     # SALI Sec. 4 "Mechanism": the Tab. 2 runs learn penalty weights, so the base (SALI+max) is "max+pen"
     plan = yaml.safe_load((ROOT / "configs" / "plans" / "sali_tab3.yaml").read_text())
+    trained = {row["name"]: row["configs"] for row in plan["rows"] if "configs" in row}
     for row in plan["rows"][1:]:
         train, infer = (part.split()[-1] for part in row["label"].split(" / "))
-        head = resolved(capsys, monkeypatch, *row["configs"], *row["test_configs"])["model"]["init_args"]["head"]
+        configs = trained[row.get("evaluates", row["name"])]  # a row that evaluates another tests its weights
+        head = resolved(capsys, monkeypatch, *configs, *row["test_configs"])["model"]["init_args"]["head"]
         args = head["init_args"]
         assert (args["train_operator"], args["train_penalty"]) == (train.split("+")[0].lower(), "+pen" in train)
         assert (args["eval_operator"], args["eval_penalty"]) == (infer.split("+")[0].lower(), "+pen" in infer)
