@@ -1,0 +1,63 @@
+"""A DeepSpeed (ZeRO-3) fit preempted under the real test Slurm: `fit.sbatch` with 2 gloo ranks on
+DeepSpeed's CPU accelerator, SIGUSR1 to the job's step (what `--signal=SIGUSR1@REQUEUE_SECONDS` sends
+before the time limit): Lightning writes the hpc checkpoint, a DeepSpeed directory, and requeues; the
+restart resumes it with `--ckpt_path newest` and completes the run. Open (docs/scale-out.md): its final
+weights are up to 2e-4 from the uninterrupted run's (55 of 162 tensors, about 2x the learning rate),
+where the DDP preemption test (tests/test_slurm_cluster.py) ends equal; until that is found the weight
+comparison is an expected failure, and it turns into a pass when it holds."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import time
+
+import pytest
+
+from lit_retrieval.checkpoint_io import checkpoint_step
+
+from test_deepspeed import KEEP_FROZEN, assert_same_weights, cli, convert, quickstart, strategy
+from test_slurm_cluster import fit_job, job, output, submit, wait_for, wait_for_end
+
+pytestmark = [pytest.mark.slurm, pytest.mark.distributed, pytest.mark.slow]
+
+
+def test_zero3_fit_preempted_under_slurm_resumes_its_hpc_directory_to_the_uninterrupted_weights(
+    slurm_cluster, tmp_path, corpus, monkeypatch
+):
+    started = time.monotonic()
+    whole = tmp_path / "whole"
+    # one thread per rank, as the job's CPUS_PER_TASK=1 sets it: another thread count sums in another
+    # order, and Adam's first steps turn last-bit differences of near-zero gradients into lr-sized ones
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    cli("fit", *quickstart(whole, corpus, 2), *strategy("zero3"), *KEEP_FROZEN)  # 2 epochs of 2 steps
+    run, marker = tmp_path / "run", tmp_path / "paused"
+    pause = {"class_path": "interrupt_callbacks.PauseAtStep", "init_args": {"step": 3, "marker": str(marker)}}
+    args = [*quickstart(run, corpus, 2), *strategy("zero3"), *KEEP_FROZEN, "--trainer.callbacks+", json.dumps(pause)]
+    config, *extra = args[1:]  # fit.sbatch passes CONFIG after its own --config, the rest as EXTRA
+    values = {"TASKS_PER_NODE": "2", "CPUS_PER_TASK": "1", "MEM": "8G", "JOB_NAME": "zero3"}
+    job_id = submit(fit_job(tmp_path, config, run, EXTRA=shlex.join(extra), **values))  # DeepSpeed finds no GPU: CPU
+    wait_for("the fit to reach step 3", marker.exists, job_id)
+    subprocess.run(["scancel", "--signal=USR1", job_id], check=True)
+    requeued = {"JobState": "PENDING", "Restarts": "1"}
+    wait_for("the requeue", lambda: requeued.items() <= job(job_id).items(), job_id)
+    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], capture_output=True)
+    info = wait_for_end(job_id, restarts=1)
+    log = output(run)
+    assert info["JobState"] == "COMPLETED" and info["Restarts"] == "1", log[-4000:]
+    hpc = run / "hpc_ckpt_1.ckpt"
+    assert hpc.is_dir() and len(list((hpc / "checkpoint").glob("*model_states.pt"))) == 2, log[-4000:]
+    assert checkpoint_step(hpc) == 3 and "restart 1" in log
+    at_signal = convert(hpc, tmp_path / "hpc.ckpt")
+    assert "--ckpt_path newest: " in log.split("(restart 1)")[1]  # the restart resumed a step-3 checkpoint
+    final = convert(run / "checkpoints" / "last.ckpt", tmp_path / "final.ckpt")
+    assert checkpoint_step(run / "checkpoints" / "last.ckpt") == 4
+    uninterrupted = convert(whole / "checkpoints" / "last.ckpt", tmp_path / "whole.ckpt")
+    try:
+        assert_same_weights(final, uninterrupted, at_signal)
+    except AssertionError as unequal:  # open: the DDP preemption test ends equal; this one does not
+        pytest.xfail(f"ZeRO-3 resumed mid-epoch ends up to 2e-4 from the uninterrupted run's weights ({unequal})")
+    print(
+        json.dumps({"slurm_test": "deepspeed_preemption", "requeues": 1, "wall_s": round(time.monotonic() - started)})
+    )
