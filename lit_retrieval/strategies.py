@@ -107,8 +107,9 @@ class DeepSpeedStrategy(LightningDeepSpeedStrategy):
         cannot: ZeRO-3 keeps the weights in the optimizer's shards, and the evaluation engine has no
         optimizer ("'DeepSpeedZeRoOffload' object has no attribute '_restore_from_bit16_weights'").
         Lightning's ZeRO-3 load of full weights sets them on rank 0 and broadcasts the parameters only,
-        so every rank also takes the checkpoint's buffers here (without, other ranks scored with their
-        initial buffers: 2.4e-3 off on the quick-start model; now equal to the weights without DeepSpeed)."""
+        so every rank also takes the checkpoint's buffers here. Its scores are still close to, not
+        always equal to, those of the same weights without DeepSpeed (an open discrepancy that varies
+        from run to run, docs/scale-out.md): a table's numbers come from the converted file."""
         self._consolidated = None
         if not (self.zero_stage_3 and Path(checkpoint_path).is_dir() and not self._fitting()):
             return super().load_checkpoint(checkpoint_path, weights_only)
