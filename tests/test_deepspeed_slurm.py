@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import subprocess
 import time
 
 import pytest
@@ -18,7 +17,7 @@ import pytest
 from lit_retrieval.checkpoint_io import checkpoint_step
 
 from test_deepspeed import KEEP_FROZEN, assert_same_weights, cli, convert, quickstart, strategy
-from test_slurm_cluster import fit_job, job, output, submit, wait_for, wait_for_end
+from test_slurm_cluster import fit_job, output, preempt_once, submit
 
 pytestmark = [pytest.mark.slurm, pytest.mark.distributed, pytest.mark.slow]
 
@@ -38,12 +37,7 @@ def test_zero3_fit_preempted_under_slurm_resumes_its_hpc_directory_to_the_uninte
     config, *extra = args[1:]  # fit.sbatch passes CONFIG after its own --config, the rest as EXTRA
     values = {"TASKS_PER_NODE": "2", "CPUS_PER_TASK": "1", "MEM": "8G", "JOB_NAME": "zero3"}
     job_id = submit(fit_job(tmp_path, config, run, EXTRA=shlex.join(extra), **values))  # DeepSpeed finds no GPU: CPU
-    wait_for("the fit to reach step 3", marker.exists, job_id)
-    subprocess.run(["scancel", "--signal=USR1", job_id], check=True)
-    requeued = {"JobState": "PENDING", "Restarts": "1"}
-    wait_for("the requeue", lambda: requeued.items() <= job(job_id).items(), job_id)
-    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], capture_output=True)
-    info = wait_for_end(job_id, restarts=1)
+    info = preempt_once(job_id, marker)
     log = output(run)
     assert info["JobState"] == "COMPLETED" and info["Restarts"] == "1", log[-4000:]
     hpc = run / "hpc_ckpt_1.ckpt"

@@ -96,6 +96,18 @@ def wait_for_end(job_id: str, restarts: int = 0) -> dict[str, str]:
     return info
 
 
+def preempt_once(job_id: str, paused: Path) -> dict[str, str]:
+    """Once the fit has written `paused`, SIGUSR1 to the job's step (Lightning saves and requeues), then
+    the job's record after it ran again to its end."""
+    wait_for(f"the fit to write {paused.name}", paused.exists, job_id)
+    subprocess.run(["scancel", "--signal=USR1", job_id], check=True)
+    # Slurm holds a requeued job back about 2 minutes (its begin time); start it as soon as it is pending again
+    requeued = {"JobState": "PENDING", "Restarts": "1"}
+    wait_for("the requeue", lambda: requeued.items() <= job(job_id).items(), job_id)
+    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], capture_output=True)
+    return wait_for_end(job_id, restarts=1)
+
+
 def output(run: Path) -> str:
     return "".join(p.read_text() for p in sorted((run / "slurm").glob("*.out")))
 
@@ -209,13 +221,7 @@ def test_preemption_signal_writes_the_hpc_checkpoint_requeues_and_the_job_loses_
     run = tmp_path / "run"
     config, marker, starts = pause_config(tmp_path, tiny_clip, corpus, run)
     job_id = submit(fit_job(tmp_path, config, run, JOB_NAME="preempted"))
-    wait_for("the fit to reach step 5", marker.exists, job_id)
-    subprocess.run(["scancel", "--signal=USR1", job_id], check=True)
-    # Slurm holds a requeued job back about 2 minutes (its begin time); start it as soon as it is pending again
-    requeued = {"JobState": "PENDING", "Restarts": "1"}
-    wait_for("the requeue", lambda: requeued.items() <= job(job_id).items(), job_id)
-    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], capture_output=True)
-    info = wait_for_end(job_id, restarts=1)
+    info = preempt_once(job_id, marker)
     log = output(run)
     assert info["JobState"] == "COMPLETED" and info["Restarts"] == "1", log[-3000:]
     assert "restart 0" in log and "restart 1" in log and "killed by signal" not in log
