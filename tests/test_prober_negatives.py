@@ -6,6 +6,7 @@ cosine scores (epoch 1: the external prober `data.prober_path`; epoch 2: the mod
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import lightning as L
 import pytest
@@ -116,20 +117,20 @@ MINER = {"class_path": "lit_retrieval.callbacks.HardNegativeMining", "init_args"
 PYRAMID = {"class_path": "lit_retrieval.callbacks.ModalityPyramid", "init_args": {"num_probe_pairs": 4}}
 
 
+def brute_force_check(tmp_path: Path, other_prober: Path, text_task: Path) -> dict:
+    """The `BruteForceNegatives` callback config: re-mines with `other_prober` by a loop, records to checked.txt."""
+    record = str(tmp_path / "checked.txt")
+    init = {"prober_path": str(other_prober), "corpus": str(text_task / "corpus.jsonl"), "record": record}
+    return {"class_path": "test_prober_negatives.BruteForceNegatives", "init_args": init}
+
+
 @pytest.mark.parametrize("curriculum", [True, False], ids=["gve", "gve_s"])
 def test_each_epoch_mines_the_probers_top_ranked_non_positives(
     tmp_path, tiny_qwen, other_prober, text_task, curriculum
 ):
     """GVE (with the Modality Pyramid) and GVE-s (without) mine the same way: Psi_1 = `data.prober_path`,
     then the model; candidates include the task's `negative_corpus` file."""
-    check = {
-        "class_path": "test_prober_negatives.BruteForceNegatives",
-        "init_args": {
-            "prober_path": str(other_prober),
-            "corpus": str(text_task / "corpus.jsonl"),
-            "record": str(tmp_path / "checked.txt"),
-        },
-    }
+    check = brute_force_check(tmp_path, other_prober, text_task)
     callbacks = ([PYRAMID] if curriculum else []) + [MINER, check]
     main(["fit", "--config", gve_config(tmp_path, tiny_qwen, text_task, callbacks, str(other_prober))])
     assert (tmp_path / "checked.txt").read_text().split() == ["0:0", "0:1"]
@@ -144,14 +145,7 @@ def test_two_process_ddp_mining_equals_the_brute_force_on_every_rank(tmp_path, t
 
     from fit_configs import clean_launch_env
 
-    check = {
-        "class_path": "test_prober_negatives.BruteForceNegatives",
-        "init_args": {
-            "prober_path": str(other_prober),
-            "corpus": str(text_task / "corpus.jsonl"),
-            "record": str(tmp_path / "checked.txt"),
-        },
-    }
+    check = brute_force_check(tmp_path, other_prober, text_task)
     config = gve_config(tmp_path, tiny_qwen, text_task, [MINER, check], str(other_prober))
     raw = yaml.safe_load(open(config))
     raw["trainer"].update(devices=2, strategy="ddp")
