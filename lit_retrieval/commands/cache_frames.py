@@ -128,8 +128,8 @@ def video_text_plan(datamodule: Any, splits: list[str]) -> Plan:
         if dataset is None:
             continue
         for record in dataset.records:
-            end = record.duration if dataset.trim_to_annotation else None
-            jobs.append(CacheJob(video_key(dataset.video_root / record.path), None, end, record.duration))
+            start, end = dataset.window(record)
+            jobs.append(CacheJob(video_key(dataset.video_root / record.path), start, end, record.duration))
     spec = SamplingSpec(datamodule.num_frames, datamodule.image_size, sampling=datamodule.sampling)
     params = MultiEventDataset.cache_params(spec, datamodule.trim_to_annotation)
     return Plan(
