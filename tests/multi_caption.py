@@ -34,3 +34,27 @@ def cli_test(root: Path, tiny_clip: Path, data: dict[str, Any]) -> tuple[np.ndar
     main(["test", "--config", str(root / "config.yaml")])
     metrics = json.loads((root / "metrics.json").read_text())["test"]
     return np.load(root / "scores.npy"), json.loads((root / "scores_ids.json").read_text()), metrics
+
+
+def printed_config(path: Path, capsys) -> dict[str, Any]:
+    """The config `lit-retrieval fit --config PATH --print_config` resolves `path` to."""
+    try:
+        main(["fit", "--config", str(path), "--print_config"])
+    except SystemExit as done:
+        assert done.code in (0, None)
+    return yaml.safe_load(capsys.readouterr().out)
+
+
+def clip4clip_recipe(config: dict[str, Any]) -> dict[str, Any]:
+    """The values of CLIP4Clip's short-clip recipe (README scripts: --max_frames, --max_words, --batch_size,
+    --lr, --coef_lr, --epochs) a resolved config holds."""
+    model, data = config["model"]["init_args"], config["data"]["init_args"]
+    optim = model["optim"]
+    return {
+        "max_frames": data["num_frames"],
+        "max_words": model["encoder"]["init_args"]["max_text_len"],
+        "batch_size": data["batch_size"] * config["trainer"]["devices"],
+        "lr": optim["head_lr"],
+        "coef_lr": optim["backbone_lr"] / optim["head_lr"],
+        "epochs": config["trainer"]["max_epochs"],
+    }
