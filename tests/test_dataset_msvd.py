@@ -12,7 +12,7 @@ from lit_retrieval.data.bad_records import RecordCollector
 from lit_retrieval.data.datasets.msvd import MSVDDataModule, MSVDParser
 from lit_retrieval.data.records import AnnotationError
 from media import write_noise_video
-from multi_caption import cli_test, clip4clip_recipe, printed_config
+from multi_caption import CLIP4CLIP_RECIPE, cli_test, shipped_recipe
 
 SPLITS = {"train": "train_list.txt", "val": "val_list.txt", "test": "test_list.txt"}
 LISTS = {
@@ -156,15 +156,6 @@ def test_cli_test_ranks_one_query_per_caption_against_distinct_clips(tmp_path, t
     assert "t2v/R@1" in metrics and "v2t_group_max/R@1" in metrics
 
 
-def test_the_shipped_config_resolves_to_clip4clips_msvd_recipe(capsys):
-    config = printed_config(Path(__file__).parents[1] / "configs" / "datasets" / "msvd_clip4clip.yaml", capsys)
-    assert config["data"]["class_path"] == "lit_retrieval.data.datasets.msvd.MSVDDataModule"
-    recipe = {
-        "max_frames": 12,
-        "max_words": 32,
-        "batch_size": 128,
-        "lr": 1e-4,
-        "coef_lr": pytest.approx(1e-3),
-        "epochs": 5,
-    }
-    assert clip4clip_recipe(config) == recipe  # README, "MSVD"
+def test_the_shipped_config_resolves_to_clip4clips_recipe(capsys):
+    data_module = "lit_retrieval.data.datasets.msvd.MSVDDataModule"
+    assert shipped_recipe("msvd_clip4clip.yaml", capsys) == (data_module, CLIP4CLIP_RECIPE)
