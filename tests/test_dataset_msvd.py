@@ -159,3 +159,17 @@ def test_cli_test_ranks_one_query_per_caption_against_distinct_clips(tmp_path, t
 def test_the_shipped_config_resolves_to_clip4clips_recipe(capsys):
     data_module = "lit_retrieval.data.datasets.msvd.MSVDDataModule"
     assert shipped_recipe("msvd_clip4clip.yaml", capsys) == (data_module, CLIP4CLIP_RECIPE)
+
+
+def test_cli_reports_a_missing_split_file_in_one_line_exit_2(tmp_path, tiny_clip, capsys):
+    release = write_release(tmp_path / "msvd")
+    (release / "test_list.txt").unlink()
+    data = {
+        "class_path": "lit_retrieval.data.datasets.msvd.MSVDDataModule",
+        "init_args": {"annotation_dir": str(release)},
+    }
+    with pytest.raises(SystemExit) as exit_info:
+        cli_test(tmp_path, tiny_clip, data)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lit-retrieval")]
+    assert exit_info.value.code == 2
+    assert lines == [f"lit-retrieval test: {release / 'test_list.txt'}: annotation file not found"]
