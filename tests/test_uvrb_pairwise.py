@@ -16,6 +16,7 @@ from lit_retrieval.commands import run_command
 from lit_retrieval.data.annotations import load_annotations
 from lit_retrieval.data.shots import frame_shot_index
 from lit_retrieval.data.transforms import NormalizeFrames
+from lit_retrieval.errors import ConfigError
 from lit_retrieval.data.video import SamplingSpec, sample_video
 from lit_retrieval.models.encoders import CLIPEncoder
 from lit_retrieval.models.heads import (
@@ -142,6 +143,14 @@ def test_video_to_text_scores_the_transposed_pairs_and_other_tasks_are_skipped(t
     assert {k: got[k] for k in expected} == pytest.approx(expected) and expected["R@1"] < 1
     skipped = evaluate_task(encoder, RetrievalTaskSpec("T2T", str(tasks / "T2T")), EmbeddingCache(None))
     assert skipped["skipped"] == "XCLIPHead scores texts against videos, not T queries against T items"
+
+
+def test_a_head_without_its_test_time_fit_is_refused(tiny_clip, tasks):
+    torch.manual_seed(0)
+    module = DualEncoderRetrieval(CLIPEncoder(pretrained=str(tiny_clip)), PAUHead(prototypes=4, layers=1, rerank="fit"))
+    encoder = HeadItemEncoder(module, "pau-fit", FRAMES, SIZE)
+    with pytest.raises(ConfigError, match="PAUHead: PAU rerank: fit needs a validation run first"):
+        evaluate_task(encoder, RetrievalTaskSpec("MSRVTT", str(tasks / "MSRVTT")), EmbeddingCache(None))
 
 
 def test_uvrb_command_runs_a_pairwise_head_config(tmp_path, tiny_clip, corpus, tasks, capsys):

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from lit_retrieval.errors import ConfigError
 from lit_retrieval.metrics.blockwise import BlockwiseResult, Relevance, blockwise_search, ranked_metrics, scored_search
 from lit_retrieval.models.heads.base import SimilarityHead, map_rep, rep_len
 from lit_retrieval.search.cache import EmbeddingCache
@@ -88,7 +89,10 @@ def pairwise_search(
     memory; video queries against text items score the transposed block (the head's text x video)."""
     budget = int(memory_mb * 2**20)
     rows = lambda start, stop: map_rep(queries, lambda t: t[start:stop])  # noqa: E731
-    head.before_evaluation("test")  # refuses a head whose test-time fit is missing (PAU)
+    try:
+        head.before_evaluation("test")  # refuses a head whose test-time fit is missing (PAU)
+    except RuntimeError as err:
+        raise ConfigError(f"{type(head).__name__}: {err}") from None
 
     def score(start: int, stop: int) -> torch.Tensor:
         if text_queries:
