@@ -3,19 +3,16 @@
 multi-caption `test` run through the CLI over real mp4 files."""
 
 import csv
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
-from lit_retrieval.cli import main
 from lit_retrieval.data.bad_records import RecordCollector
 from lit_retrieval.data.datasets.charades import CharadesDataModule, CharadesParser, read_lengths
 from lit_retrieval.data.records import AnnotationError
-from fit_configs import clip_fit_config
 from media import write_noise_video
+from multi_caption import CLIP4CLIP_RECIPE, cli_test, shipped_recipe
 
 HEADER = ["id", "subject", "scene", "quality", "relevance", "verified", "script", "objects", "descriptions"]
 HEADER += ["actions", "length"]
@@ -126,38 +123,33 @@ def test_a_multi_caption_test_run_has_one_gallery_video_per_video_and_one_query_
 ):
     for video in [*TEST, *TRAIN]:
         (release / "Charades_v1_480").mkdir(exist_ok=True)
-        write_noise_video(
-            release / "Charades_v1_480" / f"{video}.mp4", seconds=4.0, fps=4, seed=len(video) + ord(video[0])
-        )
-    trainer = {"logger": False, "enable_progress_bar": False, "default_root_dir": str(tmp_path / "run")}
-    config = clip_fit_config(
-        tiny_clip, release, trainer, model={"evaluation": {"save_scores": True, "v2t_rule": "group_max"}}
+        write_noise_video(release / "Charades_v1_480" / f"{video}.mp4", seconds=4.0, fps=4, seed=ord(video[0]))
+    data = {"annotation_dir": str(release), "query": "sentence", "num_frames": 2, "image_size": 32, "batch_size": 4}
+    (tmp_path / "run").mkdir()
+    scores, ids, metrics = cli_test(
+        tmp_path / "run",
+        tiny_clip,
+        {"class_path": "lit_retrieval.data.datasets.charades.CharadesDataModule", "init_args": data},
     )
-    config["data"] = {
-        "class_path": "lit_retrieval.data.datasets.charades.CharadesDataModule",
-        "init_args": {
-            "annotation_dir": str(release),
-            "query": "sentence",
-            "num_frames": 2,
-            "image_size": 32,
-            "batch_size": 4,
-        },
-    }
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
-    try:
-        main(["test", "--config", str(tmp_path / "config.yaml")])
-    except SystemExit as exit_info:
-        assert exit_info.code == 0
-    run = tmp_path / "run"
-    scores, ids = np.load(run / "scores.npy"), json.loads((run / "scores_ids.json").read_text())
     assert scores.shape == (6, 3) and ids["video_ids"] == ["AO8RW", "Y6R7T", "3MSZA"]
     assert ids["targets"] == [0, 0, 1, 1, 1, 2] and ids["text_ids"] == ["AO8RW"] * 2 + ["Y6R7T"] * 3 + ["3MSZA"]
     # text-to-video ranks of the six queries, by hand from the saved matrix (optimistic ties)
     ranks = [1 + int((row > row[t]).sum()) for row, t in zip(scores, ids["targets"])]
-    metrics = json.loads((run / "metrics.json").read_text())["test"]
     assert metrics["t2v/R@1"] == pytest.approx(100 * sum(r == 1 for r in ranks) / 6)
     assert metrics["t2v/MnR"] == pytest.approx(sum(ranks) / 6)
     # CLIP4Clip's group rule: a video is scored by its best caption, ranked among the 3 videos
     best = np.stack([scores[np.array(ids["targets"]) == v].max(0) for v in range(3)])  # [caption group, video]
     group_ranks = [1 + int((best[:, v] > best[v, v]).sum()) for v in range(3)]
     assert metrics["v2t_group_max/MnR"] == pytest.approx(sum(group_ranks) / 3)
+
+
+def test_the_clip4clip_config_resolves_to_the_paragraph_recipe(capsys):
+    recipe = {
+        **CLIP4CLIP_RECIPE,
+        "max_frames": 64,
+        "max_words": 64,
+    }  # README's ActivityNet / DiDeMo scripts (no Charades one)
+    assert shipped_recipe("charades_clip4clip.yaml", capsys) == (
+        "lit_retrieval.data.datasets.charades.CharadesDataModule",
+        recipe,
+    )

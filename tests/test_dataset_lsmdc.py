@@ -8,6 +8,7 @@ import pytest
 from lit_retrieval.data.bad_records import RecordCollector
 from lit_retrieval.data.datasets.lsmdc import LSMDCDataModule, LSMDCParser, clip_span
 from lit_retrieval.data.records import AnnotationError
+from multi_caption import CLIP4CLIP_RECIPE, shipped_recipe
 
 BEAUTY = "0001_American_Beauty_00.00.51.926-00.00.54.530"
 BEAUTY_2 = "0001_American_Beauty_00.01.02.000-00.01.05.250"
@@ -102,3 +103,11 @@ def test_a_missing_split_file_and_a_bad_layout_are_one_line_errors(release):
         data.load_records(RecordCollector("skip"))
     with pytest.raises(Exception, match="data.file_layout must be 'movie' or 'flat', got 'x'"):
         LSMDCDataModule(str(release), file_layout="x")
+
+
+def test_the_clip4clip_config_resolves_to_clip4clip_s_lsmdc_recipe(capsys):
+    recipe = {**CLIP4CLIP_RECIPE}  # README, "LSMDC"
+    assert shipped_recipe("lsmdc_clip4clip.yaml", capsys) == (
+        "lit_retrieval.data.datasets.lsmdc.LSMDCDataModule",
+        recipe,
+    )

@@ -12,6 +12,7 @@ from lit_retrieval.data.records import AnnotationError
 from lit_retrieval.melon_build.config import CollectConfig, SourceConfig
 from lit_retrieval.melon_build.sources import collect
 from media import write_noise_video
+from multi_caption import CLIP4CLIP_RECIPE, shipped_recipe
 
 
 def entry(subset, recipe, duration, segments):
@@ -147,3 +148,11 @@ def test_build_melon_reads_youcook2_through_the_dataset_parser(tmp_path):
     assert reasons["xHr8X2Wpmno annotation 2"] == ("invalid_record", "interval end 13 is past the duration 12")
     assert reasons["V53XmPeyjIU"] == ("broken_description", "not text: 7")
     assert counts["cook"]["raw"] == 3
+
+
+def test_the_clip4clip_config_resolves_to_the_short_clip_recipe(capsys):
+    recipe = {**CLIP4CLIP_RECIPE}  # README's short-clip scripts (no YouCook2 one)
+    assert shipped_recipe("youcook2_clip4clip.yaml", capsys) == (
+        "lit_retrieval.data.datasets.youcook2.YouCook2DataModule",
+        recipe,
+    )
