@@ -77,10 +77,11 @@ def test_sentence_records_share_their_video_in_test_and_not_in_train(release):
 @pytest.mark.parametrize(
     ("bad", "reason"),
     [
-        ("Y6R7T 2.1 4.6##the person sits down.", "interval end 4.6 is past the duration 4"),
+        ("Y6R7T 2.1 6.5##the person sits down.", "interval end 6.5 is past the duration 4"),
         ("Y6R7T 2.1##the person sits down.", "expected 'VIDEO START END##SENTENCE'"),
         ("Y6R7T 2.1 3.0 the person sits down.", "expected 'VIDEO START END##SENTENCE'"),
         ("Y6R7T 2.1 x##the person sits down.", "'x' is not a number"),
+        ("Y6R7T 4.0 4.5##the person sits down.", "moment starts at 4 s, at or past the video's length 4 s"),
         ("Y6R7T 2.1 3.0##  ", "empty sentence"),
     ],
 )
@@ -98,13 +99,16 @@ def test_a_bad_line_names_file_line_and_video_and_drops_its_paragraph(release, b
     assert len(sentences) == 5  # only the bad sentence is lost
 
 
-def test_clip_moments_clips_a_moment_past_the_end_and_a_missing_length_is_bad(release):
+def test_an_end_just_past_the_length_is_clipped_and_a_missing_length_is_bad(release):
     path = release / "past.txt"
     path.write_text("Y6R7T 2.1 4.3##the person sits down.\nNOLEN 0.0 1.0##someone.\n")
-    records = CharadesParser(clip_moments=True).load(path, "test", lengths_of(release), RecordCollector("skip"))
+    # STA rounds ends up: 0.3 s past the 4 s video is within the 2 s tolerance
+    records = CharadesParser().load(path, "test", lengths_of(release), RecordCollector("skip"))
     assert [r.events[0].intervals for r in records] == [((2.1, 4.0),)]
+    with pytest.raises(AnnotationError, match=r"record 'line 1 \(Y6R7T\)': interval end 4.3 is past the duration 4"):
+        CharadesParser(end_tolerance=0).load(path, "test", lengths_of(release))
     with pytest.raises(AnnotationError, match=r"record 'line 2 \(NOLEN\)': video has no length in the length files"):
-        CharadesParser(clip_moments=True).load(path, "test", lengths_of(release))
+        CharadesParser().load(path, "test", lengths_of(release))
 
 
 def test_a_video_listed_twice_in_a_length_file_and_a_missing_split_file(release):

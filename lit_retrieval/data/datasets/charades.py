@@ -15,10 +15,12 @@ Files: each STA line is `VIDEO START END##SENTENCE` (seconds). Video lengths com
 Charades' `Charades_v1_{train,test}.csv` (columns `id`, `length`; `probe_lengths: true` reads them
 from the video headers instead). Videos are `{VIDEO}{video_ext}` under the video root
 (`Charades_v1_480/` as released). A line that does not parse, an empty sentence, a moment
-outside its video (`0 <= start < end <= length`; `clip_moments: true` clips a moment's end to the
-length instead, as some STA moments run a fraction of a second past it) or a video without a
-length is a bad record naming the file, the line and the video; in paragraph mode it drops its
-video. A video listed twice in a length file is a bad record too.
+outside its video (`0 <= start < end <= length`) or a video without a length is a bad record
+naming the file, the line and the video; in paragraph mode it drops its video. A video listed
+twice in a length file is a bad record too. STA's ends are rounded up past the video's length in
+2,367 of its 16,128 moments (by 0.92 s at the median, 1.54 s at most, measured on the release
+files), so an end up to `end_tolerance` seconds (2 by default) past the length is clipped to it;
+one further past is a bad record, as are the 4 training moments that start past their video's end.
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ class CharadesParser:
         video_root: str | Path = ".",
         query: QueryForm = "paragraph",
         video_ext: str = ".mp4",
-        clip_moments: bool = False,
+        end_tolerance: float = 2.0,
         length: Callable[[str], float] | None = None,
     ) -> None:
         if query not in ("paragraph", "sentence"):
@@ -83,7 +85,7 @@ class CharadesParser:
         self.video_root = Path(video_root)
         self.query = query
         self.video_ext = video_ext
-        self.clip_moments = clip_moments
+        self.end_tolerance = end_tolerance
         self.length = length or (lambda video: video_duration(self.video_root / f"{video}{self.video_ext}"))
 
     def load(
@@ -129,8 +131,11 @@ class CharadesParser:
         if lengths is not None and video not in lengths:
             raise AnnotationError(source, where, "video has no length in the length files")
         length = lengths[video] if lengths is not None else self.length(video)
-        if self.clip_moments:
-            end = min(end, length)
+        if start >= length:
+            reason = f"moment starts at {start:g} s, at or past the video's length {length:g} s"
+            raise AnnotationError(source, where, reason)
+        if length < end <= length + self.end_tolerance:
+            end = length
         start, end = checked_interval(start, end, length, source, where)
         return length, (start, end, sentence.strip())
 
@@ -150,7 +155,8 @@ class CharadesDataModule(VideoTextDataModule):
         probe_lengths: read each video's length from its file's header instead of `length_files`.
         query: `paragraph` (one query per video, its sentences in time order) or `sentence`.
         video_ext: extension of `{VIDEO}` under the video root.
-        clip_moments: clip a moment's end to its video's length instead of a bad record.
+        end_tolerance: a moment ending up to this many seconds past its video's length is clipped
+            to it (STA rounds ends up); further past is a bad record (0: every such moment).
         **kwargs: the common options of `VideoTextDataModule`.
     """
 
@@ -162,7 +168,7 @@ class CharadesDataModule(VideoTextDataModule):
         probe_lengths: bool = False,
         query: QueryForm = "paragraph",
         video_ext: str = ".mp4",
-        clip_moments: bool = False,
+        end_tolerance: float = 2.0,
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
@@ -171,7 +177,7 @@ class CharadesDataModule(VideoTextDataModule):
         self.length_files = None if probe_lengths else length_files or ["Charades_v1_train.csv", "Charades_v1_test.csv"]
         self.query = query
         self.video_ext = video_ext
-        self.clip_moments = clip_moments
+        self.end_tolerance = end_tolerance
         self.parser()  # refuses a bad query form when the config is parsed
 
     @property
@@ -183,7 +189,7 @@ class CharadesDataModule(VideoTextDataModule):
 
     def parser(self) -> CharadesParser:
         root = self.video_root or self.default_video_root()
-        return CharadesParser(root, self.query, self.video_ext, self.clip_moments)
+        return CharadesParser(root, self.query, self.video_ext, self.end_tolerance)
 
     def load_records(self, collector: RecordCollector) -> list[VideoRecord]:
         lengths = None
