@@ -11,14 +11,16 @@ from lit_retrieval.data.records import AnnotationError
 from multi_caption import CLIP4CLIP_RECIPE, shipped_recipe
 
 BEAUTY = "0001_American_Beauty_00.00.51.926-00.00.54.530"
-BEAUTY_2 = "0001_American_Beauty_00.01.02.000-00.01.05.250"
+BEAUTY_2 = "0001_American_Beauty_00.01.02.000-00.01.03.250"  # aligned 1.25 s: extracted 2 s
 JUNO = "1004_Juno_00.00.32.849-00.00.35.458"
 HARRY = "3001_21_JUMP_STREET_01.02.03.500-01.02.10.000"
 
 
-def line(clip: str, sentence: str) -> str:
-    """A line as released: the clip id, aligned and extracted start/end, the sentence."""
-    return "\t".join([clip, "00.00.51.926", "00.00.54.530", "00.00.51.500", "00.00.55.000", sentence])
+def line(clip: str, sentence: str, extracted: tuple[str, str] | None = None) -> str:
+    """A line as released: the clip id, aligned start/end (the name's), extracted start/end (the
+    aligned ones unless given), the sentence."""
+    aligned = clip.rsplit("_", 1)[1].split("-") if "-" in clip else ["", ""]
+    return "\t".join([clip, *aligned, *(extracted or aligned), sentence])
 
 
 def write(root: Path, name: str, lines: list[str]) -> Path:
@@ -31,7 +33,11 @@ def release(tmp_path):
     write(
         tmp_path,
         "LSMDC16_annos_training.csv",
-        [line(BEAUTY, "SOMEONE opens the door."), line(BEAUTY, "He looks around."), line(BEAUTY_2, "SOMEONE smiles.")],
+        [
+            line(BEAUTY, "SOMEONE opens the door."),
+            line(BEAUTY, "He looks around."),
+            line(BEAUTY_2, "SOMEONE smiles.", extracted=("00.01.01.625", "00.01.03.625")),
+        ],
     )
     write(tmp_path, "LSMDC16_annos_val.csv", [line(HARRY, "A car stops."), line(HARRY, "SOMEONE gets out.")])
     write(
@@ -56,7 +62,8 @@ def test_records_per_sentence_durations_from_the_clip_name(release):
     # a training clip named on two lines is two training pairs with their own ids
     assert [r.video_id for r in train] == [BEAUTY, f"{BEAUTY}#1", BEAUTY_2]
     assert train[0].path == train[1].path == f"0001_American_Beauty/{BEAUTY}.avi"
-    assert train[0].duration == pytest.approx(2.604) and train[2].duration == pytest.approx(3.25)
+    # the extracted span: the name's 2.604 s, and 2 s for the clip aligned 1.25 s long
+    assert train[0].duration == pytest.approx(2.604) and train[2].duration == pytest.approx(2.0)
     assert [r.descriptions for r in train[:2]] == [["SOMEONE opens the door."], ["He looks around."]]
     # in val the clip is one gallery video with one query per sentence
     assert [r.video_id for r in parser.load(release / "LSMDC16_annos_val.csv", "val")] == [HARRY, HARRY]
@@ -84,6 +91,7 @@ def test_the_data_module_reads_train_and_the_public_test_file(release):
         ("\t".join([HARRY, "1", "2", "Cops run."]), "expected 6 tab-separated fields, got 4"),
         (line("1004_Juno_00.00.32", "Cops run."), "clip id is not"),
         (line("1004_Juno_00.00.35.458-00.00.32.849", "Cops run."), "clip ends \\(00.00.32.849\\) at or before"),
+        (line(HARRY, "Cops run.", ("01.02.03.5", "x")), "extracted clip times '01.02.03.5', 'x' are not HH.MM.SS.mmm"),
         (line(HARRY, " "), "empty sentence"),
     ],
 )

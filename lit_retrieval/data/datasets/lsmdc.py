@@ -4,17 +4,20 @@ as CLIP4Clip, X-CLIP and Frozen load it: train on `LSMDC16_annos_training.csv`, 
 
 Files: tab-separated, no header, six fields a line: `CLIP_ID, START_ALIGNED, END_ALIGNED,
 START_EXTRACTED, END_EXTRACTED, SENTENCE`. A clip id names its movie and its place in it,
-`{movie}_{HH.MM.SS.mmm}-{HH.MM.SS.mmm}` (`0001_American_Beauty_00.00.51.926-00.00.54.530`); the
-clip's duration is the span its name gives. Clip files are `{movie}/{CLIP_ID}{ext}` under the
-video root as the release ships them (`avi/0001_American_Beauty/...avi`; `file_layout: flat`:
-`{CLIP_ID}{ext}`), the first of `video_exts` that exists.
+`{movie}_{HH.MM.SS.mmm}-{HH.MM.SS.mmm}` (`0001_American_Beauty_00.00.51.926-00.00.54.129`). The
+release's README: clips aligned shorter than 2 s were cut 2 s long, symmetrically, so the file
+spans START_EXTRACTED to END_EXTRACTED; that span is the record's duration. Clip files are
+`{movie}/{CLIP_ID}{ext}` under the video root as the release ships them
+(`avi/0001_American_Beauty/...avi`; `file_layout: flat`: `{CLIP_ID}{ext}`), the first of
+`video_exts` that exists.
 
 Records: one per line. The training and val files name some clips on several lines (one
 sentence each): there every line is a record of the clip (`CLIP_ID#k` in training, so each is
 its own training pair; the clip id in val, so the clip is one gallery video with one query per
 sentence). The 1,000-clip test file has one sentence per clip, so a clip listed again there is a
-bad record. A line without six fields, a clip id without its timestamps (or with end <= start)
-or an empty sentence is a bad record naming the file, line and clip.
+bad record. A line without six fields, a clip id or extracted span without valid timestamps
+(`HH.MM.SS.mmm`, end after start) or an empty sentence is a bad record naming the file, line and
+clip.
 """
 
 from __future__ import annotations
@@ -37,15 +40,25 @@ SPLIT_FILES = {
 _CLIP = re.compile(r"^(?P<movie>.+)_(?P<start>\d+\.\d{2}\.\d{2}\.\d+)-(?P<end>\d+\.\d{2}\.\d{2}\.\d+)$")
 
 
+_STAMP = re.compile(r"^\d+\.\d{2}\.\d{2}\.\d+$")
+
+
 def clip_span(clip_id: str, source: str, record: str) -> tuple[str, float, float]:
     """(movie, start, end seconds) a clip id names; an `AnnotationError` if it names none."""
     match = _CLIP.match(clip_id)
     if match is None:
         raise AnnotationError(source, record, "clip id is not {movie}_{HH.MM.SS.mmm}-{HH.MM.SS.mmm}")
-    start, end = (_seconds(match[key]) for key in ("start", "end"))
-    if end <= start:
-        raise AnnotationError(source, record, f"clip ends ({match['end']}) at or before it starts ({match['start']})")
-    return match["movie"], start, end
+    return (match["movie"], *span(match["start"], match["end"], source, record, "clip"))
+
+
+def span(start: str, end: str, source: str, record: str, what: str) -> tuple[float, float]:
+    """Seconds of two `HH.MM.SS.mmm` stamps, the end after the start."""
+    if not (_STAMP.match(start) and _STAMP.match(end)):
+        raise AnnotationError(source, record, f"{what} times {start!r}, {end!r} are not HH.MM.SS.mmm")
+    first, last = _seconds(start), _seconds(end)
+    if last <= first:
+        raise AnnotationError(source, record, f"{what} ends ({end}) at or before it starts ({start})")
+    return first, last
 
 
 def _seconds(stamp: str) -> float:
@@ -96,7 +109,8 @@ class LSMDCParser:
         where = f"line {number} ({clip_id})"
         if len(fields) != 6:
             raise AnnotationError(source, where, f"expected 6 tab-separated fields, got {len(fields)}")
-        movie, start, end = clip_span(clip_id, source, where)
+        movie, _, _ = clip_span(clip_id, source, where)
+        start, end = span(fields[3].strip(), fields[4].strip(), source, where, "extracted clip")
         sentence = fields[5].strip()
         if not sentence:
             raise AnnotationError(source, where, "empty sentence")
