@@ -100,12 +100,17 @@ def meanp_config(tiny_clip, corpus, tmp_path_factory):
     return path
 
 
-def test_mteb_scores_equal_our_uvrb_metrics(meanp_config, text_task, tmp_path):
+@pytest.mark.parametrize("kind", ["dual encoder", "GVE"])
+def test_mteb_scores_equal_our_uvrb_metrics(kind, meanp_config, tiny_qwen, text_task):
+    """A dual encoder's config (its checkpoint loads as `index` and `uvrb` load it) and a GVE
+    model directory; GVE embeds the queries with the task's prompt, as `uvrb` with the same prompt."""
     root, queries, documents, qrels = text_task
-    model = MTEBModel.from_spec(ModelSpec(config=str(meanp_config)), name="test/meanp", batch_size=3)
+    spec = ModelSpec(config=str(meanp_config)) if kind == "dual encoder" else ModelSpec(model=str(tiny_qwen))
+    model = MTEBModel.from_spec(spec, name=f"test/{kind}", batch_size=3)
     result = mteb.evaluate(model, tiny_retrieval_task(queries, documents, qrels), cache=None, show_progress_bar=False)
     scores = result.task_results[0].scores["test"][0]
-    ours = evaluate_task(model.embedder, RetrievalTaskSpec("tiny", str(root)), EmbeddingCache(None), memory_mb=1)
+    task = RetrievalTaskSpec("tiny", str(root), prompt="Find the next event.")
+    ours = evaluate_task(model.embedder, task, EmbeddingCache(None), memory_mb=1)
     assert 0 < ours["R@1"] < 1  # a ranking that can be got wrong
     # MTEB rounds its scores to 5 decimals; both count a query's relevant items within k
     for k in (1, 5, 10):
