@@ -59,6 +59,11 @@ def evaluate_task(
     if head is not None and sides not in (({"T"}, {"V"}), ({"V"}, {"T"})):
         reason = f"{type(head).__name__} scores texts against videos, not {'/'.join(sides[0])} queries"
         return {"skipped": f"{reason} against {'/'.join(sides[1])} items", "metric": spec.metric}
+    if head is not None:
+        try:
+            head.before_evaluation("test")  # refuses a head whose test-time fit is missing (PAU)
+        except RuntimeError as err:
+            raise ConfigError(f"{type(head).__name__}: {err}") from None
     queries = cache.embed(embedder, data.queries, spec.prompt, batch_size, f"{spec.name}-queries")
     corpus = cache.embed(embedder, data.corpus, spec.corpus_instruction, batch_size, f"{spec.name}-corpus")
     relevance = Relevance.from_lists(data.relevant)
@@ -89,10 +94,6 @@ def pairwise_search(
     memory; video queries against text items score the transposed block (the head's text x video)."""
     budget = int(memory_mb * 2**20)
     rows = lambda start, stop: map_rep(queries, lambda t: t[start:stop])  # noqa: E731
-    try:
-        head.before_evaluation("test")  # refuses a head whose test-time fit is missing (PAU)
-    except RuntimeError as err:
-        raise ConfigError(f"{type(head).__name__}: {err}") from None
 
     def score(start: int, stop: int) -> torch.Tensor:
         if text_queries:
