@@ -1,11 +1,11 @@
 """Charades for text-to-video retrieval, from Charades-STA's sentences (Gao et al., ICCV 2017, on
 Charades, Sigurdsson et al., ECCV 2016).
 
-Which Charades: the CLIP4Clip line's retrieval papers that report Charades (EMCL, DiCoSA, HBI,
-DiffusionRet: CLIP4Clip's loaders with a Charades one) read Charades-STA's
-`charades_sta_{train,test}.txt` and query each video with all of its sentences, as a paragraph,
-the way CLIP4Clip reads ActivityNet. The Charades captions (`descriptions` of
-`Charades_v1_*.csv`) are free-form scripts' re-descriptions that these papers do not use. So the
+Which Charades: retrieval code built on CLIP4Clip's loaders that adds Charades (a
+`dataloader_charades_retrieval.py` beside CLIP4Clip's, as in several public forks) reads
+Charades-STA's `charades_sta_{train,test}.txt` and queries each video with all of its sentences,
+as a paragraph, the way CLIP4Clip reads ActivityNet; no such loader found reads the free-form
+`descriptions` of `Charades_v1_*.csv`. So the
 default (`query: paragraph`) is one record per video whose events are its STA sentences in time
 order (the module concatenates them: `query_mode: concat`); `query: sentence` makes each sentence
 its own query of the whole video (a multi-caption test set: the video is one gallery video, one
