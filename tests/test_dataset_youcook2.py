@@ -5,7 +5,10 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
+import yaml
 
+from lit_retrieval.commands import run_command
 from lit_retrieval.data.bad_records import RecordCollector
 from lit_retrieval.data.datasets.youcook2 import YouCook2DataModule, YouCook2Parser
 from lit_retrieval.data.records import AnnotationError
@@ -156,3 +159,29 @@ def test_the_clip4clip_config_resolves_to_the_short_clip_recipe(capsys):
         "lit_retrieval.data.datasets.youcook2.YouCook2DataModule",
         recipe,
     )
+
+
+def test_cache_frames_caches_every_segment_window_and_reads_back_its_frames(tmp_path, videos):
+    data = {"annotation": str(write(tmp_path, release())), "num_frames": 3, "image_size": 32}
+    config = {
+        "model": {
+            "class_path": "lit_retrieval.modules.DualEncoderRetrieval",
+            "init_args": {
+                "encoder": {"class_path": "lit_retrieval.models.encoders.CLIPEncoder", "init_args": {}},
+                "head": {"class_path": "lit_retrieval.models.heads.MeanPHead"},
+            },
+        },
+        "data": {"class_path": "lit_retrieval.data.datasets.youcook2.YouCook2DataModule", "init_args": data},
+    }
+    (tmp_path / "train.yaml").write_text(yaml.safe_dump(config))
+    assert (
+        run_command("cache-frames", ["--config", str(tmp_path / "train.yaml"), "--out", str(tmp_path / "cache")]) == 0
+    )
+    plain = YouCook2DataModule(**data)
+    cached = YouCook2DataModule(**data, frame_cache=str(tmp_path / "cache"))
+    plain.setup(), cached.setup()
+    assert len(cached.datasets["test"].frame_cache) == 6  # one entry per segment window, two of them one video's
+    for role in ("train", "test"):
+        for i in range(len(plain.datasets[role])):
+            want, got = plain.datasets[role][i], cached.datasets[role][i]
+            assert torch.equal(want["frames"], got["frames"]) and torch.equal(want["frame_times"], got["frame_times"])
