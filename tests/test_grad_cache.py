@@ -305,3 +305,20 @@ def test_two_ranks_with_cross_device_negatives_give_the_one_process_full_batch_s
         assert grads.keys() == want[1].keys()
         for name, grad in want[1].items():
             assert_close_gradient(grads[name], grad, name, rel=1e-4)  # + all-reduce rounding
+
+
+def test_a_batch_other_than_the_recipes_warns_once(tiny_clip, caplog):
+    module = dual_module(tiny_clip, recipe_batch=16)
+    with caplog.at_level("WARNING", logger="lit_retrieval.modules.grad_cache"):
+        for _ in range(2):
+            module.training_step(video_batch(list(range(6))), 0)
+    warnings = [r.getMessage() for r in caplog.records if "recipe_batch" in r.getMessage()]
+    assert warnings == [
+        "model.recipe_batch is 16 but this run has 6 (1 rank(s) x 6 pairs contrasted per step): its contrastive "
+        "batch differs from the paper's; reach it with GPUs x per-GPU batch, the batch fitting in memory with "
+        "model.grad_cache chunks"
+    ]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="lit_retrieval.modules.grad_cache"):
+        dual_module(tiny_clip, recipe_batch=6).training_step(video_batch(list(range(6))), 0)
+    assert not caplog.records

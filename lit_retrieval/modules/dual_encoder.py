@@ -26,7 +26,8 @@ from lit_retrieval.models.heads.base import SimilarityHead
 from lit_retrieval.models.heads.uatvr import UATVRHead
 from lit_retrieval.modules.checkpoint_head import check_head, record_head
 from lit_retrieval.modules.evaluation import EvaluationConfig, RetrievalEvaluator
-from lit_retrieval.modules.grad_cache import GradCacheConfig, cached_encode
+from lit_retrieval.distributed import distributed_world
+from lit_retrieval.modules.grad_cache import GradCacheConfig, RecipeBatchCheck, cached_encode
 from lit_retrieval.modules.initialization import freeze_prefixes, load_warm_start
 from lit_retrieval.modules.item_embedders import DualEncoderEmbedder, FrameInput, ItemEmbedder
 from lit_retrieval.modules.multi_event import MEAConfig
@@ -72,6 +73,8 @@ class DualEncoderRetrieval(L.LightningModule):
         grad_cache: train with gradient caching (GradCache, `modules/grad_cache.py`): the towers
             run `text_chunk` / `video_chunk` rows at a time, the loss and gradients stay the
             full batch's. Every head whose representations are row-wise works (see `check_grad_cache`).
+        recipe_batch: the paper's contrastive batch (pairs per step, over all ranks under
+            `cross_device`); a run whose batch differs warns once (`RecipeBatchCheck`).
     """
 
     def __init__(
@@ -90,6 +93,7 @@ class DualEncoderRetrieval(L.LightningModule):
         nonfinite: NonFinitePolicy | None = None,
         cross_device: bool = False,
         grad_cache: GradCacheConfig | None = None,
+        recipe_batch: int | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["encoder", "head", "event_loss"])
@@ -100,6 +104,7 @@ class DualEncoderRetrieval(L.LightningModule):
         self.optim = optim or OptimConfig()
         self.objectives = TrainingObjectives(head, average_directions, mea, event_loss, cross_device)
         self.grad_cache = grad_cache
+        self.recipe_batch = RecipeBatchCheck("model.recipe_batch", recipe_batch)
         if grad_cache is not None:
             check_grad_cache(head)
         self.evaluator = RetrievalEvaluator(evaluation or EvaluationConfig())
@@ -167,6 +172,8 @@ class DualEncoderRetrieval(L.LightningModule):
         size = len(batch["events"])
         if size < 2:  # nothing to contrast against: skip the step
             return None
+        world = distributed_world() if self.objectives.cross_device else 1
+        self.recipe_batch.check(size * world, self.global_rank, f"{world} rank(s) x {size} pairs contrasted per step")
         texts = self.objectives.texts(batch["events"], self.current_epoch, batch_idx, self.global_rank)
         step = self.objectives.score(self.head, texts, self.encode_texts(texts), self.encode_training_videos(batch))
         loss, terms = self.objectives(step)

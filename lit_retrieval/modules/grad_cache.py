@@ -40,6 +40,7 @@ distribution), as they would between two batch sizes.
 from __future__ import annotations
 
 from collections.abc import Callable
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +49,7 @@ from torch.utils.checkpoint import checkpoint
 
 from lit_retrieval.models.heads.base import cat_reps
 
+log = logging.getLogger(__name__)
 Rows = Any  # a list (texts, media items) or a dict of batch-first tensors / lists
 
 
@@ -165,3 +167,28 @@ class QwenRowSplitter:
                 out[pixels] = batch[pixels][first_patch:last_patch]
                 out.update({g: batch[g][first_item:last_item] for g in grids if batch.get(g) is not None})
         return out
+
+
+class RecipeBatchCheck:
+    """Warns once per run (rank 0) when a step contrasts another number of pairs than the paper's
+    recipe: `recipe` is that number (`model.recipe_batch`: the texts x videos of one step,
+    summed over ranks under cross-device negatives; GVE: `model.recipe_ranks`, see there),
+    `None` checks nothing. Reaching it on fewer GPUs: GPUs x per-GPU batch = recipe, the per-GPU
+    batch fitting in memory through `grad_cache` chunks."""
+
+    def __init__(self, option: str, recipe: int | None) -> None:
+        self.option, self.recipe, self.warned = option, recipe, False
+
+    def check(self, actual: int, rank: int, how: str) -> None:
+        if self.recipe is None or self.warned or actual == self.recipe:
+            return
+        self.warned = True
+        if rank == 0:
+            log.warning(
+                "%s is %d but this run has %d (%s): its contrastive batch differs from the paper's; "
+                "reach it with GPUs x per-GPU batch, the batch fitting in memory with model.grad_cache chunks",
+                self.option,
+                self.recipe,
+                actual,
+                how,
+            )

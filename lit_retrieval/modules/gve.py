@@ -19,12 +19,12 @@ from typing import Any
 import lightning as L
 import torch
 
-from lit_retrieval.distributed import gather_variable
+from lit_retrieval.distributed import distributed_world, gather_variable
 from lit_retrieval.losses.contrastive import HardNegatives, MultimodalInfoNCE
 from lit_retrieval.models.gve.embedder import GVEEmbedder, AdapterConfig
 from lit_retrieval.models.gve.processing import GVEProcessing, InputConfig
 from lit_retrieval.modules.evaluation import EvaluationConfig, RetrievalEvaluator
-from lit_retrieval.modules.grad_cache import GradCacheConfig, QwenRowSplitter, cached_encode
+from lit_retrieval.modules.grad_cache import GradCacheConfig, QwenRowSplitter, RecipeBatchCheck, cached_encode
 from lit_retrieval.modules.item_embedders import FrameInput, GVEItemEmbedder, ItemEmbedder, file_identity
 from lit_retrieval.modules.nonfinite import NonFiniteGuard, NonFinitePolicy
 from lit_retrieval.modules.optim import OptimConfig, build_optimizer, build_scheduler, parameter_groups
@@ -78,6 +78,9 @@ class GVERetrieval(L.LightningModule):
             `text_chunk` and targets (positives, then hard negatives) `video_chunk` rows per model
             call; the loss (in-batch, hard and cross-device negatives) and gradients stay the
             full batch's.
+        recipe_ranks: the paper's ranks whose batches each step contrasts (GVE: 32 GPUs; each task's
+            `batch_size` is per GPU as in the paper): a run contrasting another number warns once;
+            on N GPUs, task batches x 32/N (fitting in memory with `grad_cache`) give the paper's batch.
     """
 
     def __init__(
@@ -89,6 +92,7 @@ class GVERetrieval(L.LightningModule):
         optim: OptimConfig | None = None,
         nonfinite: NonFinitePolicy | None = None,
         grad_cache: GradCacheConfig | None = None,
+        recipe_ranks: int | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -101,6 +105,7 @@ class GVERetrieval(L.LightningModule):
         self.eval_results: dict[str, dict[str, float]] = {}
         self._eval_parts: list[dict[str, torch.Tensor]] = []
         self.grad_cache = grad_cache
+        self.recipe_ranks = RecipeBatchCheck("model.recipe_ranks", recipe_ranks)
 
     @property
     def processing(self) -> GVEProcessing:
@@ -128,6 +133,8 @@ class GVERetrieval(L.LightningModule):
         query = self.embed_training(batch["query"], cache.text_chunk)
         target = self.embed_training(batch["target"], cache.video_chunk)
         size, k = query.shape[0], int(batch["num_negatives"])
+        world = distributed_world() if self.loss_fn.cross_device else 1
+        self.recipe_ranks.check(world, self.global_rank, f"{world} rank(s) contrasted, {size} pairs each")
         negatives = target[size:].reshape(size, k, -1) if k else None
         out = self.loss_fn(query, target[:size], negatives, batch["target_keys"])
         if not self.nonfinite.allows(self, out["loss"], batch["ids"]):
