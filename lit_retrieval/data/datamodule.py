@@ -13,6 +13,7 @@ import logging
 import math
 from abc import ABC, abstractmethod
 from dataclasses import asdict, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -159,6 +160,10 @@ class EpochShuffle(DistributedSampler):
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
+
+    def place(self, batch_size: int, epoch: int, batches: int) -> None:
+        """Start at batch `batches` of `epoch`'s order (a mid-epoch resume)."""
+        self.epoch, self.start = epoch, batches * batch_size
 
     def __iter__(self):
         generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
@@ -385,9 +390,7 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
             trainer = self.trainer
             rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
             sampler = EpochShuffle(len(dataset), self.shuffle_seed, rank, world)
-            epoch, batches = self.start_of_training(trainer, len(sampler) // self.batch_size)
-            sampler.set_epoch(epoch)
-            sampler.start = batches * self.batch_size
+            self.place_training(trainer, len(sampler) // self.batch_size, partial(sampler.place, self.batch_size))
         return DataLoader(
             dataset,
             batch_size=self.batch_size if train else self.eval_batch_size,

@@ -135,6 +135,10 @@ class TaskBatchSampler(DistributedSampler):
         cycle, offset = divmod(occurrence, per_pass)
         return self._order(task, cycle)[offset * width : (offset + 1) * width]
 
+    def place(self, epoch: int, steps: int) -> None:
+        """Start at step `steps` of `epoch`'s schedule (a mid-epoch resume)."""
+        self.epoch, self.start_step = epoch, steps
+
     def __iter__(self) -> Iterator[list[tuple[int, int]]]:
         schedule = self.task_schedule()
         seen = np.zeros(len(self.sizes), dtype=np.int64)
