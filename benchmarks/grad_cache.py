@@ -4,10 +4,12 @@ several chunk sizes, for CLIP4Clip+MEA at MELON's geometry (batch 16, 64 frames,
 supp. B.1) and for GVE (text queries against 8-frame videos plus one hard negative each). Prints one
 JSON line: a row per (model, chunk) and each row's ratios to the plain step of the same model.
 
-Each configuration runs in a fresh process, so its peak is its own: on a GPU the peak allocated
-memory (`torch.cuda.max_memory_allocated`), on a CPU the growth of the process's peak resident set
-over a step (after the model, the batch, the gradients and AdamW's state exist; activations are
-what differs). `chunk` is the video-side (GVE: target) rows per call; the text side (MEA's queries
+Peak memory: each configuration in a fresh process, one step after a warm-up step (the model, the
+batch, the gradients and AdamW's state exist then; activations are what differs): on a GPU the peak
+allocation over what was allocated before the step, on a CPU the largest resident set sampled
+during the step over the one before it. Step time: one process per model runs every chunk's steps
+interleaved, round after round, and reports each chunk's median (machine noise hits them alike).
+`chunk` is the video-side (GVE: target) rows per call; the text side (MEA's queries
 with their 3 partial queries each; GVE's queries) takes `text_ratio` times as many.
 
     python benchmarks/grad_cache.py                      # CPU, tiny widths (about 2 minutes here)
@@ -20,12 +22,14 @@ a minute); benchmarks/device_check.sh runs them after its own parts.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
-import resource
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -84,57 +88,127 @@ def gve_setup(root: Path, size: str, device: torch.device, batch: int, frames: i
     return module, data
 
 
-def child(args: argparse.Namespace) -> dict:
-    """One configuration: `args.steps` timed steps after one warm-up step."""
+class PeakRSS(threading.Thread):
+    """The process's largest resident set (MiB) while running, sampled every 0.5 ms from /proc."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.peak, self.running = rss_mib(), True
+
+    def run(self) -> None:
+        while self.running:
+            self.peak = max(self.peak, rss_mib())
+            time.sleep(0.0005)
+
+
+def rss_mib() -> float:
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def prepared(args: argparse.Namespace, tmp: Path):
+    """The model (on the device, training), its batch and a step function that runs one step
+    (forward, backward, AdamW) under `grad_cache` chunk `c` (0: plain) and returns its seconds."""
     from lit_retrieval.modules.grad_cache import GradCacheConfig
 
     warnings.filterwarnings("ignore")
     device = torch.device(args.device)
     batch, frames = GEOMETRY[args.model][args.size]
+    setup = dual_setup if args.model == "clip4clip_mea" else gve_setup
+    module, data = setup(tmp, args.size, device, batch, frames)
+    module.to(device).train()
+    optimizer = torch.optim.AdamW([p for p in module.parameters() if p.requires_grad], lr=1e-5)
+    cuda = device.type == "cuda"
+
+    def one_step(chunk: int) -> float:
+        module.grad_cache = GradCacheConfig(chunk * args.text_ratio, chunk) if chunk else None
+        if cuda:
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
+            out = module.training_step(data, 0)
+        out["loss"].backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=False)  # gradients stay allocated: not part of the difference
+        if cuda:
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - start
+
+    return one_step, cuda, {"batch": batch, "frames": frames}
+
+
+def memory_child(args: argparse.Namespace) -> dict:
+    """Peak memory of one step at `args.chunk`, after a warm-up step (gradients and AdamW's state
+    exist then): the GPU's peak allocation, or the CPU process's resident-set growth over the step
+    (freed heap handed back first, so that the growth is the step's)."""
     with tempfile.TemporaryDirectory() as tmp:
-        setup = dual_setup if args.model == "clip4clip_mea" else gve_setup
-        module, data = setup(Path(tmp), args.size, device, batch, frames)
-        module.to(device).train()
-        if args.chunk:
-            module.grad_cache = GradCacheConfig(args.chunk * args.text_ratio, args.chunk)
-        optimizer = torch.optim.AdamW([p for p in module.parameters() if p.requires_grad], lr=1e-5)
-        bf16 = device.type == "cuda"
-
-        def one_step() -> float:
-            if bf16:
-                torch.cuda.synchronize(device)
-            start = time.perf_counter()
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-                out = module.training_step(data, 0)
-            out["loss"].backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=False)  # gradients stay allocated: not part of the difference
-            if bf16:
-                torch.cuda.synchronize(device)
-            return time.perf_counter() - start
-
-        one_step()  # gradients and AdamW's state exist from here on
-        if bf16:
-            torch.cuda.reset_peak_memory_stats(device)
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        times = [one_step() for _ in range(args.steps)]
-        if bf16:
-            peak = torch.cuda.max_memory_allocated(device) / 2**20
+        one_step, cuda, geometry = prepared(args, Path(tmp))
+        one_step(args.chunk)
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            one_step(args.chunk)
+            peak = (torch.cuda.max_memory_allocated() - base) / 2**20
         else:
-            peak = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024  # KiB -> MiB
-    return {"model": args.model, "chunk": args.chunk or None, "batch": batch, "frames": frames,
-            "step_s": round(statistics.median(times), 4), "peak_mib": round(peak, 1)}  # fmt: skip
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+            sampler = PeakRSS()
+            base = sampler.peak
+            sampler.start()
+            one_step(args.chunk)
+            sampler.running = False
+            sampler.join()
+            peak = sampler.peak - base
+    return {"model": args.model, "chunk": args.chunk or None, **geometry, "peak_mib": round(peak, 1)}
 
 
-def run_child(args: argparse.Namespace, model: str, chunk: int) -> dict:
-    command = [sys.executable, __file__, "--child", "--model", model, "--chunk", str(chunk)]
-    command += ["--size", args.size, "--device", args.device, "--steps", str(args.steps)]
-    command += ["--text-ratio", str(args.text_ratio)]
+def timing_child(args: argparse.Namespace) -> dict:
+    """Median step time of every chunk in `args.chunks`, their steps interleaved (round after round
+    over the chunks) so that machine noise hits all of them alike; a chunk out of memory says so."""
+    times: dict[int, list[float]] = {c: [] for c in args.chunks}
+    failed: dict[int, str] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        one_step, cuda, _ = prepared(args, Path(tmp))
+        for round_ in range(args.steps + 1):  # round 0 warms up
+            for chunk in [c for c in args.chunks if c not in failed]:
+                try:
+                    seconds = one_step(chunk)
+                except torch.OutOfMemoryError as err:
+                    failed[chunk] = f"out of memory: {str(err).splitlines()[0][:200]}"
+                    torch.cuda.empty_cache()
+                    continue
+                if round_:
+                    times[chunk].append(seconds)
+    return {str(c): failed.get(c) or round(statistics.median(times[c]), 4) for c in args.chunks}
+
+
+def run_child(args: argparse.Namespace, model: str, extra: list[str]) -> dict:
+    command = [sys.executable, __file__, "--model", model, "--size", args.size, "--device", args.device]
+    command += ["--steps", str(args.steps), "--text-ratio", str(args.text_ratio), *extra]
     done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:  # e.g. out of memory without caching: a result too
-        return {"model": model, "chunk": chunk or None, "failed": (done.stderr.strip().splitlines() or ["?"])[-1][:300]}
+        return {"failed": (done.stderr.strip().splitlines() or ["?"])[-1][:300]}
     return json.loads(lines[-1])
+
+
+def measure(args: argparse.Namespace, model: str) -> list[dict]:
+    """One row per chunk of `model`: peak memory (a process each) and step time (one process)."""
+    chunks = args.chunks or CHUNKS[args.size]
+    timing = run_child(args, model, ["--child", "timing", "--chunks", *map(str, chunks)])
+    rows = []
+    for chunk in chunks:
+        row = {
+            "model": model,
+            "chunk": chunk or None,
+            **run_child(args, model, ["--child", "memory", "--chunk", str(chunk)]),
+        }
+        step = timing.get(str(chunk), timing.get("failed"))
+        if isinstance(step, float):
+            row["step_s"] = step
+        else:
+            row.setdefault("failed", step)
+        rows.append(row)
+    return rows
 
 
 def with_ratios(rows: list[dict]) -> list[dict]:
@@ -158,14 +232,14 @@ def main() -> None:
     parser.add_argument("--text-ratio", type=int, default=4, help="text-side rows per chunk over video-side rows")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds allowed to one configuration")
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=["memory", "timing"], help=argparse.SUPPRESS)
     parser.add_argument("--model", choices=list(GEOMETRY), help=argparse.SUPPRESS)
     parser.add_argument("--chunk", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args)))
+        print(json.dumps(memory_child(args) if args.child == "memory" else timing_child(args)))
         return
-    rows = [run_child(args, model, chunk) for model in args.models for chunk in args.chunks or CHUNKS[args.size]]
+    rows = [row for model in args.models for row in measure(args, model)]
     device = torch.cuda.get_device_name(0) if args.device.startswith("cuda") and torch.cuda.is_available() else "cpu"
     print(json.dumps({"benchmark": "grad_cache", "size": args.size, "device": device, "rows": with_ratios(rows)}))
 
