@@ -4,9 +4,9 @@ several chunk sizes, for CLIP4Clip+MEA at MELON's geometry (batch 16, 64 frames,
 supp. B.1) and for GVE (text queries against 8-frame videos plus one hard negative each). Prints one
 JSON line: a row per (model, chunk) and each row's ratios to the plain step of the same model.
 
-Peak memory: each configuration in a fresh process, one step after a warm-up step (the model, the
-batch, the gradients and AdamW's state exist then; activations are what differs): on a GPU the peak
-allocation over what was allocated before the step, on a CPU the largest resident set sampled
+Peak memory, of a step after a warm-up step (the model, the batch, the gradients and AdamW's state
+exist then; activations are what differs): on a GPU the peak allocation over what was allocated
+before the step; on a CPU, each configuration in a fresh process, the largest resident set sampled
 during the step over the one before it. Step time: one process per model runs every chunk's steps
 interleaved, round after round, and reports each chunk's median (machine noise hits them alike).
 `chunk` is the video-side (GVE: target) rows per call; the text side (MEA's queries
@@ -15,8 +15,8 @@ with their 3 partial queries each; GVE's queries) takes `text_ratio` times as ma
     python benchmarks/grad_cache.py                      # CPU, tiny widths (about 2 minutes here)
     python benchmarks/grad_cache.py --size gpu --device cuda  # ViT-B/16 batch 64 x 64 frames; GVE-3B batch 64
 
-The GPU rows are plain and chunks 64 and 8 (each GVE process first writes a random 3B model: about
-a minute); benchmarks/device_check.sh runs them after its own parts.
+The GPU rows are plain and chunks 64 and 8, one process per model (GVE's first writes a random 3B
+model: about a minute); benchmarks/device_check.sh runs them after its own parts.
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def prepared(args: argparse.Namespace, tmp: Path):
             torch.cuda.synchronize(device)
         return time.perf_counter() - start
 
-    return one_step, cuda, {"batch": batch, "frames": frames}
+    return one_step, cuda
 
 
 def memory_child(args: argparse.Namespace) -> dict:
@@ -142,7 +142,7 @@ def memory_child(args: argparse.Namespace) -> dict:
     exist then): the GPU's peak allocation, or the CPU process's resident-set growth over the step
     (freed heap handed back first, so that the growth is the step's)."""
     with tempfile.TemporaryDirectory() as tmp:
-        one_step, cuda, geometry = prepared(args, Path(tmp))
+        one_step, cuda = prepared(args, Path(tmp))
         one_step(args.chunk)
         if cuda:
             torch.cuda.reset_peak_memory_stats()
@@ -158,18 +158,23 @@ def memory_child(args: argparse.Namespace) -> dict:
             sampler.running = False
             sampler.join()
             peak = sampler.peak - base
-    return {"model": args.model, "chunk": args.chunk or None, **geometry, "peak_mib": round(peak, 1)}
+    return {"peak_mib": round(peak, 1)}
 
 
 def timing_child(args: argparse.Namespace) -> dict:
     """Median step time of every chunk in `args.chunks`, their steps interleaved (round after round
-    over the chunks) so that machine noise hits all of them alike; a chunk out of memory says so."""
+    over the chunks) so that machine noise hits all of them alike; a chunk out of memory says so. On
+    a GPU also each chunk's peak allocation over the step (exact per step, so one process serves)."""
     times: dict[int, list[float]] = {c: [] for c in args.chunks}
+    peaks: dict[int, float] = {}
     failed: dict[int, str] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        one_step, cuda, _ = prepared(args, Path(tmp))
+        one_step, cuda = prepared(args, Path(tmp))
         for round_ in range(args.steps + 1):  # round 0 warms up
             for chunk in [c for c in args.chunks if c not in failed]:
+                if cuda:
+                    torch.cuda.reset_peak_memory_stats()
+                    base = torch.cuda.memory_allocated()
                 try:
                     seconds = one_step(chunk)
                 except torch.OutOfMemoryError as err:
@@ -178,7 +183,11 @@ def timing_child(args: argparse.Namespace) -> dict:
                     continue
                 if round_:
                     times[chunk].append(seconds)
-    return {str(c): failed.get(c) or round(statistics.median(times[c]), 4) for c in args.chunks}
+                    if cuda:
+                        peak = (torch.cuda.max_memory_allocated() - base) / 2**20
+                        peaks[chunk] = round(max(peaks.get(chunk, 0.0), peak), 1)
+    steps = {str(c): failed.get(c) or round(statistics.median(times[c]), 4) for c in args.chunks}
+    return {"step_s": steps, "peak_mib": {str(c): v for c, v in peaks.items()}}
 
 
 def run_child(args: argparse.Namespace, model: str, extra: list[str]) -> dict:
@@ -192,22 +201,23 @@ def run_child(args: argparse.Namespace, model: str, extra: list[str]) -> dict:
 
 
 def measure(args: argparse.Namespace, model: str) -> list[dict]:
-    """One row per chunk of `model`: peak memory (a process each) and step time (one process)."""
+    """One row per chunk of `model`: step time (one process, interleaved) and peak memory (on a
+    GPU from the same process; on a CPU a fresh process per chunk, its resident set its own)."""
     chunks = args.chunks or CHUNKS[args.size]
     timing = run_child(args, model, ["--child", "timing", "--chunks", *map(str, chunks)])
+    batch, frames = GEOMETRY[model][args.size]
     rows = []
     for chunk in chunks:
-        row = {
-            "model": model,
-            "chunk": chunk or None,
-            **run_child(args, model, ["--child", "memory", "--chunk", str(chunk)]),
-        }
-        step = timing.get(str(chunk), timing.get("failed"))
-        if isinstance(step, float):
-            row["step_s"] = step
+        row = {"model": model, "chunk": chunk or None, "batch": batch, "frames": frames}
+        step = timing.get("step_s", {}).get(str(chunk), timing.get("failed"))
+        if not isinstance(step, float):
+            rows.append({**row, "failed": step})
+            continue
+        if str(chunk) in timing.get("peak_mib", {}):
+            peak = {"peak_mib": timing["peak_mib"][str(chunk)]}
         else:
-            row.setdefault("failed", step)
-        rows.append(row)
+            peak = run_child(args, model, ["--child", "memory", "--chunk", str(chunk)])
+        rows.append({**row, **peak, "step_s": step})
     return rows
 
 
