@@ -339,3 +339,19 @@ def test_a_batch_other_than_the_recipes_warns_once(tiny_clip, caplog):
     with caplog.at_level("WARNING", logger="lit_retrieval.modules.grad_cache"):
         dual_module(tiny_clip, recipe_batch=6).training_step(video_batch(list(range(6))), 0)
     assert not caplog.records
+
+
+def test_bf16_autocast_is_restored_in_the_recomputation(tiny_clip):
+    """Under bf16 autocast (the trainer's bf16-mixed) the re-run computes in bf16 as the first pass
+    did (checkpoint's recomputation check refuses tensors of another dtype); the step agrees with
+    the plain bf16 step to bf16 rounding (chunked products round differently)."""
+    batch = video_batch(list(range(6)))
+
+    def bf16_step(grad_cache):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return step(dual_module(tiny_clip, grad_cache=grad_cache), batch)
+
+    (got_values, got_grads), (want_values, want_grads) = bf16_step(GradCacheConfig(2, 2)), bf16_step(None)
+    assert got_values["loss_value"] == pytest.approx(want_values["loss_value"], rel=2e-2)
+    got, want = (torch.cat([g.flatten().float() for g in grads.values()]) for grads in (got_grads, want_grads))
+    assert torch.nn.functional.cosine_similarity(got, want, dim=0) > 0.99
