@@ -35,9 +35,9 @@ from torch.utils.data import DataLoader, Dataset
 from frame_sampling import WORK, Geometry, make_video
 from lit_retrieval.commands.cache_frames import ClipSampler, WindowSampler
 from lit_retrieval.data import MultiEventDataModule
-from lit_retrieval.data.datamodule import MultiEventDataset, collate_items
-from lit_retrieval.data.frame_cache import CacheJob, CacheWriter, FrameCache, cached_or_sampled, file_stamp, video_key
-from lit_retrieval.data.video import SamplingSpec
+from lit_retrieval.data.batching.dataset import MultiEventDataset, collate_items
+from lit_retrieval.data.media.frame_cache import CacheJob, CacheWriter, FrameCache, cached_or_sampled, file_stamp, video_key
+from lit_retrieval.data.media.video import SamplingSpec
 from lit_retrieval.models.gve.processing import InputConfig, clip_cache_params, sample_clip
 
 GEOMETRIES = {"activitynet": Geometry(150, 30, 640, 360, 60), "msrvtt": Geometry(15, 30, 320, 240, 60)}

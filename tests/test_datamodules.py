@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from lit_retrieval.data import ActivityNetDataModule, AnnotationError, DiDeMoDataModule, MELONDataModule, MelonFields
-from lit_retrieval.data.activitynet import ActivityNetParser
+from lit_retrieval.data.datasets.activitynet import ActivityNetParser
 from lit_retrieval.data.annotations import load_annotations
 from lit_retrieval.data.bad_records import RecordCollector
-from lit_retrieval.data.didemo import DiDeMoParser
-from lit_retrieval.data.melon import MelonParser, parse_timestamp
+from lit_retrieval.data.datasets.didemo import DiDeMoParser
+from lit_retrieval.data.datasets.melon import MelonParser, parse_timestamp
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -15,7 +15,7 @@ tasks as the model's input processing samples it (`model.init_args.embedder.inpu
 An interrupted run (a crash, a full disk: one line naming the folder) is resumed by running it
 again (the result is the same as an uninterrupted run); a cached video that changed since, an entry
 whose frames were cut short and an unreadable index line are named in one line each and decoded
-again (`lit_retrieval.data.frame_cache`); array tasks (`--shard`, `slurm/array.sbatch`) write
+again (`lit_retrieval.data.media.frame_cache`); array tasks (`--shard`, `slurm/array.sbatch`) write
 their own files into the same folder, and readers take them all. Undecodable videos are listed in
 the shard's `.failed.txt` and follow the data module's `on_bad_video` when read; the exit status
 is 1 if any failed under `raise`.
@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from lit_retrieval.commands.sharding import add_shard_arguments, check_shard
-from lit_retrieval.data.frame_cache import CacheJob, CacheWriter, FrameFormat, file_stamp, frame_chunks, video_key
-from lit_retrieval.data.video import FrameSample, SamplingSpec, VideoDecodeError, sample_video
+from lit_retrieval.data.media.frame_cache import CacheJob, CacheWriter, FrameFormat, file_stamp, frame_chunks, video_key
+from lit_retrieval.data.media.video import FrameSample, SamplingSpec, VideoDecodeError, sample_video
 from lit_retrieval.errors import ConfigError, InputError
 from lit_retrieval.locking import OutputLock
 from lit_retrieval.progress import Progress, add_progress_arguments, configure_from
@@ -116,7 +116,7 @@ def _sorted_unique(jobs: list[CacheJob]) -> list[CacheJob]:
 
 
 def video_text_plan(datamodule: Any, splits: list[str]) -> Plan:
-    from lit_retrieval.data.datamodule import MultiEventDataset
+    from lit_retrieval.data.batching.dataset import MultiEventDataset
 
     out = datamodule.frame_cache
     datamodule.frame_cache = None  # the records alone: the cache it names is what this command writes
@@ -144,7 +144,7 @@ def video_text_plan(datamodule: Any, splits: list[str]) -> Plan:
 def gve_plan(datamodule: Any, config: Any, splits: list[str]) -> Plan:
     from transformers import AutoProcessor
 
-    from lit_retrieval.data.tasks import read_task
+    from lit_retrieval.data.gve.tasks import read_task
     from lit_retrieval.models.gve.processing import InputConfig, clip_cache_params
 
     embedder = config.model.init_args.get("embedder") if config.model else None
@@ -225,7 +225,7 @@ def run(argv: list[str]) -> int:
         parser.error(f"--workers must be >= 1, got {args.workers}")
     config = load_config(args.config)
     datamodule = build_datamodule(config)
-    from lit_retrieval.data.multitask import MultiTaskDataModule
+    from lit_retrieval.data.gve.multitask import MultiTaskDataModule
 
     if isinstance(datamodule, MultiTaskDataModule):
         plan = gve_plan(datamodule, config, args.splits)

@@ -31,8 +31,8 @@ from typing import Any
 
 from PIL import Image
 
-from lit_retrieval.data.frame_cache import file_stamp
-from lit_retrieval.data.video import SamplingSpec, VideoDecodeError, sample_video
+from lit_retrieval.data.media.frame_cache import file_stamp
+from lit_retrieval.data.media.video import SamplingSpec, VideoDecodeError, sample_video
 from lit_retrieval.melon_build import llm_stages, report
 from lit_retrieval.melon_build.chat import CallLog, ChatClient, ChatFailure, logged_calls
 from lit_retrieval.melon_build.config import BuildConfig, chat_config, llm_settings

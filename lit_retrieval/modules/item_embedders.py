@@ -21,9 +21,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from lit_retrieval.data.media import MediaItem
-from lit_retrieval.data.transforms import NormalizeFrames
-from lit_retrieval.data.video import Sampling, SamplingSpec, sample_video
+from lit_retrieval.data.items import MediaItem
+from lit_retrieval.data.media.normalize import NormalizeFrames
+from lit_retrieval.data.media.video import Sampling, SamplingSpec, sample_video
 from lit_retrieval.models.gve import GVEEmbedder
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lit_retrieval.data.media import MediaItem
+from lit_retrieval.data.items import MediaItem
 from lit_retrieval.search.embedders import ItemEmbedder, digest, embed_tracked, file_identity
 
 

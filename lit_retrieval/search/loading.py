@@ -20,7 +20,7 @@ class ModelSpec:
     config: str | None = None  # a training config (YAML)
     ckpt: str | None = None  # its checkpoint
     device: str = "cpu"
-    sampling: str = "exact"  # video frames: `exact` or `keyframe` (see lit_retrieval.data.video)
+    sampling: str = "exact"  # video frames: `exact` or `keyframe` (see lit_retrieval.data.media.video)
     frames: int | None = None  # test-time frames per video (GVE A.12; None: the model's setting)
     frame_tokens: int | None = None  # test-time max visual tokens per frame, GVE models only (GVE A.12)
 

@@ -198,9 +198,9 @@ def cached_corpus(root: Path) -> dict:
     both in `root/cache` (v1's frames first); returns the data module's init args reading it."""
     from media import write_noise_video
 
-    from lit_retrieval.data.datamodule import MultiEventDataset
-    from lit_retrieval.data.frame_cache import CacheJob, CacheWriter, file_stamp
-    from lit_retrieval.data.video import SamplingSpec, sample_video
+    from lit_retrieval.data.batching.dataset import MultiEventDataset
+    from lit_retrieval.data.media.frame_cache import CacheJob, CacheWriter, file_stamp
+    from lit_retrieval.data.media.video import SamplingSpec, sample_video
 
     events = [{"description": "x", "start": 0, "end": 1}]
     videos = [

@@ -27,6 +27,8 @@ from typing import Any, Callable
 
 from lit_retrieval.data.bad_records import RecordCollector
 from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, checked_interval, read_json, text_field
+from lit_retrieval.data.batching.datamodule import VideoTextDataModule
+from lit_retrieval.data.media.video import video_duration
 
 RANGE = re.compile(r"^\s*([0-9:.]+)\s*(?:-|–|~|to)\s*([0-9:.]+)\s*$")
 
@@ -201,3 +203,43 @@ class MelonParser:
         if not isinstance(theme, str):
             raise AnnotationError(source, record, f"{f.theme!r} must be a string, got {theme!r}")
         return Event(description=description.strip(), intervals=checked, theme=theme)
+
+
+class MELONDataModule(VideoTextDataModule):
+    """MELON (multi-event text-to-long-video; 8,400 train / 3,600 test videos).
+
+    Args:
+        annotation: one file whose records carry a split field, or `{split: file}`.
+        fields: key names of the release (matched case-insensitively).
+        video_ext: extension of `{video_id}{video_ext}` for records without a path.
+        probe_durations: read a missing duration from the video file's header.
+        **kwargs: the common options of `VideoTextDataModule` (MEA needs `min_events: 2`).
+    """
+
+    def __init__(
+        self,
+        annotation: str | dict[str, str],
+        fields: MelonFields | None = None,
+        video_ext: str = ".mp4",
+        probe_durations: bool = True,
+        **kwargs,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.files = {None: Path(annotation)} if isinstance(annotation, str) else {k: Path(v) for k, v in annotation.items()}
+        self.fields = fields
+        self.video_ext = video_ext
+        self.probe_durations = probe_durations
+
+    @property
+    def source(self) -> str:
+        return ", ".join(str(f) for f in self.files.values())
+
+    def default_video_root(self) -> Path:
+        return next(iter(self.files.values())).parent
+
+    def load_records(self, collector: RecordCollector) -> list[VideoRecord]:
+        root = self.video_root or self.default_video_root()
+        prober = (lambda path: video_duration(root / path)) if self.probe_durations else None
+        parser = MelonParser(self.fields, self.video_ext, prober)
+        records = [r for split, path in self.files.items() for r in parser.load(path, split, collector)]
+        return collector.unique(records, self.source)

@@ -50,7 +50,7 @@ import numpy as np
 from PIL import Image
 
 from lit_retrieval.data.records import AnnotationError, loads_strict, read_json
-from lit_retrieval.data.video import FrameSample, VideoDecodeError
+from lit_retrieval.data.media.video import FrameSample, VideoDecodeError
 from lit_retrieval.errors import ConfigError, InputError
 
 log = logging.getLogger(__name__)

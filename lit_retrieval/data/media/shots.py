@@ -29,7 +29,7 @@ from typing import Literal
 
 import numpy as np
 
-from lit_retrieval.data.video import VideoDecodeError
+from lit_retrieval.data.media.video import VideoDecodeError
 from lit_retrieval.progress import Progress
 
 log = logging.getLogger(__name__)
