@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from lit_retrieval.commands.sharding import add_shard_arguments, check_shard
-from lit_retrieval.data.media.frame_cache import CacheJob, CacheWriter, FrameFormat, file_stamp, frame_chunks, video_key
+from lit_retrieval.data.media.frame_cache import CacheJob, CacheWriter, FrameFormat, frame_chunks
+from lit_retrieval.data.media.identity import file_path, file_version
 from lit_retrieval.data.media.video import FrameSample, SamplingSpec, VideoDecodeError, sample_video
 from lit_retrieval.errors import ConfigError, InputError
 from lit_retrieval.locking import OutputLock
@@ -129,7 +130,7 @@ def video_text_plan(datamodule: Any, splits: list[str]) -> Plan:
             continue
         for record in dataset.records:
             end = record.duration if dataset.trim_to_annotation else None
-            jobs.append(CacheJob(video_key(dataset.video_root / record.path), None, end, record.duration))
+            jobs.append(CacheJob(file_path(dataset.video_root / record.path), None, end, record.duration))
     spec = SamplingSpec(datamodule.num_frames, datamodule.image_size, sampling=datamodule.sampling)
     params = MultiEventDataset.cache_params(spec, datamodule.trim_to_annotation)
     return Plan(
@@ -160,7 +161,7 @@ def gve_plan(datamodule: Any, config: Any, splits: list[str]) -> Plan:
         for record in read_task(spec, datamodule.on_bad_record, datamodule.seed):
             for item in (record.query, record.positive, *record.negatives):
                 if item.video is not None:
-                    jobs.append(CacheJob(video_key(item.video), item.start, item.end))
+                    jobs.append(CacheJob(file_path(item.video), item.start, item.end))
     on_bad_video = "raise" if datamodule.on_bad_video == "raise" else "skip"
     sampler = ClipSampler(inputs, temporal_patch)
     return Plan(
@@ -171,7 +172,7 @@ def gve_plan(datamodule: Any, config: Any, splits: list[str]) -> Plan:
 def _decode(task: tuple[WindowSampler | ClipSampler, CacheJob, FrameFormat, int | None]) -> tuple:
     """In a worker: one job's file stamp, then its frames encoded for the shard (or the error)."""
     sampler, job, frame_format, quality = task
-    stamp = file_stamp(job.video) or (0, 0)
+    stamp = file_version(job.video) or (0, 0)
     try:
         sample = sampler(job)
     except VideoDecodeError as err:

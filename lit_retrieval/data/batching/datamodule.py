@@ -22,6 +22,7 @@ from lit_retrieval.data.batching.resume import EpochPosition
 from lit_retrieval.data.batching.samplers import EpochShuffle
 from lit_retrieval.data.batching.workers import worker_init_fn
 from lit_retrieval.data.media.frame_cache import FrameCache
+from lit_retrieval.data.media.identity import file_path
 from lit_retrieval.data.media.normalize import CLIP_MEAN, CLIP_STD, NormalizeFrames
 from lit_retrieval.data.media.shots import ShotConfig, Shots, detect_many
 from lit_retrieval.data.media.video import SamplingSpec
@@ -160,8 +161,8 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
         records = self._with_min_events(records, collector)
         collector.report(self.source)
         self.dropped_records = collector.dropped
-        self._check_split_overlap(records)
         video_root = self.video_root or self.default_video_root()
+        self._check_split_overlap(records, video_root)
         cache = None
         if self.frame_cache:
             spec = SamplingSpec(self.num_frames, self.image_size, sampling=self.sampling)
@@ -181,14 +182,16 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
                 self.trim_to_annotation, self.sampling, cache, self.normalize_on_device,
             )
 
-    def _check_split_overlap(self, records: list[VideoRecord]) -> None:
+    def _check_split_overlap(self, records: list[VideoRecord], video_root: Path) -> None:
         """Refuse (or, with `allow_split_overlap`, log) video files in both the training split and
-        an evaluation split (an evaluation split named as the training split is a deliberate choice)."""
-        train = {r.path for r in records if r.split == self.splits["train"]}
+        an evaluation split (an evaluation split named as the training split is a deliberate choice).
+        Files are compared by `media.identity.file_path`, so no spelling of a path hides a file."""
+        identity = {path: file_path(video_root / path) for path in {r.path for r in records}}
+        train = {identity[r.path] for r in records if r.split == self.splits["train"]}
         for role in ("val", "test"):
             if self.splits[role] in (None, self.splits["train"]):
                 continue
-            shared = sorted({r.path for r in records if r.split == self.splits[role] and r.path in train})
+            shared = sorted({r.path for r in records if r.split == self.splits[role] and identity[r.path] in train})
             if not shared:
                 continue
             what = f"{len(shared)} video(s) of split {self.splits[role]!r} are also in the training split {self.splits['train']!r}"
