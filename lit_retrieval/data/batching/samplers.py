@@ -1,4 +1,4 @@
-"""The training samplers, each sharding by rank itself.
+"""The training samplers, sharding by rank with one rule (`rank_share`).
 
 `EpochShuffle`: the video-text modules' training order, a function of `(seed, epoch)`.
 
@@ -8,8 +8,8 @@ Every batch holds pairs of a single task (tasks are never mixed within a batch, 
 sequence of tasks for an epoch is drawn from `(seed, epoch)` with the current probabilities P(k);
 each task's pairs are visited in a random order per `(seed, epoch, task, pass)`, cut into whole
 global batches, and start over when used up. All ranks draw the same task at the same step, so
-cross-device negatives come from the same task, and each rank takes its own slice of that step's
-global batch. Everything is a function of `(seed, epoch, step)`, so `start_step` resumes an interrupted epoch exactly.
+cross-device negatives come from the same task, and each rank takes its own share of that step's
+global batch (`rank_share`). Everything is a function of `(seed, epoch, step)`, so `start_step` resumes an interrupted epoch exactly.
 
 It subclasses `DistributedSampler` only so that Lightning does not wrap it in its own distributed
 sampler: it shards by rank itself. It yields whole batches (lists of `(task, record)` indices) and
@@ -29,6 +29,13 @@ from torch.utils.data import DistributedSampler
 Sampling = Literal["equal_passes", "proportional", "uniform"]
 SAMPLINGS: tuple[str, ...] = get_args(Sampling)
 
+
+
+def rank_share(order: list[int], rank: int, world_size: int) -> list[int]:
+    """Rank `rank`'s share of `order`, PyTorch's `DistributedSampler` rule: the order is padded
+    with its own first items to a multiple of `world_size`, and rank r takes every W-th item from r."""
+    padded = order + order[: -len(order) % world_size]
+    return padded[rank::world_size]
 
 
 class EpochShuffle(DistributedSampler):
@@ -56,9 +63,8 @@ class EpochShuffle(DistributedSampler):
     def __iter__(self):
         generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
         order = torch.randperm(self.size, generator=generator).tolist()
-        order += order[: self.num_samples * self.num_replicas - self.size]
         start, self.start = self.start, 0
-        return iter(order[self.rank :: self.num_replicas][start:])
+        return iter(rank_share(order, self.rank, self.num_replicas)[start:])
 
     def __len__(self) -> int:
         return self.num_samples
@@ -183,8 +189,7 @@ class TaskBatchSampler(DistributedSampler):
             seen[task] += 1
             if step < start:
                 continue
-            width = self.batch_sizes[task]
-            local = self.global_batch(int(task), occurrence)[self.rank * width : (self.rank + 1) * width]
+            local = rank_share(self.global_batch(int(task), occurrence).tolist(), self.rank, self.num_replicas)
             yield [(int(task), int(i)) for i in local]
 
     def __len__(self) -> int:
