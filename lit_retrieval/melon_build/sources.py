@@ -42,9 +42,9 @@ from lit_retrieval.data.records import (
     checked_interval,
     finite_number,
     positive_duration,
-    read_json,
     record_id,
 )
+from lit_retrieval.data.reading import read_json
 from lit_retrieval.melon_build.config import CollectConfig, SourceConfig
 
 COLLECT_REASONS = ("invalid_record", "short_video", "broken_description", "missing_video", "too_few_segments")

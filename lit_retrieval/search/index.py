@@ -30,7 +30,7 @@ import faiss
 import numpy as np
 
 from lit_retrieval.data.items import ItemError, MediaItem
-from lit_retrieval.data.records import read_json, read_text
+from lit_retrieval.data.reading import read_json, read_text
 from lit_retrieval.data.media.video import VideoDecodeError
 from lit_retrieval.errors import InputError, UsageError
 from lit_retrieval.progress import Progress

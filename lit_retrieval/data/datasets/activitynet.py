@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from lit_retrieval.data.bad_records import RecordCollector
-from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, checked_interval, finite_number, read_json
+from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, checked_interval, finite_number
+from lit_retrieval.data.reading import read_json
 from lit_retrieval.data.batching.datamodule import SplitFilesDataModule
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,8 @@ import math
 from pathlib import Path
 
 from lit_retrieval.data.bad_records import RecordCollector
-from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, read_csv
+from lit_retrieval.data.records import AnnotationError, Event, VideoRecord
+from lit_retrieval.data.reading import read_csv
 from lit_retrieval.data.batching.datamodule import VideoTextDataModule
 
 log = logging.getLogger(__name__)

@@ -39,7 +39,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from lit_retrieval.data.bad_records import RecordCollector
-from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, checked_interval, read_json
+from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, checked_interval
+from lit_retrieval.data.reading import read_json
 from lit_retrieval.errors import ConfigError
 from lit_retrieval.data.batching.datamodule import SplitFilesDataModule
 

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from lit_retrieval.data.bad_records import RecordCollector
-from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, checked_interval, read_json, text_field
+from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, checked_interval, text_field
+from lit_retrieval.data.reading import read_json
 from lit_retrieval.data.batching.datamodule import VideoTextDataModule
 from lit_retrieval.data.media.video import video_duration
 

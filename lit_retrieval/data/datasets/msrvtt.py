@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from lit_retrieval.data.bad_records import RecordCollector
-from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, finite_number, read_csv, read_json, text_field
+from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, finite_number, text_field
+from lit_retrieval.data.reading import read_csv, read_json
 from lit_retrieval.data.batching.datamodule import VideoTextDataModule
 
 

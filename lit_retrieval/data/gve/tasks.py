@@ -24,7 +24,8 @@ import numpy as np
 
 from lit_retrieval.data.bad_records import BadRecordPolicy, RecordCollector
 from lit_retrieval.data.items import ItemError, MediaItem, item_from_json, parse_format
-from lit_retrieval.data.records import AnnotationError, loads_strict, read_text, record_id
+from lit_retrieval.data.records import AnnotationError, record_id
+from lit_retrieval.data.reading import loads_strict, read_text
 from lit_retrieval.errors import ConfigError
 
 

@@ -49,7 +49,8 @@ from typing import Any, Literal
 import numpy as np
 from PIL import Image
 
-from lit_retrieval.data.records import AnnotationError, loads_strict, read_json
+from lit_retrieval.data.records import AnnotationError
+from lit_retrieval.data.reading import loads_strict, read_json
 from lit_retrieval.data.media.identity import file_path, file_version
 from lit_retrieval.data.media.video import FrameSample, VideoDecodeError
 from lit_retrieval.errors import ConfigError, InputError
