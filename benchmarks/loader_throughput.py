@@ -33,7 +33,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from frame_sampling import WORK, Geometry, make_video
-from lit_retrieval.commands.cache_frames import ClipSampler, WindowSampler
+from lit_retrieval.data.media.cache_plan import WindowSampler
+from lit_retrieval.models.gve.cache_plan import ClipSampler
 from lit_retrieval.data import MultiEventDataModule
 from lit_retrieval.data.batching.dataset import MultiEventDataset, collate_items
 from lit_retrieval.data.media.frame_cache import CacheJob, CacheWriter, FrameCache, cached_or_sampled

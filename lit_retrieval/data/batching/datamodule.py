@@ -21,7 +21,8 @@ from lit_retrieval.data.batching.dataset import MultiEventDataset, collate_items
 from lit_retrieval.data.batching.resume import EpochPosition
 from lit_retrieval.data.batching.samplers import EpochShuffle
 from lit_retrieval.data.batching.workers import worker_init_fn
-from lit_retrieval.data.media.frame_cache import FrameCache
+from lit_retrieval.data.media.cache_plan import Plan, WindowSampler, sorted_unique
+from lit_retrieval.data.media.frame_cache import CacheJob, FrameCache
 from lit_retrieval.data.media.identity import file_path
 from lit_retrieval.data.media.normalize import CLIP_MEAN, CLIP_STD, NormalizeFrames
 from lit_retrieval.data.media.shots import ShotConfig, Shots, detect_many
@@ -261,6 +262,31 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
             persistent_workers=self.num_workers > 0,
             generator=torch.Generator().manual_seed(self.shuffle_seed),  # worker seeds never touch the global RNG
             worker_init_fn=worker_init_fn(),  # workers leave SIGTERM/SIGINT/SIGUSR1 to the main process
+        )
+
+    def cache_plan(self, splits: list[str]) -> Plan:
+        """The frame-cache plan of these splits' records (`lit-retrieval cache-frames`), sampled as
+        `MultiEventDataset` samples them; set up without reading the cache it writes."""
+        out = self.frame_cache
+        self.frame_cache = None  # the records alone: the cache it names is the one being written
+        self.prepare_data()
+        self.setup()
+        jobs = []
+        for role in splits:
+            dataset = self.datasets.get(role)
+            if dataset is None:
+                continue
+            for record in dataset.records:
+                end = record.duration if dataset.trim_to_annotation else None
+                jobs.append(CacheJob(file_path(dataset.video_root / record.path), None, end, record.duration))
+        spec = SamplingSpec(self.num_frames, self.image_size, sampling=self.sampling)
+        params = MultiEventDataset.cache_params(spec, self.trim_to_annotation)
+        return Plan(
+            params,
+            WindowSampler(spec, self.seek_threshold),
+            sorted_unique(jobs),
+            self.on_bad_video,
+            out,
         )
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
