@@ -212,6 +212,18 @@ def test_peers_of_one_rank_do_not_import_each_other(tmp_path):
     assert backward_edges(fake) == [expected]
 
 
+def test_benchmarks_import_the_library_not_its_commands():
+    """`commands/` only parses arguments: what a benchmark times lives in the library."""
+    benchmarks = PACKAGE.parent / "benchmarks"
+    found = [
+        f"{path.name}:{line}: {name}"
+        for path in sorted(benchmarks.glob("*.py"))
+        for name, line in imported_modules(path, benchmarks)
+        if unit(name) in ("commands", "cli")
+    ]
+    assert found == []
+
+
 def test_the_training_path_does_not_load_faiss_or_scenedetect():
     """`lit-retrieval fit` imports the entry point, RetrievalCLI and the classes a config names;
     faiss (index/search) and PySceneDetect (shots) load only with the commands that need them."""
