@@ -22,6 +22,14 @@ On any device it fixes three things of Lightning's strategy:
 - ZeRO-3 evaluates a checkpoint directory (`test --ckpt_path DIR`, see `load_checkpoint`);
 - optimizer offload accepts the module's torch optimizer (`_format_config`).
 
+And on CPU, ZeRO-3 gathers parameters one at a time (`stage3_allgather_sequential`): DeepSpeed's
+coalesced gather of several parameters (`GatheredParameters`, so Lightning's load of full weights)
+launches one asynchronous all-gather per parameter and waits for the last only, which orders them on
+one CUDA stream but not under gloo, whose collectives run on a pool of threads: an earlier parameter
+could still be filled with its old values after rank 0 had loaded it, so one or two of a checkpoint's
+tensors were left at their initialisation, differently from run to run
+(tests/test_deepspeed_gather.py).
+
     trainer:
       strategy:
         class_path: lit_retrieval.strategies.DeepSpeedStrategy
@@ -107,9 +115,8 @@ class DeepSpeedStrategy(LightningDeepSpeedStrategy):
         cannot: ZeRO-3 keeps the weights in the optimizer's shards, and the evaluation engine has no
         optimizer ("'DeepSpeedZeRoOffload' object has no attribute '_restore_from_bit16_weights'").
         Lightning's ZeRO-3 load of full weights sets them on rank 0 and broadcasts the parameters only,
-        so every rank also takes the checkpoint's buffers here. Its scores are still close to, not
-        always equal to, those of the same weights without DeepSpeed (an open discrepancy that varies
-        from run to run, docs/scale-out.md): a table's numbers come from the converted file."""
+        so every rank also takes the checkpoint's buffers here (and on CPU it needs the sequential
+        gathers of `_format_config`): it scores as the converted file does without DeepSpeed."""
         self._consolidated = None
         if not (self.zero_stage_3 and Path(checkpoint_path).is_dir() and not self._fitting()):
             return super().load_checkpoint(checkpoint_path, weights_only)
@@ -135,11 +142,13 @@ class DeepSpeedStrategy(LightningDeepSpeedStrategy):
         """Optimizer offload with the module's own (torch) optimizer, which DeepSpeed refuses unless
         told (`zero_force_ds_cpu_optimizer`): our modules build AdamW in `configure_optimizers`.
         It then steps on the CPU in torch, slower than DeepSpeed's compiled CPU Adam. And
-        `param_persistence_threshold`."""
+        `param_persistence_threshold`, and on CPU ZeRO-3's sequential gathers (module docstring)."""
         super()._format_config()
         zero = self.config.get("zero_optimization", {})
         if "offload_optimizer" in zero:
             self.config.setdefault("zero_force_ds_cpu_optimizer", False)
+        if self.on_cpu and zero.get("stage") == 3:
+            zero.setdefault("stage3_allgather_sequential", True)
         if self.param_persistence_threshold is not None:
             zero.setdefault("stage3_param_persistence_threshold", self.param_persistence_threshold)
 

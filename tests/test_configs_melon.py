@@ -40,6 +40,8 @@ ROWS = sorted(p.stem for p in FIXTURES.glob("*.json"))
 TEMPME_LR = {"model.init_args.optim.head_lr": (6.0e-4, 1.0e-4)}
 # Every row: gradient clipping at norm 1.0, as every head's official training loop (issue 36).
 CLIPPED = {"trainer.gradient_clip_val": (None, 1.0), "trainer.gradient_clip_algorithm": (None, "norm")}
+# Every row: the paper's batch recorded, warned about when a run's differs (issue 34).
+RECIPE = {"model.init_args.recipe_batch": (None, 16)}
 # +MEA rows: the baseline's training videos; one-event videos are no longer bad records (issue 36).
 BASELINE_DATA = {"data.init_args.min_events": (2, 1), "data.init_args.on_bad_record": ("skip", "raise")}
 
@@ -48,6 +50,7 @@ def changed(row: str) -> dict[str, tuple[Any, Any]]:
     """The intended differences of `row`'s composed config from its recorded one."""
     return {
         **CLIPPED,
+        **RECIPE,
         **(TEMPME_LR if row.startswith("melon_tempme") else {}),
         **(BASELINE_DATA if row.endswith("_mea") else {}),
     }

@@ -37,6 +37,7 @@ LAYERS: dict[str, int] = {
     "retrieval_cli": 7,  # RetrievalCLI (LightningCLI); also builds a module from a training config
     "search": 8,  # item embedders, embedding cache, faiss index
     "uvrb": 9,  # UVRB benchmark runner (uses search's embedders and cache)
+    "mteb_model": 9,  # MTEBModel: our item embedders inside MTEB (uses search's loading)
     "grid": 9,  # `grid` / `report`: plans, run folders, seed statistics (uses retrieval_cli's parser)
     "serve": 9,  # `lit-retrieval serve`: HTTP API and page over a search index (uses search)
     "melon_build": 9,  # `build-melon`: MELON's construction pipeline (uses search's item embedders)

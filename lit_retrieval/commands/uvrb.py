@@ -154,7 +154,7 @@ def run(argv: list[str]) -> int:
         model = ModelSpec(
             args.model, args.config, args.ckpt, args.device, frames=args.frames, frame_tokens=args.max_frame_tokens
         )
-        embedder = load_item_embedder(model)
+        embedder = load_item_embedder(model, pairwise=True)  # any head: pairwise ones score with the head
         results = run_benchmark(embedder, specs, args.out, cache, args.batch_size, args.memory_mb)
     sys.stdout.write(markdown_table(results))
     return 0

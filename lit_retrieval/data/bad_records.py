@@ -5,9 +5,11 @@ record, keeps the error, and lets the caller report how many were dropped and wh
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Callable, Literal, TypeVar
 
 from lit_retrieval.data.records import AnnotationError, VideoRecord
+from lit_retrieval.data.reading import read_text
 from lit_retrieval.errors import ConfigError
 
 BadRecordPolicy = Literal["raise", "skip"]
@@ -56,3 +58,18 @@ class RecordCollector:
             reasons = "; ".join(str(e) for e in self.dropped[:limit])
             more = f" (and {len(self.dropped) - limit} more)" if len(self.dropped) > limit else ""
             log.warning("dropped %d bad records from %s: %s%s", len(self.dropped), what, reasons, more)
+
+
+def listed_once(path: str | Path, collector: RecordCollector) -> list[str]:
+    """The names of a list file, one a line (stripped; blank lines ignored), in file order; a name
+    listed again is a bad record naming both lines (a split file's clip listed twice would stand
+    twice in its gallery)."""
+    names: dict[str, int] = {}  # name -> its first line
+    for number, line in enumerate(read_text(path).splitlines(), start=1):
+        name = line.strip()
+        if name in names:
+            reason = f"listed again (line {number}, first on line {names[name]})"
+            collector.reject(AnnotationError(str(path), name, reason))
+        elif name:
+            names[name] = number
+    return list(names)

@@ -85,7 +85,13 @@ class Event:
 
 @dataclass(frozen=True)
 class VideoRecord:
-    """A video with its events. `path` is relative to the annotation's video root."""
+    """A video with its events. `path` is relative to the annotation's video root.
+
+    Records of one evaluation split that share a `video_id` are one gallery video with one query
+    per record (a multi-caption test set: one record per caption). `window` (seconds) is the part
+    of the file the record shows, e.g. a YouCook2 segment of a whole recipe video: frames are
+    sampled within it; `None` is the whole file (or `[0, duration]` with `trim_to_annotation`).
+    """
 
     video_id: str
     path: str
@@ -93,6 +99,7 @@ class VideoRecord:
     split: str
     events: tuple[Event, ...]
     cuts: tuple[float, ...] = field(default=())
+    window: tuple[float, float] | None = None
 
     @property
     def descriptions(self) -> list[str]:

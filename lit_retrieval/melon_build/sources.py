@@ -1,12 +1,12 @@
 """Stage `collect` (MELON supp. C.1): every source's videos in one form, `SourceVideo`, and the
 preprocessing rules, with per-source counts as in MELON Tab. 8.
 
-Formats: the project's parsers (`activitynet`, `didemo`, `canonical`, `melon`: lit_retrieval/data/)
-and three more, documented in docs/melon.md:
+Formats: the project's parsers (`activitynet`, `didemo`, `canonical`, `melon`, `youcook2`:
+lit_retrieval/data/) and two more, documented in docs/melon.md:
 
-- `youcook2`: `{"database": {VIDEO: {"duration": s, "subset": ..., "annotations": [{"segment":
-  [start, end], "sentence": text}, ...]}}}` (YouCook2's release layout; `subset` is not used: the
-  build makes its own split).
+- `youcook2`: YouCook2's release layout, read by the YouCook2 dataset's `database` and
+  `timed_sentences` (lit_retrieval/data/datasets/youcook2.py); `subset` is not used (the build
+  makes its own split) and sentences are kept as written, for the rules below to judge.
 - `chapters`: a list (or `{"videos": [...]}`) of `{"video_id", "duration", "chapters": [{"start",
   "end"?, "title"}]}`; a chapter without `end` ends where the next one (in time) starts, the last
   one at the video's end, as chapter lists on video sites give start times only.
@@ -36,6 +36,7 @@ from lit_retrieval.data.annotations import load_annotations
 from lit_retrieval.data.bad_records import RecordCollector
 from lit_retrieval.data.datasets.didemo import DiDeMoParser
 from lit_retrieval.data.datasets.melon import MelonParser
+from lit_retrieval.data.datasets.youcook2 import database, timed_sentences
 from lit_retrieval.data.records import (
     AnnotationError,
     VideoRecord,
@@ -133,28 +134,6 @@ def _interval(raw: dict, start_key: str, end_key: str, duration: float, source: 
     return checked_interval(start, end, duration, source, where)
 
 
-def _youcook2(data: Any, source: str) -> list[tuple[str, Any]]:
-    database = data.get("database") if isinstance(data, dict) else None
-    if not isinstance(database, dict):
-        raise AnnotationError(source, "-", "expected {'database': {video: record}} (YouCook2 layout)")
-    return [(str(video), raw) for video, raw in database.items()]
-
-
-def _parse_youcook2(video: str, raw: Any, source: str) -> tuple[float, list[tuple[float, float, Any]]]:
-    if not isinstance(raw, dict) or not isinstance(raw.get("annotations"), list):
-        raise AnnotationError(source, video, "a record needs 'duration' and a list 'annotations'")
-    duration = positive_duration(raw.get("duration"), source, video)
-    out = []
-    for k, item in enumerate(raw["annotations"]):
-        where = f"{video} annotation {k}"
-        segment = item.get("segment") if isinstance(item, dict) else None
-        if not isinstance(segment, list) or len(segment) != 2:
-            raise AnnotationError(source, where, f"'segment' must be [start, end], got {segment!r}")
-        start, end = (finite_number(t, source, where, "segment time") for t in segment)
-        out.append((*checked_interval(start, end, duration, source, where), item.get("sentence")))
-    return duration, out
-
-
 def _parse_chapters(raw: dict, duration: float, source: str, video: str) -> list[tuple[float, float, Any]]:
     chapters = raw.get("chapters")
     if not isinstance(chapters, list):
@@ -217,7 +196,7 @@ class SourceReader:
         s, where = self.source, self.source.annotation
         records: list[tuple[str, Any]]
         if s.format == "youcook2":
-            records = _youcook2(data, where)
+            records = database(data, where)
         else:
             records = []
             for position, raw in enumerate(_record_list(data, where)):
@@ -230,7 +209,7 @@ class SourceReader:
 
         def parse(video: str, raw: Any) -> SourceVideo:
             if s.format == "youcook2":
-                duration, captions = _parse_youcook2(video, raw, where)
+                duration, captions = timed_sentences(video, raw, where)
                 qa: list[QAPair] = []
             else:
                 duration = positive_duration(raw.get("duration"), where, video)

@@ -8,10 +8,12 @@ the top-k gallery indices and the exact rank of every relevant item are kept, so
 Relevant items may be several per query (`Relevance`); other relevant items above one count
 against its rank, as in a ranked list. Scores are float32 (float64 inputs stay float64), with
 autocast off, whatever precision the embeddings come in (`lit_retrieval.precision`).
+`scored_search` ranks the same way from any scorer's rows (a pairwise head's blocks, UVRB).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -63,7 +65,31 @@ def blockwise_search(
 ) -> BlockwiseResult:
     """Top-k by inner product for every query, and the exact ranks of the relevant items."""
     queries, gallery = full_precision(queries), full_precision(gallery)
-    n, m = queries.shape[0], gallery.shape[0]
+    gallery_t = gallery.t()
+
+    def score(start: int, stop: int) -> torch.Tensor:
+        with autocast_off(queries.device):
+            return queries[start:stop] @ gallery_t
+
+    return scored_search(score, queries.shape[0], gallery.shape[0], relevance, k, memory_mb, ties)
+
+
+RowScores = Callable[[int, int], torch.Tensor]
+"""(first query, stop) -> the score rows `[stop - first, M]` of those queries against the gallery."""
+
+
+def scored_search(
+    score: RowScores,
+    n: int,
+    m: int,
+    relevance: Relevance | None = None,
+    k: int = 10,
+    memory_mb: float = 256.0,
+    ties: Ties = "optimistic",
+) -> BlockwiseResult:
+    """`blockwise_search` of `n` queries against `m` gallery items for any scorer (a pairwise
+    head's `score_blocks`, UVRB): query rows are asked of `score` so that a block's scores stay
+    within `memory_mb`, and only their top-k and the relevant items' ranks are kept."""
     if relevance is not None and len(relevance.offsets) != n + 1:
         raise ValueError(f"relevance has {len(relevance.offsets) - 1} queries, expected {n}")
     if relevance is not None and relevance.items.numel() and (relevance.items.min() < 0 or relevance.items.max() >= m):
@@ -71,16 +97,15 @@ def blockwise_search(
     k = min(k, m)
     rows = max(1, int(memory_mb * 2**20 // (m * 10)))  # scores, two bool comparisons, a gathered copy
     topk = torch.empty(n, k, dtype=torch.long)
-    topk_scores = torch.empty(n, k, dtype=queries.dtype)
+    topk_scores = torch.empty(n, k)
     ranks = torch.empty(0 if relevance is None else relevance.items.numel(), dtype=torch.float64)
-    gallery_t = gallery.t()
     for start in range(0, n, rows):
         stop = min(n, start + rows)
-        with autocast_off(queries.device):
-            scores = queries[start:stop] @ gallery_t
+        scores = score(start, stop)
         if not torch.isfinite(scores).all():
             raise ValueError(f"non-finite scores for queries {start}-{stop - 1}")
         best = scores.topk(k, dim=1)
+        topk_scores = topk_scores.to(scores.dtype)  # float64 scores stay float64
         topk[start:stop], topk_scores[start:stop] = best.indices.cpu(), best.values.cpu()
         if relevance is None:
             continue

@@ -23,8 +23,11 @@ from lit_retrieval.metrics.relational import RelationalConfig
 from lit_retrieval.models.encoders.base import VideoTextEncoder
 from lit_retrieval.models.features import TextFeatures
 from lit_retrieval.models.heads.base import SimilarityHead
+from lit_retrieval.models.heads.uatvr import UATVRHead
 from lit_retrieval.modules.checkpoint_head import check_head, record_head
 from lit_retrieval.modules.evaluation import EvaluationConfig, RetrievalEvaluator
+from lit_retrieval.distributed import distributed_world
+from lit_retrieval.modules.grad_cache import GradCacheConfig, RecipeBatchCheck, cached_encode
 from lit_retrieval.modules.initialization import freeze_prefixes, load_warm_start
 from lit_retrieval.modules.item_embedders import DualEncoderEmbedder, FrameInput, ItemEmbedder
 from lit_retrieval.modules.multi_event import MEAConfig
@@ -36,7 +39,16 @@ from lit_retrieval.modules.rng import rng_states, set_rng_states
 
 # Config dataclasses in the checkpoint's hyper-parameters load under torch.load's weights_only=True.
 torch.serialization.add_safe_globals(
-    [OptimConfig, MEAConfig, EvaluationConfig, AnalysesConfig, RelationalConfig, SpanSplitter, NonFinitePolicy]
+    [
+        OptimConfig,
+        MEAConfig,
+        EvaluationConfig,
+        AnalysesConfig,
+        RelationalConfig,
+        SpanSplitter,
+        NonFinitePolicy,
+        GradCacheConfig,
+    ]
 )
 
 
@@ -58,6 +70,11 @@ class DualEncoderRetrieval(L.LightningModule):
         frozen, warm_start: parameter-name prefixes to freeze, and a CLIP4Clip-meanP checkpoint whose
             encoder and logit scale initialise the model (`modules/initialization.py`).
         nonfinite: skip (and count) or stop on a NaN/infinite loss; skipped batches' ids are logged.
+        grad_cache: train with gradient caching (GradCache, `modules/grad_cache.py`): the towers
+            run `text_chunk` / `video_chunk` rows at a time, the loss and gradients stay the
+            full batch's. Every head whose representations are row-wise works (see `check_grad_cache`).
+        recipe_batch: the paper's contrastive batch (pairs per step, over all ranks under
+            `cross_device`); a run whose batch differs warns once (`RecipeBatchCheck`).
     """
 
     def __init__(
@@ -75,6 +92,8 @@ class DualEncoderRetrieval(L.LightningModule):
         warm_start: str | None = None,
         nonfinite: NonFinitePolicy | None = None,
         cross_device: bool = False,
+        grad_cache: GradCacheConfig | None = None,
+        recipe_batch: int | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["encoder", "head", "event_loss"])
@@ -84,6 +103,10 @@ class DualEncoderRetrieval(L.LightningModule):
         self.head.bind(encoder)
         self.optim = optim or OptimConfig()
         self.objectives = TrainingObjectives(head, average_directions, mea, event_loss, cross_device)
+        self.grad_cache = grad_cache
+        self.recipe_batch = RecipeBatchCheck("model.recipe_batch", recipe_batch)
+        if grad_cache is not None:
+            check_grad_cache(head)
         self.evaluator = RetrievalEvaluator(evaluation or EvaluationConfig())
         self.spans = spans or SpanSplitter()
         self.nonfinite = NonFiniteGuard(nonfinite)
@@ -102,15 +125,32 @@ class DualEncoderRetrieval(L.LightningModule):
         return self.head.encode_text(self.encode_queries(events, mode))
 
     def encode_texts(self, texts: StepTexts) -> Any:
-        """The head's representations of a training step's texts, in one text-tower call."""
+        """The head's representations of a training step's texts: in one text-tower call, or
+        `grad_cache.text_chunk` rows at a time under gradient caching."""
         if texts.captions is not None:
-            return self.head.encode_text(self.encoder.encode_text(texts.captions))
-        return self.query_reps(texts.queries + (texts.partial.events if texts.partial else []))
+            rows, encode = texts.captions, self.encode_captions
+        else:
+            rows, encode = texts.queries + (texts.partial.events if texts.partial else []), self.query_reps
+        if self.grad_cache is None:
+            return encode(rows)
+        return cached_encode(encode, rows, len(rows), self.grad_cache.text_chunk, self.head.logit_scale.device)
+
+    def encode_captions(self, captions: list[str]) -> Any:
+        return self.head.encode_text(self.encoder.encode_text(captions))
 
     def encode_videos(self, batch: dict[str, Any]) -> Any:
         video = self.encoder.encode_video(batch["frames"], batch["frame_mask"], with_patches=self.head.needs_patches)
         video.shots = batch.get("frame_shots")  # present when the data module detects shots
         return self.head.encode_video(video)
+
+    def encode_training_videos(self, batch: dict[str, Any]) -> Any:
+        """`encode_videos` of a training batch, `grad_cache.video_chunk` videos at a time under
+        gradient caching."""
+        if self.grad_cache is None:
+            return self.encode_videos(batch)
+        inputs = {k: batch[k] for k in ("frames", "frame_mask", "frame_shots") if batch.get(k) is not None}
+        count, chunk = len(batch["frames"]), self.grad_cache.video_chunk
+        return cached_encode(self.encode_videos, inputs, count, chunk, self.head.logit_scale.device)
 
     def forward(self, batch: dict[str, Any]) -> tuple[Any, Any]:
         return self.query_reps(batch["events"]), self.encode_videos(batch)
@@ -132,8 +172,10 @@ class DualEncoderRetrieval(L.LightningModule):
         size = len(batch["events"])
         if size < 2:  # nothing to contrast against: skip the step
             return None
+        world = distributed_world() if self.objectives.cross_device else 1
+        self.recipe_batch.check(size * world, self.global_rank, f"{world} rank(s) x {size} pairs contrasted per step")
         texts = self.objectives.texts(batch["events"], self.current_epoch, batch_idx, self.global_rank)
-        step = self.objectives.score(self.head, texts, self.encode_texts(texts), self.encode_videos(batch))
+        step = self.objectives.score(self.head, texts, self.encode_texts(texts), self.encode_training_videos(batch))
         loss, terms = self.objectives(step)
         if not self.nonfinite.allows(self, loss, batch["video_id"]):
             self.log("train/nonfinite_skipped", float(self.nonfinite.skipped), batch_size=size)
@@ -190,3 +232,18 @@ class DualEncoderRetrieval(L.LightningModule):
         optimizer = build_optimizer(parameter_groups(self, backbone, self.optim), self.optim)
         scheduler = build_scheduler(optimizer, int(self.trainer.estimated_stepping_batches), self.optim)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def check_grad_cache(head: SimilarityHead) -> None:
+    """Refuses, in one line, a head that gradient caching cannot train exactly: chunks must give
+    each row the representation the full batch gives it. Every indexable head does, and so do the
+    pairwise heads X-CLIP, TS2-Net, UCoFiA, PAU, TightTransf (their token-level representations
+    are cached and the pairwise score is computed on the full batch) -- all tested. UATVR cannot:
+    it appends its learned extra text tokens after the words padded to the call's longest text
+    and gives them the position embeddings of that length, so a row's representation depends on
+    the other rows of its call."""
+    if isinstance(head, UATVRHead):
+        raise ValueError(
+            "model.grad_cache cannot train UATVRHead: its text tokens (words padded to the call's longest text, "
+            "then learned extras at positions after them) depend on the other texts of a chunk; drop grad_cache"
+        )

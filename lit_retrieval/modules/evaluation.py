@@ -343,9 +343,9 @@ class RetrievalEvaluator:
         if self.config.rerank is not None and stage == "test":
             results.update(self.reranked(model, split))
         if stage == "val" and type(head).fit_on_validation is not SimilarityHead.fit_on_validation:
-            # every process's queries, in gallery order: query i belongs to gallery video i
+            # every process's queries in dataset order, each with its gallery column
             all_text = self.merge_queries(model, split, split.text)
-            targets = torch.arange(len(split.gallery_ids), device=split.index.device)
+            targets = self.merge_queries(model, split, split.targets)
             with full_precision_scoring(head, model.device):
                 results.update(head.fit_on_validation(all_text, split.gallery, targets, retrieval_metrics))
         if self.wants(stage, self.config.analyses):
@@ -376,12 +376,19 @@ class RetrievalEvaluator:
         return lambda text, gallery: head.score_blocks(text, gallery, self.config.budget_bytes)
 
     def gather(self, model: L.LightningModule, batches: list[EvalBatch]) -> EvalSplit:
-        """This process's queries and every process's videos as one gallery (`EvalSplit`)."""
+        """This process's queries and every process's videos as one gallery (`EvalSplit`): records
+        sharing a video id are one gallery video (a multi-caption set, one query per caption), the
+        column of its first record (smallest dataset index)."""
         index = torch.cat([b.index for b in batches]).to(model.device)
         video = cat_reps([b.video for b in batches])
-        gallery_ids, first = first_occurrence(gather_variable(model, index))
         video_ids = [v for b in batches for v in b.video_ids]
         all_video_ids = gather_objects(video_ids)
+        all_index = gather_variable(model, index)
+        column: dict[str, int] = {}  # video id -> dataset index of its first record
+        for video_id, position in zip(all_video_ids, all_index.tolist()):
+            column[video_id] = min(column.get(video_id, position), position)
+        as_column = lambda ids: torch.tensor([column[v] for v in ids], dtype=torch.long, device=index.device)  # noqa: E731
+        gallery_ids, first = first_occurrence(as_column(all_video_ids))
         retriever = None
         if batches[0].retriever is not None:
             local = cat_reps([b.retriever for b in batches])
@@ -391,7 +398,7 @@ class RetrievalEvaluator:
             index=index,
             events=[e for b in batches for e in b.events],
             attributes={k: torch.cat([b.attributes[k] for b in batches]) for k in batches[0].attributes},
-            targets=torch.searchsorted(gallery_ids, index),
+            targets=torch.searchsorted(gallery_ids, as_column(video_ids)),
             gallery=map_rep(video, lambda t: gather_variable(model, t)[first]),
             gallery_ids=gallery_ids,
             video_ids=[all_video_ids[i] for i in first.tolist()],
@@ -400,7 +407,8 @@ class RetrievalEvaluator:
 
     @staticmethod
     def merge_queries(model: L.LightningModule, split: EvalSplit, values: Any) -> Any:
-        """Per-query `values` of every process in gallery order (query i <-> gallery video i)."""
+        """Per-query `values` of every process in dataset-index order (the distributed sampler's
+        repeated rows removed)."""
         _, first = first_occurrence(gather_variable(model, split.index))
         return map_rep(values, lambda t: gather_variable(model, t.to(split.index.device))[first])
 

@@ -19,11 +19,12 @@ from typing import Any
 import lightning as L
 import torch
 
-from lit_retrieval.distributed import gather_variable
+from lit_retrieval.distributed import distributed_world, gather_variable
 from lit_retrieval.losses.contrastive import HardNegatives, MultimodalInfoNCE
 from lit_retrieval.models.gve.embedder import GVEEmbedder, AdapterConfig
 from lit_retrieval.models.gve.processing import GVEProcessing, InputConfig
 from lit_retrieval.modules.evaluation import EvaluationConfig, RetrievalEvaluator
+from lit_retrieval.modules.grad_cache import GradCacheConfig, QwenRowSplitter, RecipeBatchCheck, cached_encode
 from lit_retrieval.modules.item_embedders import FrameInput, GVEItemEmbedder, ItemEmbedder, file_identity
 from lit_retrieval.modules.nonfinite import NonFiniteGuard, NonFinitePolicy
 from lit_retrieval.modules.optim import OptimConfig, build_optimizer, build_scheduler, parameter_groups
@@ -73,6 +74,13 @@ class GVERetrieval(L.LightningModule):
         optim: AdamW settings (`head_lr` is the LoRA learning rate); default GVE Tab. 9.
         nonfinite: skip (and count) or stop on a NaN/infinite loss; skipped batches' record ids
             are logged.
+        grad_cache: train with gradient caching (GradCache, `modules/grad_cache.py`): queries
+            `text_chunk` and targets (positives, then hard negatives) `video_chunk` rows per model
+            call; the loss (in-batch, hard and cross-device negatives) and gradients stay the
+            full batch's.
+        recipe_ranks: the paper's ranks whose batches each step contrasts (GVE: 32 GPUs; each task's
+            `batch_size` is per GPU as in the paper): a run contrasting another number warns once;
+            on N GPUs, task batches x 32/N (fitting in memory with `grad_cache`) give the paper's batch.
     """
 
     def __init__(
@@ -83,6 +91,8 @@ class GVERetrieval(L.LightningModule):
         cross_device: bool = True,
         optim: OptimConfig | None = None,
         nonfinite: NonFinitePolicy | None = None,
+        grad_cache: GradCacheConfig | None = None,
+        recipe_ranks: int | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -94,6 +104,8 @@ class GVERetrieval(L.LightningModule):
         self.evaluator = RetrievalEvaluator(EvaluationConfig())
         self.eval_results: dict[str, dict[str, float]] = {}
         self._eval_parts: list[dict[str, torch.Tensor]] = []
+        self.grad_cache = grad_cache
+        self.recipe_ranks = RecipeBatchCheck("model.recipe_ranks", recipe_ranks)
 
     @property
     def processing(self) -> GVEProcessing:
@@ -106,10 +118,23 @@ class GVERetrieval(L.LightningModule):
         return GVEItemEmbedder(self.embedder, [*identity, file_identity(self.embedder.model_path)])
 
     # ---- training ----------------------------------------------------------------------------
+    def embed_training(self, inputs: dict[str, torch.Tensor], chunk: int | None) -> torch.Tensor:
+        """Embeddings of a processed training batch: in one model call, or `chunk` rows at a time
+        under gradient caching (`grad_cache`)."""
+        if self.grad_cache is None:
+            return self.embedder(inputs)
+        config = self.embedder.base_model.config
+        split = QwenRowSplitter(config.image_token_id, config.video_token_id, config.vision_config.spatial_merge_size)
+        device = inputs["input_ids"].device
+        return cached_encode(self.embedder, inputs, len(inputs["input_ids"]), chunk, device, split)
+
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, torch.Tensor] | None:
-        query = self.embedder(batch["query"])
-        target = self.embedder(batch["target"])
+        cache = self.grad_cache or GradCacheConfig()
+        query = self.embed_training(batch["query"], cache.text_chunk)
+        target = self.embed_training(batch["target"], cache.video_chunk)
         size, k = query.shape[0], int(batch["num_negatives"])
+        world = distributed_world() if self.loss_fn.cross_device else 1
+        self.recipe_ranks.check(world, self.global_rank, f"{world} rank(s) contrasted, {size} pairs each")
         negatives = target[size:].reshape(size, k, -1) if k else None
         out = self.loss_fn(query, target[:size], negatives, batch["target_keys"])
         if not self.nonfinite.allows(self, out["loss"], batch["ids"]):

@@ -7,6 +7,8 @@ its preprocessing (caches and indexes are keyed by it), and the item `modalities
 - `GVEItemEmbedder`: a GVE / Qwen2.5-VL embedder (every modality and composition).
 - `DualEncoderEmbedder`: a CLIP-style `DualEncoderRetrieval` whose head is indexable (text and
   video items; frames sampled as its data module does, `FrameInput`).
+- `HeadItemEncoder`: the same items as any head's representations (pairwise heads, which UVRB
+  scores with `score_blocks`; not an `ItemEmbedder`: no unit vectors, no index).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 import torch
@@ -24,8 +26,10 @@ import torch.nn.functional as F
 from lit_retrieval.data.items import MediaItem
 from lit_retrieval.data.media import identity
 from lit_retrieval.data.media.normalize import NormalizeFrames
+from lit_retrieval.data.media.shots import Shots, frame_shot_index
 from lit_retrieval.data.media.video import Sampling, SamplingSpec, sample_video
 from lit_retrieval.models.gve import GVEEmbedder
+from lit_retrieval.models.heads.base import cat_reps, map_rep
 
 
 @dataclass(frozen=True)
@@ -76,12 +80,70 @@ class GVEItemEmbedder:
         return self.embedder.embed(items, instruction, batch_size).float().cpu()
 
 
-class DualEncoderEmbedder:
-    """Text items through the text tower and head; video items (their window) as `num_frames`
-    frames at `image_size` (`sampling`: `exact` or `keyframe`), normalised with `mean`/`std`, through
-    the vision tower and head. Instructions do not apply to these models and are ignored."""
+class HeadItemEncoder:
+    """Text and video items as a CLIP-style `DualEncoderRetrieval`'s head representations, for any
+    head (a tensor or a dict of tensors per item kind; UVRB scores pairwise heads from them with
+    `SimilarityHead.score_blocks`). Text items go through `query_reps` (one-event queries); video
+    items (their window) as `num_frames` frames at `image_size` (`sampling`: `exact` or
+    `keyframe`), normalised with `mean`/`std`, through `encode_videos`, with each frame's shot
+    (`frame_shot_index`) when `shots` gives the videos' shots (SALI's head needs them; `shot_key`
+    names their settings in the fingerprint). Instructions do not apply to these models and are
+    ignored."""
 
     modalities = {"T", "V"}
+    kind = "head"  # part of the fingerprint: representations of another kind are never mixed up
+
+    def __init__(
+        self,
+        module,
+        identity: Any,
+        num_frames: int,
+        image_size: int,
+        mean=None,
+        std=None,
+        sampling: Sampling = "exact",
+        shots: Callable[[list[str]], list[Shots]] | None = None,
+        shot_key: Any = None,
+    ) -> None:
+        self.module = module.eval()
+        self.spec = SamplingSpec(num_frames, image_size, sampling=sampling)
+        self.normalize = NormalizeFrames(**{k: v for k, v in (("mean", mean), ("std", std)) if v is not None})
+        self.shots = shots
+        settings = [num_frames, image_size, mean, std, sampling] + ([shot_key] if shots is not None else [])
+        self.fingerprint = digest(self.kind, identity, *settings)
+
+    @torch.no_grad()
+    def embed(self, items: list[MediaItem], instruction: str | None = None, batch_size: int = 8) -> Any:
+        """The head's representations of `items`, `batch_size` at a time, concatenated (`cat_reps`)."""
+        check_modalities(self, items)
+        out = [self.represent(items[start : start + batch_size]) for start in range(0, len(items), batch_size)]
+        return cat_reps(out) if out else torch.empty(0)
+
+    def represent(self, chunk: list[MediaItem]) -> Any:
+        """One batch of items of one kind, as the head represents them (float32, on the CPU)."""
+        if chunk[0].video is None:
+            if any(i.video is not None for i in chunk):
+                raise ValueError("a batch mixes text and video items")
+            rep = self.module.query_reps([[i.text] for i in chunk])
+        else:
+            device = next(self.module.parameters()).device
+            samples = [sample_video(i.video, self.spec, i.start, i.end) for i in chunk]
+            batch = {
+                "frames": torch.stack([self.normalize(s.frames) for s in samples]).to(device),
+                "frame_mask": torch.from_numpy(np.stack([s.mask for s in samples])).to(device),
+            }
+            if self.shots is not None:
+                shots = self.shots([str(i.video) for i in chunk])
+                index = [frame_shot_index(s.times, video_shots) for s, video_shots in zip(samples, shots)]
+                batch["frame_shots"] = torch.from_numpy(np.stack(index)).to(device)
+            rep = self.module.encode_videos(batch)
+        return map_rep(rep, lambda t: (t.float() if t.is_floating_point() else t).cpu())
+
+
+class DualEncoderEmbedder(HeadItemEncoder):
+    """A `HeadItemEncoder` of an indexable head: each item one L2-normalised vector."""
+
+    kind = "dual"
 
     def __init__(
         self, module, identity: Any, num_frames: int, image_size: int, mean=None, std=None, sampling: Sampling = "exact"
@@ -90,28 +152,7 @@ class DualEncoderEmbedder:
             raise ValueError(
                 f"{type(module.head).__name__} is not indexable (its score is not a dot product of one vector per side)"
             )
-        self.module = module.eval()
-        self.spec = SamplingSpec(num_frames, image_size, sampling=sampling)
-        self.normalize = NormalizeFrames(**{k: v for k, v in (("mean", mean), ("std", std)) if v is not None})
-        self.fingerprint = digest("dual", identity, num_frames, image_size, mean, std, sampling)
+        super().__init__(module, identity, num_frames, image_size, mean, std, sampling)
 
-    @torch.no_grad()
     def embed(self, items: list[MediaItem], instruction: str | None = None, batch_size: int = 8) -> torch.Tensor:
-        check_modalities(self, items)
-        device = next(self.module.parameters()).device
-        out = []
-        for start in range(0, len(items), batch_size):
-            chunk = items[start : start + batch_size]
-            if chunk[0].video is None:
-                if any(i.video is not None for i in chunk):
-                    raise ValueError("a batch mixes text and video items")
-                rep = self.module.head.encode_text(self.module.encode_queries([[i.text] for i in chunk]))
-            else:
-                samples = [sample_video(i.video, self.spec, i.start, i.end) for i in chunk]
-                batch = {
-                    "frames": torch.stack([self.normalize(s.frames) for s in samples]).to(device),
-                    "frame_mask": torch.from_numpy(np.stack([s.mask for s in samples])).to(device),
-                }
-                rep = self.module.encode_videos(batch)
-            out.append(F.normalize(rep.float(), dim=-1).cpu())
-        return torch.cat(out) if out else torch.empty(0)
+        return F.normalize(super().embed(items, instruction, batch_size), dim=-1) if items else torch.empty(0)

@@ -13,6 +13,8 @@ item `modalities` it accepts.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -20,10 +22,12 @@ from PIL import Image
 
 from lit_retrieval.data.items import MediaItem
 from lit_retrieval.data.media.video import sample_frames
+from lit_retrieval.models.heads.base import cat_reps, rep_len
 from lit_retrieval.modules.item_embedders import (
     DualEncoderEmbedder,
     FrameInput,
     GVEItemEmbedder,
+    HeadItemEncoder,
     ItemEmbedder,
     check_modalities,
     digest,
@@ -35,6 +39,7 @@ __all__ = [
     "DualEncoderEmbedder",
     "FrameInput",
     "GVEItemEmbedder",
+    "HeadItemEncoder",
     "ItemEmbedder",
     "MTEBEncoderEmbedder",
     "check_modalities",
@@ -45,19 +50,24 @@ __all__ = [
 
 
 def embed_tracked(
-    embedder: ItemEmbedder, items: list[MediaItem], instruction: str | None, batch_size: int, label: str
-) -> torch.Tensor:
+    embedder: ItemEmbedder | HeadItemEncoder,
+    items: list[MediaItem],
+    instruction: str | None,
+    batch_size: int,
+    label: str,
+) -> Any:
     """`embedder.embed(items, instruction, batch_size)` in chunks of 16 batches, with the items
     embedded so far shown by a `Progress` (`uvrb` per dataset, `mine-negatives`). The batches are
-    cut as one call cuts them, and every embedder embeds a batch on its own: the same vectors."""
+    cut as one call cuts them, and every embedder embeds a batch on its own: the same vectors (or
+    a `HeadItemEncoder`'s representations, concatenated with `cat_reps`)."""
     if not items:
         return embedder.embed(items, instruction, batch_size)
     step, parts = 16 * batch_size, []
     with Progress(f"embedding {label}", len(items), unit="items") as bar:
         for start in range(0, len(items), step):
             parts.append(embedder.embed(items[start : start + step], instruction, batch_size))
-            bar.advance(len(parts[-1]))
-    return torch.cat(parts)
+            bar.advance(rep_len(parts[-1]))
+    return cat_reps(parts)
 
 
 class MTEBEncoderEmbedder:

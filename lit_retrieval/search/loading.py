@@ -1,17 +1,20 @@
 """Build an `ItemEmbedder` from what a user has: a model directory (GVE / Qwen2.5-VL, embedded as
 is) or a training config with a checkpoint of any of the project's modules (GVE, or a dual
-encoder with an indexable head). `ModelSpec` records the choice so an index can rebuild it."""
+encoder with an indexable head; with `pairwise`, any head: UVRB). `ModelSpec` records the choice
+so an index can rebuild it."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 from lit_retrieval.checkpoint_io import read_checkpoint
+from lit_retrieval.data.media.shots import ShotConfig, ShotDetectorConfig, Shots, detect_many
 from lit_retrieval.errors import UsageError
 from lit_retrieval.models.gve import GVEEmbedder, InputConfig
 from lit_retrieval.models.gve.processing import scaled_inputs
-from lit_retrieval.search.embedders import FrameInput, GVEItemEmbedder, ItemEmbedder, file_identity
+from lit_retrieval.search.embedders import FrameInput, GVEItemEmbedder, HeadItemEncoder, ItemEmbedder, file_identity
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,11 @@ def load_checkpoint_weights(module, ckpt: str) -> None:
         raise ValueError(f"{ckpt}: weights this model does not have: {result.unexpected_keys[:3]}")
 
 
-def load_item_embedder(spec: ModelSpec) -> ItemEmbedder:
+def load_item_embedder(spec: ModelSpec, pairwise: bool = False) -> ItemEmbedder | HeadItemEncoder:
+    """The model of `spec` as an item embedder; with `pairwise`, a dual encoder whose head is not
+    indexable comes as a `HeadItemEncoder` of the head's representations (UVRB scores them with
+    the head; an index never asks for one), its videos' shots detected as the config's `data.shots`
+    says (SALI)."""
     if spec.model is not None:
         if not (Path(spec.model) / "config.json").is_file():
             raise FileNotFoundError(f"{spec.model}: not a model directory (no config.json)")
@@ -81,7 +88,25 @@ def load_item_embedder(spec: ModelSpec) -> ItemEmbedder:
         data.get("std"),
         spec.sampling,
     )
-    return module.to(spec.device).item_embedder(identity, frames)
+    module = module.to(spec.device)
+    head = getattr(module, "head", None)
+    if not pairwise or head is None or head.indexable:
+        return module.item_embedder(identity, frames)
+    shots, shot_key = shot_source(data["shots"]) if data.get("shots") else (None, None)
+    settings = (frames.num_frames, frames.image_size, frames.mean, frames.std, frames.sampling)
+    return HeadItemEncoder(module, identity, *settings, shots=shots, shot_key=shot_key)
+
+
+def shot_source(settings: dict) -> tuple[Callable[[list[str]], list[Shots]], dict]:
+    """The shots of videos as a training config's `data.shots` (a `ShotConfig`) detects and caches
+    them, and the detector settings that name them."""
+    config = ShotConfig(**{**settings, "detector": ShotDetectorConfig(**(settings.get("detector") or {}))})
+
+    def shots(paths: list[str]) -> list[Shots]:
+        found = detect_many(paths, config.detector, config.cache_dir, config.workers, progress=False).shots
+        return [found[p] for p in paths]
+
+    return shots, asdict(config.detector)
 
 
 def _data_settings(config: str) -> dict:

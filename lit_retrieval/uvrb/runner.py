@@ -2,7 +2,17 @@
 once (cached), rank the corpus by cosine for every query blockwise, and compute each dataset's
 metric (GVE Sec. 4.1: R@1, R@10 for CMRB and LoVR-TH, P@1 for MS-TI and MS-TV); then write
 `results.json`, `results.md` and `results.png`, with UVRB's ability aggregates when all 16 are
-present."""
+present.
+
+A dual encoder with a pairwise head (X-CLIP, TS2-Net, UCoFiA, UATVR, PAU, tightTransf, SALI)
+comes as a `HeadItemEncoder`: its representations are cached the same way, and the head scores
+them with `SimilarityHead.score_blocks`, the training evaluator's blockwise scoring, on text ->
+video and video -> text tasks (a head scores texts against videos, so other tasks are skipped
+with that reason). Memory: each block of query rows holds at most `memory_mb` of scores
+(`scored_search`) and the head at most `memory_mb` of pairwise working memory inside it; the
+task's query and corpus representations are held whole. A head's test-time calibration with
+training queries (`calibration_bank`, UCoFiA's SK-norm) has no training split here: it is not
+applied, and the task's result says so (`note`)."""
 
 from __future__ import annotations
 
@@ -11,9 +21,13 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from lit_retrieval.metrics.blockwise import Relevance, blockwise_search, ranked_metrics
+import torch
+
+from lit_retrieval.errors import ConfigError
+from lit_retrieval.metrics.blockwise import BlockwiseResult, Relevance, blockwise_search, ranked_metrics, scored_search
+from lit_retrieval.models.heads.base import SimilarityHead, map_rep, rep_len
 from lit_retrieval.search.cache import EmbeddingCache
-from lit_retrieval.search.embedders import ItemEmbedder
+from lit_retrieval.search.embedders import DualEncoderEmbedder, HeadItemEncoder, ItemEmbedder
 from lit_retrieval.uvrb.abilities import ABILITIES, ability_scores
 from lit_retrieval.uvrb.datasets import UVRB_DATASETS
 from lit_retrieval.uvrb.tasks import RetrievalTaskSpec, load_retrieval_task
@@ -21,16 +35,45 @@ from lit_retrieval.uvrb.tasks import RetrievalTaskSpec, load_retrieval_task
 log = logging.getLogger(__name__)
 
 
+def pairwise_head(embedder: ItemEmbedder | HeadItemEncoder) -> SimilarityHead | None:
+    """The head that scores the embedder's representations pair by pair, or `None` for an
+    embedder of unit vectors (ranked by cosine)."""
+    if isinstance(embedder, HeadItemEncoder) and not isinstance(embedder, DualEncoderEmbedder):
+        return embedder.module.head
+    return None
+
+
 def evaluate_task(
-    embedder: ItemEmbedder, spec: RetrievalTaskSpec, cache: EmbeddingCache, batch_size: int = 8, memory_mb: float = 256
+    embedder: ItemEmbedder | HeadItemEncoder,
+    spec: RetrievalTaskSpec,
+    cache: EmbeddingCache,
+    batch_size: int = 8,
+    memory_mb: float = 256,
 ) -> dict[str, Any]:
     data = load_retrieval_task(spec)
     unsupported = {i.modality for i in data.queries + data.corpus} - embedder.modalities
     if unsupported:
         return {"skipped": f"the model does not embed {sorted(unsupported)} items", "metric": spec.metric}
+    head = pairwise_head(embedder)
+    sides = ({i.modality for i in data.queries}, {i.modality for i in data.corpus})
+    if head is not None and sides not in (({"T"}, {"V"}), ({"V"}, {"T"})):
+        reason = f"{type(head).__name__} scores texts against videos, not {'/'.join(sides[0])} queries"
+        return {"skipped": f"{reason} against {'/'.join(sides[1])} items", "metric": spec.metric}
+    if head is not None:
+        try:
+            head.before_evaluation("test")  # refuses a head whose test-time fit is missing (PAU)
+        except RuntimeError as err:
+            raise ConfigError(f"{type(head).__name__}: {err}") from None
     queries = cache.embed(embedder, data.queries, spec.prompt, batch_size, f"{spec.name}-queries")
     corpus = cache.embed(embedder, data.corpus, spec.corpus_instruction, batch_size, f"{spec.name}-corpus")
-    result = blockwise_search(queries, corpus, Relevance.from_lists(data.relevant), k=10, memory_mb=memory_mb)
+    relevance = Relevance.from_lists(data.relevant)
+    extra = {}
+    if head is None:
+        result = blockwise_search(queries, corpus, relevance, k=10, memory_mb=memory_mb)
+    else:
+        result = pairwise_search(head, queries, corpus, sides[0] == {"T"}, relevance, memory_mb)
+        if head.calibration_bank:
+            extra["note"] = f"{type(head).__name__}'s calibration with training queries is not applied"
     metrics = ranked_metrics(result, ks=(1, 5, 10))
     return {
         "score": metrics[spec.metric],
@@ -38,11 +81,30 @@ def evaluate_task(
         "queries": len(data.queries),
         "corpus": len(data.corpus),
         **metrics,
+        **extra,
     }
 
 
+@torch.no_grad()
+def pairwise_search(
+    head: SimilarityHead, queries: Any, corpus: Any, text_queries: bool, relevance: Relevance, memory_mb: float
+) -> BlockwiseResult:
+    """Ranks of the relevant items when `head` scores every (query, corpus item) pair: query rows
+    in blocks (`scored_search`), each block through `score_blocks` within `memory_mb` of pairwise
+    memory; video queries against text items score the transposed block (the head's text x video)."""
+    budget = int(memory_mb * 2**20)
+    rows = lambda start, stop: map_rep(queries, lambda t: t[start:stop])  # noqa: E731
+
+    def score(start: int, stop: int) -> torch.Tensor:
+        if text_queries:
+            return head.score_blocks(rows(start, stop), corpus, budget)
+        return head.score_blocks(corpus, rows(start, stop), budget).t()
+
+    return scored_search(score, rep_len(queries), rep_len(corpus), relevance, k=10, memory_mb=memory_mb)
+
+
 def run_benchmark(
-    embedder: ItemEmbedder,
+    embedder: ItemEmbedder | HeadItemEncoder,
     specs: list[RetrievalTaskSpec],
     out_dir: str | Path,
     cache_dir: str | Path | None = None,

@@ -277,8 +277,8 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
             if dataset is None:
                 continue
             for record in dataset.records:
-                end = record.duration if dataset.trim_to_annotation else None
-                jobs.append(CacheJob(file_path(dataset.video_root / record.path), None, end, record.duration))
+                start, end = dataset.window(record)
+                jobs.append(CacheJob(file_path(dataset.video_root / record.path), start, end, record.duration))
         spec = SamplingSpec(self.num_frames, self.image_size, sampling=self.sampling)
         params = MultiEventDataset.cache_params(spec, self.trim_to_annotation)
         return Plan(

@@ -70,18 +70,25 @@ class MultiEventDataset(Dataset):
     def __len__(self) -> int:
         return len(self.records)
 
+    def window(self, record: VideoRecord) -> tuple[float | None, float | None]:
+        """The (start, end) seconds `record`'s frames are sampled in: its `window`, else `[0, duration]`
+        with `trim_to_annotation`, else the whole file (`None, None`)."""
+        if record.window is not None:
+            return record.window
+        return None, record.duration if self.trim_to_annotation else None
+
     def __getitem__(self, index: int) -> dict[str, Any]:
         record = self.records[index]
         path = self.video_root / record.path
         try:
-            end = record.duration if self.trim_to_annotation else None
+            start, end = self.window(record)
             sample = cached_or_sampled(
                 self.frame_cache,
                 path,
-                None,
+                start,
                 end,
                 lambda: sample_video(
-                    path, self.spec, end=end, seek_threshold=self.seek_threshold, duration=record.duration
+                    path, self.spec, start, end, seek_threshold=self.seek_threshold, duration=record.duration
                 ),
             )
         except VideoDecodeError as err:
