@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -249,9 +250,7 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
             trainer = self.trainer
             rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
             sampler = EpochShuffle(len(dataset), self.shuffle_seed, rank, world)
-            epoch, batches = self.start_of_training(trainer, len(sampler) // self.batch_size)
-            sampler.set_epoch(epoch)
-            sampler.start = batches * self.batch_size
+            self.place_training(trainer, len(sampler) // self.batch_size, partial(sampler.place, self.batch_size))
         return DataLoader(
             dataset,
             batch_size=self.batch_size if train else self.eval_batch_size,

@@ -60,6 +60,10 @@ class EpochShuffle(DistributedSampler):
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
+    def place(self, batch_size: int, epoch: int, batches: int) -> None:
+        """Start at batch `batches` of `epoch`'s order (a mid-epoch resume)."""
+        self.epoch, self.start = epoch, batches * batch_size
+
     def __iter__(self):
         generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
         order = torch.randperm(self.size, generator=generator).tolist()
@@ -179,6 +183,10 @@ class TaskBatchSampler(DistributedSampler):
         per_pass = self.sizes[task] // width
         cycle, offset = divmod(occurrence, per_pass)
         return self._order(task, cycle)[offset * width : (offset + 1) * width]
+
+    def place(self, epoch: int, steps: int) -> None:
+        """Start at step `steps` of `epoch`'s schedule (a mid-epoch resume)."""
+        self.epoch, self.start_step = epoch, steps
 
     def __iter__(self) -> Iterator[list[tuple[int, int]]]:
         schedule = self.task_schedule()

@@ -340,8 +340,7 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
             rank,
             world,
         )
-        epoch, self.sampler.start_step = self.start_of_training(trainer, len(self.sampler))
-        self.sampler.set_epoch(epoch)
+        self.place_training(trainer, len(self.sampler), self.sampler.place)
         dataset = TrainBatches(self.train_data, self.processing, self.on_bad_video)
         return DataLoader(dataset, sampler=self.sampler, batch_size=None, **self._worker_settings())
 
