@@ -70,7 +70,7 @@ def video_batch(batch_size: int, frames: int, size: int, device: torch.device) -
     }
 
 
-def clip4clip_mea_model(root: Path, cpu: bool) -> L.LightningModule:
+def clip4clip_mea_model(root: Path, cpu: bool, max_text_len: int = 77) -> L.LightningModule:
     from lit_retrieval.models.encoders import CLIPEncoder
     from lit_retrieval.models.encoders.tiny import char_clip_tokenizer
     from lit_retrieval.models.heads import MeanPHead
@@ -93,7 +93,9 @@ def clip4clip_mea_model(root: Path, cpu: bool) -> L.LightningModule:
     }
     torch.manual_seed(0)
     return DualEncoderRetrieval(
-        CLIPEncoder(config=config, tokenizer=str(root / "tokenizer")), MeanPHead(), mea=MEAConfig(weight=0.2)
+        CLIPEncoder(config=config, tokenizer=str(root / "tokenizer"), max_text_len=max_text_len),
+        MeanPHead(),
+        mea=MEAConfig(weight=0.2),
     )
 
 

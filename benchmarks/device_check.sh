@@ -7,8 +7,12 @@
 # GVE at Qwen2.5-VL-3B geometry (LoRA, samples/s) and the loader with 16 workers (on the fly and from
 # the frame cache), and writes one JSON object to benchmarks/_work/device_check.json and stdout. A
 # part that cannot run (e.g. DeepSpeed not installable) says why in its entry, and the JSON lists the
-# version of each package found (or why it does not import).
-#   bash benchmarks/device_check.sh            # on the GPU node, about 5-8 minutes
+# version of each package found (or why it does not import). Then benchmarks/grad_cache.py measures
+# gradient caching's memory/speed trade (CLIP4Clip+MEA ViT-B/16 at MELON batch 64 x 64 frames on one
+# GPU, GVE-3B batch 64 per GPU; plain and cached at chunks 64, 16, 4, plain may run out of memory,
+# which its row then says) and writes one JSON line to benchmarks/_work/grad_cache.json and stdout
+# (GRAD_CACHE=0 skips it; with --cpu it runs only with GRAD_CACHE=1, at tiny sizes and one chunk).
+#   bash benchmarks/device_check.sh            # on the GPU node, about 5-8 minutes + 3-5 for grad_cache
 #   bash benchmarks/device_check.sh --cpu      # the same script at tiny sizes on a CPU
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,4 +36,17 @@ else
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-exec "$PY" benchmarks/device_check.py --out "$OUT" "$@"
+"$PY" benchmarks/device_check.py --out "$OUT" "$@"
+status=$?
+if [ "${1:-}" = "--cpu" ]; then
+  GC_DEFAULT=0
+  GC_ARGS=(--size tiny --device cpu --models clip4clip_mea --chunks 0 16 --steps 1)
+else
+  GC_DEFAULT=1
+  GC_ARGS=(--size gpu --device cuda --steps 3 --timeout 240)
+fi
+if [ "${GRAD_CACHE:-$GC_DEFAULT}" != 0 ]; then
+  "$PY" benchmarks/grad_cache.py "${GC_ARGS[@]}" | tee "$(dirname "$OUT")/grad_cache.json" \
+    || echo "grad_cache benchmark failed" >&2
+fi
+exit $status

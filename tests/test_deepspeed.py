@@ -1,12 +1,15 @@
 """The real DeepSpeed engine on 2 CPU ranks (DeepSpeed's CPU accelerator, gloo) through
 `lit-retrieval`, with the shipped `configs/strategy/deepspeed_*.yaml` composed with the quick-start
 (shrunk: the test corpus, 2 frames, a few steps) and with GVE's tiny CPU config. Each stage runs at
-least once (fp32: `--trainer.precision 32-true`, so runs can be compared exactly):
+least once (fp32: `--trainer.precision 32-true`, so runs can be compared exactly; ZeRO-3 also as shipped,
+in bf16-mixed):
 
 - quick-start x ZeRO-3: fit, a `last.ckpt/` directory, `convert-checkpoint`, `test` under
   DeepSpeed on the directory = `test` under DDP on the converted file (every score), resume of the epoch-0
   directory with `--ckpt_path newest` = the uninterrupted run's weights;
 - grid's conversion of that directory for `uvrb` (once);
+- quick-start x ZeRO-3 as shipped (bf16-mixed): fp32 master weights in the checkpoint, `test` on the
+  directory within bf16's precision of the fp32 scores of the converted file;
 - quick-start x ZeRO-2 with optimizer offload: the same run = ZeRO-3's weights (sharding and
   offload change no arithmetic);
 - GVE x ZeRO-3 with offload, validation split so that one rank embeds text while the other embeds
@@ -200,6 +203,28 @@ def test_quickstart_zero2_offload_trains_as_zero3(zero3_quickstart, corpus, tmp_
         zero3,
         changed_from=convert(next((zero3_quickstart / "checkpoints").glob("epoch=0*")), tmp_path / "e0.ckpt"),
     )
+
+
+def test_quickstart_zero3_as_shipped_in_bf16_keeps_fp32_masters_and_tests_its_directory(corpus, tmp_path):
+    """`configs/strategy/deepspeed_zero3.yaml` as shipped (bf16-mixed): DeepSpeed casts the model to
+    bf16 and keeps fp32 master weights in the optimizer's shards, which the checkpoint holds."""
+    run, shipped = tmp_path / "run", ["--config", str(ROOT / "configs" / "strategy" / "deepspeed_zero3.yaml")]
+    cli("fit", *quickstart(run, corpus, 1), *shipped, *KEEP_FROZEN)
+    weights = convert(run / "checkpoints" / "last.ckpt", tmp_path / "last.ckpt")
+    trained = [v for k, v in weights.items() if not k.startswith("encoder.text.model.")]
+    assert all(v.dtype == torch.float32 for v in trained)
+    # the masters start as the bf16-cast model; Adam's steps (~lr) then leave bf16's grid: not the bf16 copies
+    assert any((v != v.to(torch.bfloat16).float()).any() for v in trained)
+    config = [*quickstart(run, corpus, 1), "--model.init_args.evaluation.save_scores", "true"]
+    directory = ["--ckpt_path", str(run / "checkpoints" / "last.ckpt")]
+    cli("test", *config, *shipped, *KEEP_FROZEN, "--trainer.logger.init_args.version", "ds", *directory)
+    ddp = ["--trainer.strategy", "ddp", *FP32, "--trainer.logger.init_args.version", "plain"]
+    cli("test", *config, *ddp, "--ckpt_path", str(tmp_path / "last.ckpt"))
+    deepspeed, plain = (np.load(next((run / "logs" / v).rglob("scores.npy"))) for v in ("ds", "plain"))
+    assert deepspeed.dtype == np.float32 and deepspeed.shape == plain.shape == (7, 7)
+    # bf16 weights and activations (8 bits of mantissa) against fp32: 2.0e-3 apart here (scores 0.03-0.09)
+    np.testing.assert_allclose(deepspeed, plain, atol=1e-2, rtol=0)
+    assert np.abs(plain - plain.mean()).max() > 1e-2  # not a constant matrix
 
 
 # ---- GVE ---------------------------------------------------------------------------------------

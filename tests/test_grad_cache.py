@@ -29,6 +29,7 @@ from lit_retrieval.models.encoders import CLIPEncoder
 from lit_retrieval.models.gve import AdapterConfig, InputConfig
 from lit_retrieval.models.heads import (
     MeanPHead,
+    SALIHead,
     MeVTRHead,
     PAUHead,
     SeqLSTMHead,
@@ -40,7 +41,7 @@ from lit_retrieval.models.heads import (
     UCoFiAHead,
     XCLIPHead,
 )
-from lit_retrieval.modules import DualEncoderRetrieval, EmbedderConfig, GVERetrieval, MEAConfig
+from lit_retrieval.modules import DualEncoderRetrieval, EmbedderConfig, GVERetrieval, MEAConfig, SALIRetrieval
 from lit_retrieval.modules import grad_cache as grad_cache_module
 from lit_retrieval.modules.grad_cache import GradCacheConfig
 from media import write_noise_video
@@ -143,6 +144,22 @@ def test_mevtr_event_captions_are_cached_as_text_rows(tiny_clip):
     want = step(dual_module(tiny_clip, MeVTRHead, event_loss=MeVTRLoss()), batch)
     got = step(dual_module(tiny_clip, MeVTRHead, GradCacheConfig(3, 2), event_loss=MeVTRLoss()), batch)
     assert_same_step(got, want)
+
+
+def test_sali_with_shots_and_relational_queries_trains_exactly(tiny_clip):
+    """SALIRetrieval: whole queries and their subject/object spans per text chunk, frames with their
+    shot indices per video chunk (different shot counts per chunk, padded when concatenated)."""
+
+    def sali(grad_cache=None):
+        torch.manual_seed(0)
+        head = SALIHead(train_operator="ot", train_penalty=True)
+        return SALIRetrieval(CLIPEncoder(pretrained=str(tiny_clip)), head, grad_cache=grad_cache)
+
+    batch = video_batch(list(range(5)))
+    batch["events"][0] = ["The red circle confronts the blue square.", "A dot rests."]
+    batch["events"][3] = ["A man hands the woman a box.", "She waves."]
+    batch["frame_shots"] = torch.tensor([[0, 1, 2], [0, 0, -1], [0, -1, -1], [0, 0, 1], [0, 1, -1]])
+    assert_same_step(step(sali(GradCacheConfig(2, 2)), batch), step(sali(), batch))
 
 
 def test_uatvr_is_refused_in_one_line(tiny_clip):

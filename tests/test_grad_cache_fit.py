@@ -103,3 +103,40 @@ def test_deepspeed_zero2_on_two_cpu_ranks_trains_the_cached_fit_as_the_plain_one
     # a tenth of one AdamW step (lr 1e-3): Adam divides each entry by its own scale, so float rounding on
     # near-zero gradient entries moves them by a fraction of the step (observed 2.5e-5, 1 entry in 16,384)
     assert_same_weights(found["cached"], found["plain"], atol=1e-4)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_lightning_ddp_on_two_cpu_ranks_trains_the_cached_fit_as_the_plain_one(tmp_path, tiny_clip, corpus):
+    """Lightning's DDP (gloo, 2 ranks) with MEA and cross-device negatives: the bucketed all-reduce
+    sees one backward per step, as without caching."""
+    import subprocess
+    import sys
+
+    from fit_configs import clean_launch_env
+
+    root = Path(__file__).resolve().parents[1]
+    found = {}
+    for name, cache in (("plain", None), ("cached", {"text_chunk": 3, "video_chunk": 1})):
+        run = tmp_path / name
+        checkpoint = {
+            "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+            "init_args": {"dirpath": str(run / "checkpoints"), "save_last": True, "save_top_k": 0},
+        }
+        trainer = {**TRAINER, "devices": 2, "strategy": "ddp", "max_epochs": 1, "logger": False}
+        trainer.update(default_root_dir=str(run), callbacks=[checkpoint])
+        model = {"mea": {"weight": 0.5}, "cross_device": True, **({"grad_cache": cache} if cache else {})}
+        config = clip_fit_config(tiny_clip, corpus, trainer=trainer, model=model, data={"num_workers": 0})
+        run.mkdir(parents=True)
+        (run / "fit.yaml").write_text(yaml.safe_dump(config))
+        done = subprocess.run(
+            [sys.executable, "-m", "lit_retrieval", "fit", "--config", str(run / "fit.yaml")],
+            cwd=root,
+            env=clean_launch_env(str(root / "tests")),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        found[name] = weights(run / "checkpoints" / "last.ckpt")
+    assert_same_weights(found["cached"], found["plain"], atol=1e-5)

@@ -37,7 +37,9 @@ def test_every_shipped_plan_parses_and_dry_runs(monkeypatch, capsys, tmp_path):
         plan = load_plan(path)
         for row in plan.rows:
             assert all((ROOT / c).is_file() for c in row.configs + row.test_configs), (path, row.name)
-        assert run_command("grid", [str(path), "--out", str(tmp_path / path.stem), "--dry-run"]) == 0
+        # GVE's plans need Psi_1 from the user, as their headers show (test_a_gve_plan_without_psi_1_is_refused...)
+        prober = ["--override", "data.init_args.prober_path=/models/gme"] if "prober_path=" in path.read_text() else []
+        assert run_command("grid", [str(path), "--out", str(tmp_path / path.stem), "--dry-run", *prober]) == 0
         out = capsys.readouterr().out
         assert all(f"] {row.name} seed {plan.seeds[0]}: pending" in out for row in plan.rows), path
         assert not (tmp_path / path.stem).exists()
@@ -45,6 +47,19 @@ def test_every_shipped_plan_parses_and_dry_runs(monkeypatch, capsys, tmp_path):
             published = load_published(plan.published)
             assert set(published) <= {r.name for r in plan.rows}, path
             assert all(set(values) <= set(plan.metrics) for values in published.values()), path
+
+
+def test_a_gve_plan_without_psi_1_is_refused_before_anything_is_submitted(monkeypatch, tmp_path):
+    """GVE's rows probe their first epoch with `data.prober_path` (GVE Sec. 3.3); unset, each fit would
+    refuse to start on the cluster: `grid` says so in one line instead, and writes nothing."""
+    monkeypatch.chdir(ROOT)
+    plan = ROOT / "configs" / "plans" / "gve_tab3.yaml"
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch to be reached
+    refusal = "row 'gve_i_3b': data.init_args.prober_path is not set, and HardNegativeMining probes the first epoch"
+    with pytest.raises(UsageError, match=refusal) as raised:
+        run_command("grid", [str(plan), "--out", str(tmp_path / "runs"), "--slurm"])
+    assert str(raised.value).endswith("(--override data.init_args.prober_path=DIR)") and "\n" not in str(raised.value)
+    assert not (tmp_path / "runs").exists()
 
 
 def test_melon_tab2_published_numbers_match_the_paper_text():

@@ -16,16 +16,34 @@ from lit_retrieval.errors import ConfigError
 from lit_retrieval.models.gve.embedder import GVEEmbedder
 
 
+PROBING_CALLBACKS = ("ModalityPyramid", "HardNegativeMining")  # the callbacks that probe with Psi_t
+
+
+def unset_prober_reason(who: str) -> str:
+    return (
+        f"data.init_args.prober_path is not set, and {who} probes the first epoch with it: GVE Sec. 3.3 "
+        "'For t=1, Psi_1 is a strong off-the-shelf embedder (e.g., GME-7B)'; give a local GME/Qwen2-VL "
+        f"directory, or '{PROBER_IS_MODEL}' to let the model probe itself (not the paper's)"
+    )
+
+
 def first_prober_path(trainer: L.Trainer, who: str) -> str:
     """`data.init_args.prober_path`, refused with one line when unset (`who` names the callback)."""
     path = getattr(trainer.datamodule, "prober_path", None)
     if path is None:
-        raise ConfigError(
-            f"data.init_args.prober_path is not set, and {who} probes the first epoch with it: GVE Sec. 3.3 "
-            "'For t=1, Psi_1 is a strong off-the-shelf embedder (e.g., GME-7B)'; give a local GME/Qwen2-VL "
-            f"directory, or '{PROBER_IS_MODEL}' to let the model probe itself (not the paper's)"
-        )
+        raise ConfigError(unset_prober_reason(who))
     return path
+
+
+def config_lacks_prober(config: dict) -> str | None:
+    """For a resolved fit config (`fit --print_config`): why its fit would refuse to start for want of
+    Psi_1 (a probing callback with `prober_path` unset), else None; `grid` refuses such a row before
+    it submits anything."""
+    callbacks = (config.get("trainer") or {}).get("callbacks") or []
+    names = [str(c.get("class_path", "")).rsplit(".", 1)[-1] for c in callbacks if isinstance(c, dict)]
+    probing = [name for name in names if name in PROBING_CALLBACKS]
+    data = (config.get("data") or {}).get("init_args") or {}
+    return unset_prober_reason(probing[0]) if probing and data.get("prober_path") is None else None
 
 
 def epoch_prober(trainer: L.Trainer, module: L.LightningModule, epoch: int, who: str) -> tuple[GVEEmbedder, str]:

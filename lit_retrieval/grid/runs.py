@@ -210,11 +210,17 @@ def row_config(plan: Plan, run: Run, runs_dir: Path, extra: dict[str, Any], reso
     if row.model is not None:
         return None
     if row.name not in resolved:
+        from lit_retrieval.callbacks.prober import config_lacks_prober  # the models' code, as resolving loads it
+
         overrides = {
             k: v.replace("{runs}", str(runs_dir)) if isinstance(v, str) else v
             for k, v in {**row.overrides, **extra}.items()
         }
-        resolved[row.name] = resolve_config(row.configs, overrides, f"{plan.path}: row {row.name!r}")
+        where = f"{plan.path}: row {row.name!r}"
+        resolved[row.name] = resolve_config(row.configs, overrides, where)
+        lacking = config_lacks_prober(resolved[row.name])
+        if lacking:  # its fit would refuse to start on the cluster
+            raise UsageError(where, f"{lacking} (--override data.init_args.prober_path=DIR)")
     return resolved[row.name]
 
 

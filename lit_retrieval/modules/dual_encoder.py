@@ -17,6 +17,7 @@ import torch
 
 from lit_retrieval.data.text.queries import QueryMode
 from lit_retrieval.data.text.spans import SpanSplitter
+from lit_retrieval.distributed import distributed_world
 from lit_retrieval.losses.mevtr import MeVTRLoss
 from lit_retrieval.metrics.analyses import AnalysesConfig
 from lit_retrieval.metrics.relational import RelationalConfig
@@ -26,7 +27,6 @@ from lit_retrieval.models.heads.base import SimilarityHead
 from lit_retrieval.models.heads.uatvr import UATVRHead
 from lit_retrieval.modules.checkpoint_head import check_head, record_head
 from lit_retrieval.modules.evaluation import EvaluationConfig, RetrievalEvaluator
-from lit_retrieval.distributed import distributed_world
 from lit_retrieval.modules.grad_cache import GradCacheConfig, RecipeBatchCheck, cached_encode
 from lit_retrieval.modules.initialization import freeze_prefixes, load_warm_start
 from lit_retrieval.modules.item_embedders import DualEncoderEmbedder, FrameInput, ItemEmbedder
