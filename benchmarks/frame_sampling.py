@@ -16,7 +16,7 @@ from pathlib import Path
 import av
 import numpy as np
 
-from lit_retrieval.data.video import sample_frames, uniform_times
+from lit_retrieval.data.media.video import sample_frames, uniform_times
 
 WORK = Path(__file__).parent / "_work"
 FRAMES = 64

@@ -97,8 +97,8 @@ def clip4clip_mea(root: Path, cpu: bool, steps: int) -> dict:
 
 
 def small_gve(root: Path, cpu: bool, steps: int) -> dict:
-    from lit_retrieval.data.gve_synthetic import make_gve_tasks
-    from lit_retrieval.data.multitask import MultiTaskDataModule
+    from lit_retrieval.data.gve.synthetic import make_gve_tasks
+    from lit_retrieval.data.gve.multitask import MultiTaskDataModule
     from lit_retrieval.models.gve import InputConfig, AdapterConfig
     from lit_retrieval.models.gve.tiny import save_tiny_qwen25vl
     from lit_retrieval.modules import EmbedderConfig, GVERetrieval

@@ -58,7 +58,7 @@ def dual_setup(root: Path, size: str, device: torch.device, batch: int, frames: 
 def gve_setup(root: Path, size: str, device: torch.device, batch: int, frames: int):
     from gve_gpu import write_model, write_video
 
-    from lit_retrieval.data.media import MediaItem
+    from lit_retrieval.data.items import MediaItem
     from lit_retrieval.models.gve import AdapterConfig, InputConfig
     from lit_retrieval.modules import EmbedderConfig, GVERetrieval
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
-from lit_retrieval.data.media import MediaItem
+from lit_retrieval.data.items import MediaItem
 from lit_retrieval.losses.contrastive import MultimodalInfoNCE
 from lit_retrieval.models.gve import GVEEmbedder, InputConfig, AdapterConfig
 from lit_retrieval.models.gve.tiny import special_token_ids, tiny_config, tiny_processor

@@ -31,7 +31,7 @@ def _media(root: Path) -> tuple[list, list]:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from media import write_noise_video
 
-    from lit_retrieval.data.media import MediaItem
+    from lit_retrieval.data.items import MediaItem
 
     videos = [
         MediaItem(video=str(write_noise_video(root / f"v{i}.mp4", seconds=8, width=112, height=112, seed=i)))

@@ -33,11 +33,13 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from frame_sampling import WORK, Geometry, make_video
-from lit_retrieval.commands.cache_frames import ClipSampler, WindowSampler
+from lit_retrieval.data.media.cache_plan import WindowSampler
+from lit_retrieval.models.gve.cache_plan import ClipSampler
 from lit_retrieval.data import MultiEventDataModule
-from lit_retrieval.data.datamodule import MultiEventDataset, collate_items
-from lit_retrieval.data.frame_cache import CacheJob, CacheWriter, FrameCache, cached_or_sampled, file_stamp, video_key
-from lit_retrieval.data.video import SamplingSpec
+from lit_retrieval.data.batching.dataset import MultiEventDataset, collate_items
+from lit_retrieval.data.media.frame_cache import CacheJob, CacheWriter, FrameCache, cached_or_sampled
+from lit_retrieval.data.media.identity import file_path, file_version
+from lit_retrieval.data.media.video import SamplingSpec
 from lit_retrieval.models.gve.processing import InputConfig, clip_cache_params, sample_clip
 
 GEOMETRIES = {"activitynet": Geometry(150, 30, 640, 360, 60), "msrvtt": Geometry(15, 30, 320, 240, 60)}
@@ -194,9 +196,9 @@ def build_cache(out: Path, params: dict, sampler, paths: list[Path], frame_forma
     writer = CacheWriter(out, params, frame_format, JPEG_QUALITY if frame_format == "jpeg" else None)
     start = time.perf_counter()
     for path in paths:
-        job = CacheJob(video_key(path))
+        job = CacheJob(file_path(path))
         sample = sampler(job)
-        writer.add(job, file_stamp(path), sample)
+        writer.add(job, file_version(path), sample)
     seconds = (time.perf_counter() - start) / len(paths)
     return seconds, writer.data_path.stat().st_size / len(paths) / 1e6
 

@@ -16,7 +16,7 @@ import warnings
 import numpy as np
 import torch
 
-from lit_retrieval.data.synthetic import make_event_pool
+from lit_retrieval.data.datasets.synthetic import make_event_pool
 from lit_retrieval.models.encoders import CLIPEncoder
 from lit_retrieval.models.encoders.tiny import tiny_clip_config
 from lit_retrieval.models.heads import MeanPHead

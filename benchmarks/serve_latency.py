@@ -165,8 +165,8 @@ def main() -> None:
     if args.client:
         print(json.dumps(client(args.client, args.first, args.queries, args.k)))
         return
-    from lit_retrieval.data.media import MediaItem
-    from lit_retrieval.data.synthetic import SynthConfig, generate_corpus
+    from lit_retrieval.data.items import MediaItem
+    from lit_retrieval.data.datasets.synthetic import SynthConfig, generate_corpus
     from lit_retrieval.search.loading import ModelSpec, load_item_embedder
 
     spec = ModelSpec(config=args.config, ckpt=args.ckpt).resolved()

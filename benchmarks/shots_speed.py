@@ -3,7 +3,7 @@ second run over cached videos. Prints one JSON line.
 
 The video (320x240 by default, 25 fps, a hard cut every 5 s between coloured scenes with moving
 content) is written once with PyAV under benchmarks/_work. Detection runs PySceneDetect's
-AdaptiveDetector through `lit_retrieval.data.shots`; the cut positions found are checked against
+AdaptiveDetector through `lit_retrieval.data.media.shots`; the cut positions found are checked against
 the true ones.
 
     python benchmarks/shots_speed.py [--seconds 600 --width 320 --height 240]
@@ -20,7 +20,7 @@ from pathlib import Path
 import av
 import numpy as np
 
-from lit_retrieval.data.shots import ShotDetectorConfig, detect_many, detect_shots
+from lit_retrieval.data.media.shots import ShotDetectorConfig, detect_many, detect_shots
 
 WORK = Path(__file__).parent / "_work"
 FPS, SHOT_SECONDS = 25, 5

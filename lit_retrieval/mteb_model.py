@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from lit_retrieval.data.media import MediaItem
+from lit_retrieval.data.items import MediaItem
 from lit_retrieval.search.embedders import ItemEmbedder
 from lit_retrieval.search.loading import ModelSpec, load_item_embedder
 

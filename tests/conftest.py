@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_retrieval.data.synthetic import SynthConfig, generate_corpus
+from lit_retrieval.data.datasets.synthetic import SynthConfig, generate_corpus
 from lit_retrieval.models.encoders.tiny import save_tiny_clip
 
 SMALL = SynthConfig(num_videos=24, seed=3)
@@ -112,6 +112,6 @@ def tiny_qwen(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def gve_tasks(corpus, tmp_path_factory):
     """GVE task files (T->V, T->I, I->V, V->V, TV->V) made from the synthetic corpus."""
-    from lit_retrieval.data.gve_synthetic import make_gve_tasks
+    from lit_retrieval.data.gve.synthetic import make_gve_tasks
 
     return make_gve_tasks(corpus, tmp_path_factory.mktemp("gve_tasks"), batch_size=4)

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 import yaml
 
-from lit_retrieval.data.video import SamplingSpec, sample_video
+from lit_retrieval.data.media.video import SamplingSpec, sample_video
 
 PALETTE = {
     "red": (220, 30, 30),

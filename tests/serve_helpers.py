@@ -14,8 +14,8 @@ import numpy as np
 import torch
 
 from lit_retrieval.data.annotations import load_annotations
-from lit_retrieval.data.queries import concat_query
-from lit_retrieval.data.video import VideoDecodeError
+from lit_retrieval.data.text.queries import concat_query
+from lit_retrieval.data.media.video import VideoDecodeError
 from lit_retrieval.search.index import VideoIndex, build_video_index, list_videos
 from lit_retrieval.search.loading import ModelSpec
 from lit_retrieval.serve.app import Limits, SearchService, create_app

@@ -21,7 +21,7 @@ import torch
 
 from head_checks import bind_seeded, features
 from lit_retrieval.data import MultiEventDataModule
-from lit_retrieval.data.shots import ShotConfig
+from lit_retrieval.data.media.shots import ShotConfig
 from lit_retrieval.metrics.analyses import AnalysesConfig
 from lit_retrieval.metrics.blockwise import Relevance, blockwise_search
 from lit_retrieval.models.encoders import CLIPEncoder

@@ -128,7 +128,7 @@ def _dual_encoder(tiny_clip: str):
     module = DualEncoderRetrieval(
         CLIPEncoder(pretrained=tiny_clip), MeanPHead(), mea=MEAConfig(weight=0.5, num_partial=2), cross_device=True
     )
-    from lit_retrieval.data.queries import PartialBatch
+    from lit_retrieval.data.text.queries import PartialBatch
 
     def first_events(events, *stream):  # the same partial queries however the batch is split
         owner = [i for i, e in enumerate(events) for _ in range(2)]

@@ -1,18 +1,22 @@
 """Parsers of MELON, ActivityNet Captions and DiDeMo on fixtures in each real layout, and on
-broken records under both bad-record policies."""
+broken records under both bad-record policies; the train/eval split-overlap check."""
 
 import json
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
-from lit_retrieval.data import ActivityNetDataModule, AnnotationError, DiDeMoDataModule, MELONDataModule, MelonFields
-from lit_retrieval.data.activitynet import ActivityNetParser
-from lit_retrieval.data.annotations import load_annotations
+from lit_retrieval.data import (
+    ActivityNetDataModule, AnnotationError, DiDeMoDataModule, Event, MELONDataModule, MelonFields, MultiEventDataModule,
+    VideoRecord,
+)
+from lit_retrieval.data.datasets.activitynet import ActivityNetParser
+from lit_retrieval.data.annotations import load_annotations, save_annotations
 from lit_retrieval.data.bad_records import RecordCollector
-from lit_retrieval.data.didemo import DiDeMoParser
-from lit_retrieval.data.melon import MelonParser, parse_timestamp
+from lit_retrieval.data.datasets.didemo import DiDeMoParser
+from lit_retrieval.data.datasets.melon import MelonParser, parse_timestamp
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -252,3 +256,32 @@ def test_activitynet_datamodule_loads_real_videos(tmp_path, corpus):
     assert {tuple(e) for e in batch["events"]} <= {tuple(v.descriptions) for v in canonical}
     test = next(iter(module.test_dataloader()))
     assert test["video_id"] == ["v_yt000000000"] and test["duration"].tolist() == [canonical[0].duration]
+
+
+def split_module(tmp_path, train_path: str, test_path: str, **kwargs) -> MultiEventDataModule:
+    """A canonical annotation whose test video is written `test_path`, its training one `train_path`."""
+    (tmp_path / "videos").mkdir(exist_ok=True)
+    (tmp_path / "videos" / "a.mp4").write_bytes(b"not decoded by setup")
+    events = [Event("a person waves", ((0.0, 1.0),))]
+    records = [VideoRecord("tr", train_path, 2.0, "train", events), VideoRecord("te", test_path, 2.0, "test", events)]
+    save_annotations(records, tmp_path / "annotations.json")
+    return MultiEventDataModule(annotation=str(tmp_path / "annotations.json"), **kwargs)
+
+
+@pytest.mark.parametrize("spelling", ["videos/./a.mp4", "videos/../videos/a.mp4", "link.mp4", "videos/a.mp4"])
+def test_a_training_video_in_the_test_split_is_refused_however_its_path_is_written(tmp_path, spelling):
+    (tmp_path / "link.mp4").symlink_to(tmp_path / "videos" / "a.mp4")
+    module = split_module(tmp_path, "videos/a.mp4", spelling)
+    also = r"1 video\(s\) of split 'test' are also in the training split"
+    with pytest.raises(AnnotationError, match=f"{also}.*{re.escape(spelling)}"):
+        module.setup()
+    allowed = split_module(tmp_path, "videos/a.mp4", spelling, allow_split_overlap=True)
+    allowed.setup()
+    assert [r.video_id for r in allowed.datasets["test"].records] == ["te"]
+
+
+def test_another_file_of_the_same_name_is_no_overlap(tmp_path):
+    (tmp_path / "other").mkdir()
+    module = split_module(tmp_path, "videos/a.mp4", "other/a.mp4")
+    module.setup()
+    assert [r.path for r in module.datasets["test"].records] == ["other/a.mp4"]

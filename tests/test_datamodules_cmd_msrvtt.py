@@ -9,9 +9,9 @@ import pytest
 
 from lit_retrieval.data import AnnotationError, CondensedMoviesDataModule, MSRVTTDataModule
 from lit_retrieval.data.bad_records import RecordCollector
-from lit_retrieval.data.condensed_movies import CondensedMoviesParser
-from lit_retrieval.data.msrvtt import MSRVTTParser
-from lit_retrieval.data.shots import ShotConfig
+from lit_retrieval.data.datasets.condensed_movies import CondensedMoviesParser
+from lit_retrieval.data.datasets.msrvtt import MSRVTTParser
+from lit_retrieval.data.media.shots import ShotConfig
 from media import FPS, write_shots_video
 
 FIXTURES = Path(__file__).parent / "fixtures"

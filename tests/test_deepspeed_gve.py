@@ -8,7 +8,7 @@ import pytest
 import torch
 from test_gve_embedder import embedder, items, media, perturb_lora  # noqa: F401 (media: a fixture)
 
-from lit_retrieval.data.media import MediaItem
+from lit_retrieval.data.items import MediaItem
 
 
 @pytest.fixture(scope="module")

@@ -165,7 +165,7 @@ def test_the_path_check_catches_a_bogus_path_and_accepts_real_ones():
     text = (
         "See `lit_retrieval/models/gve/loading.py`, `configs/gve/gve_3b.yaml`, `docs/nothing.md` and\n"
         "```bash\nlit-retrieval fit --config configs/melon/missing.yaml\n```\n"
-        "but `lit_retrieval/data/video.py`, `data/video.py`, `configs/strategy/{ddp,bf16}.yaml`,\n"
+        "but `lit_retrieval/data/media/video.py`, `data/media/video.py`, `configs/strategy/{ddp,bf16}.yaml`,\n"
         "`ArrowLuo/CLIP4Clip:modules/module_cross.py`, `data/melon.yaml`,\n"
         "`runs/x/logs/test/metrics.json`, `<dir>/corpus.jsonl`, `train/mea/*` and `metrics.json` are fine."
     )

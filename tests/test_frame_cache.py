@@ -19,7 +19,7 @@ import yaml
 
 from lit_retrieval.commands import run_command
 from lit_retrieval.data import MultiEventDataModule
-from lit_retrieval.data.frame_cache import (
+from lit_retrieval.data.media.frame_cache import (
     CacheJob,
     CacheWriter,
     CorruptFrameCache,
@@ -27,7 +27,7 @@ from lit_retrieval.data.frame_cache import (
     FrameCacheMismatch,
     StaleCacheEntry,
 )
-from lit_retrieval.data.video import VideoDecodeError
+from lit_retrieval.data.media.video import VideoDecodeError
 from media import write_noise_video, write_timed_video
 
 FRAMES, SIZE = 6, 24
@@ -187,7 +187,7 @@ def _two_videos(root: Path) -> Path:
 
 
 def _decoded(root: Path, name: str) -> np.ndarray:
-    from lit_retrieval.data.video import SamplingSpec, sample_video
+    from lit_retrieval.data.media.video import SamplingSpec, sample_video
 
     return sample_video(root / f"videos/{name}.mp4", SamplingSpec(FRAMES, SIZE)).frames
 
@@ -274,7 +274,7 @@ def small_disk(tmp_path, monkeypatch):
         yield folder, lambda: subprocess.run(["mount", "-o", "remount,size=4m", str(folder)], check=True)
         subprocess.run(["umount", str(folder)], check=True)
         return
-    import lit_retrieval.data.frame_cache as frame_cache
+    import lit_retrieval.data.media.frame_cache as frame_cache
 
     calls = []
 
@@ -313,7 +313,7 @@ def test_full_disk_is_one_line_and_the_rerun_after_making_room_is_complete(
 def test_missing_video_is_decoded_with_a_warning(corpus, tmp_path, caplog):
     assert _cache(corpus, tmp_path / "train_only", "--splits", "train") == 0
     cached = _module(corpus, frame_cache=str(tmp_path / "train_only"))
-    with caplog.at_level(logging.WARNING, logger="lit_retrieval.data.frame_cache"):
+    with caplog.at_level(logging.WARNING, logger="lit_retrieval.data.media.frame_cache"):
         item = cached.datasets["test"][0]
     assert "has no entry for" in caplog.text and "noise_b.mp4" in caplog.text
     assert torch.equal(item["frames"], _module(corpus).datasets["test"][0]["frames"])
@@ -365,7 +365,7 @@ def test_jpeg_cache_states_its_quality_and_costs_bounded_psnr(corpus, tmp_path):
 
 
 def _raw_frames(module: MultiEventDataModule, index: int) -> np.ndarray:
-    from lit_retrieval.data.video import sample_video
+    from lit_retrieval.data.media.video import sample_video
 
     dataset = module.datasets["train"]
     return sample_video(dataset.video_root / dataset.records[index].path, dataset.spec).frames.astype(float)
@@ -383,7 +383,7 @@ def test_cache_writer_refuses_another_format_in_the_same_folder(raw_cache):
 def test_gve_clips_from_the_cache_equal_its_sampling(corpus, tiny_qwen, tmp_path):
     from transformers import AutoProcessor
 
-    from lit_retrieval.data.media import MediaItem
+    from lit_retrieval.data.items import MediaItem
     from lit_retrieval.models.gve.processing import GVEProcessing, InputConfig
 
     videos = corpus / "videos"
@@ -437,7 +437,7 @@ def test_gve_clips_from_the_cache_equal_its_sampling(corpus, tiny_qwen, tmp_path
 def test_normalisation_is_clips_formula():
     """The loader's normalisation (in place, the cache path's largest cost) is CLIP's
     (x / 255 - mean) / std per channel, computed here in float32 with NumPy."""
-    from lit_retrieval.data.transforms import CLIP_MEAN, CLIP_STD, NormalizeFrames
+    from lit_retrieval.data.media.normalize import CLIP_MEAN, CLIP_STD, NormalizeFrames
 
     frames = np.random.default_rng(0).integers(0, 256, (3, 5, 7, 3), dtype=np.uint8)
     mean, std = np.float32(CLIP_MEAN), np.float32(CLIP_STD)
@@ -450,7 +450,7 @@ def test_normalisation_is_clips_formula():
 def test_frames_normalised_on_the_device_equal_the_loaders(corpus, raw_cache):
     """`normalize_on_device`: uint8 frames through the loader, normalised after the transfer hook,
     equal the frames the loader normalises itself."""
-    from lit_retrieval.data.datamodule import collate_items
+    from lit_retrieval.data.batching.dataset import collate_items
 
     plain = _module(corpus)
     late = _module(corpus, frame_cache=str(raw_cache), normalize_on_device=True)

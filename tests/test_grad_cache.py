@@ -22,8 +22,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from PIL import Image
 
-from lit_retrieval.data.media import MediaItem
-from lit_retrieval.data.queries import PartialBatch
+from lit_retrieval.data.items import MediaItem
+from lit_retrieval.data.text.queries import PartialBatch
 from lit_retrieval.losses.mevtr import MeVTRLoss
 from lit_retrieval.models.encoders import CLIPEncoder
 from lit_retrieval.models.gve import AdapterConfig, InputConfig

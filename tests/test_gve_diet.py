@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from lit_retrieval.callbacks.modality_pyramid import task_probabilities
-from lit_retrieval.data.task_sampler import TaskBatchSampler, size_weights
+from lit_retrieval.data.batching.samplers import TaskBatchSampler, size_weights
 
 EPOCHS = 25
 

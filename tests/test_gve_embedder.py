@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from PIL import Image
 from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
 
-from lit_retrieval.data.media import ItemError, MediaItem
-from lit_retrieval.data.video import VideoDecodeError
+from lit_retrieval.data.items import ItemError, MediaItem
+from lit_retrieval.data.media.video import VideoDecodeError
 from lit_retrieval.models.gve import GVEEmbedder, InputConfig, AdapterConfig, last_token_pool
 from media import full_decode, write_noise_video
 from mrope_reference import batch_reference_positions

@@ -15,7 +15,7 @@ from safetensors import safe_open
 from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
 
 from lit_retrieval.commands import run_command
-from lit_retrieval.data.media import MediaItem
+from lit_retrieval.data.items import MediaItem
 from lit_retrieval.errors import UsageError
 from lit_retrieval.models.gve.processing import GVEProcessing
 from mrope_reference import batch_reference_positions

@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoProcessor
 
-from lit_retrieval.data.media import MediaItem
+from lit_retrieval.data.items import MediaItem
 from lit_retrieval.models.gve.processing import GVEProcessing, InputConfig
 from media import full_decode, write_noise_video, write_timed_video
 

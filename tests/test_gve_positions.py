@@ -12,7 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
-from lit_retrieval.data.media import MediaItem
+from lit_retrieval.data.items import MediaItem
 from lit_retrieval.models.gve import GVEEmbedder, InputConfig
 from lit_retrieval.models.gve.positions import MRopeLayout, release_mrope_positions
 from media import write_noise_video

@@ -48,13 +48,13 @@ LAYERS: dict[str, int] = {
 
 
 def module_name(path: Path, root: Path = PACKAGE) -> str:
-    """`<root>/data/tasks.py` -> `lit_retrieval.data.tasks`."""
+    """`<root>/data/tasks.py` -> `lit_retrieval.data.gve.tasks`."""
     parts = [root.name, *path.relative_to(root).with_suffix("").parts]
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def unit(module: str) -> str:
-    """`lit_retrieval.data.tasks` -> `data`; `lit_retrieval` -> `lit_retrieval`."""
+    """`lit_retrieval.data.gve.tasks` -> `data`; `lit_retrieval` -> `lit_retrieval`."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else parts[0]
 
@@ -105,8 +105,73 @@ def backward_edges(root: Path = PACKAGE) -> list[str]:
     return problems
 
 
+# rank: parts of `data/` (docs/architecture.md, "The data layer"); the same one-way rule inside the unit
+DATA_RANKS: dict[str, int] = {
+    "floor": 0,  # data/*.py: records, reading, bad_records, annotations, items (shared types)
+    "media": 1,  # file -> frames: video, frame_cache, shots, normalize, identity
+    "text": 1,  # query text: queries, spans
+    "batching": 2,  # records -> batches: dataset, datamodule (the bases), samplers, workers, resume
+    "gve": 3,  # GVE's multi-task data
+    "datasets.synthetic": 3,  # the synthetic corpus generator, which the canonical DataModule can run
+    "datasets": 4,  # every other dataset file is a part of its own: a leaf no other dataset imports
+    "exports": 5,  # data/__init__.py: the class paths YAML configs name
+}
+ROOMS = ("media", "text", "batching", "gve", "datasets")
+
+
+def data_part(module: str) -> str:
+    """`lit_retrieval.data.media.video` -> `media`; `...data.datasets.msvd` -> `datasets.msvd`;
+    `...data.records` -> `floor`; `lit_retrieval.data` -> `exports`."""
+    parts = module.split(".")[2:]
+    if not parts:
+        return "exports"
+    if parts[0] not in ROOMS:
+        return "floor"
+    if parts[0] == "datasets":
+        return f"datasets.{parts[1] if len(parts) > 1 else '__init__'}"
+    return parts[0]
+
+
+def data_rank(part: str) -> int:
+    return DATA_RANKS.get(part, DATA_RANKS["datasets"] if part.startswith("datasets.") else -1)
+
+
+def data_backward_edges(root: Path = PACKAGE) -> list[str]:
+    """Every import between parts of `data/` that goes against `DATA_RANKS`."""
+    problems = []
+    for path in sorted((root / "data").rglob("*.py")):
+        source = data_part(module_name(path, root))
+        for target_module, line in imported_modules(path, root):
+            if unit(target_module) != "data" or (target := data_part(target_module)) == source:
+                continue
+            if data_rank(target) >= data_rank(source):
+                ranks = f"rank {data_rank(source)} -> {data_rank(target)}"
+                problems.append(f"{path}:{line}: {source} -> {target_module} ({ranks})")
+    return problems
+
+
 def test_imports_follow_the_layers():
     assert backward_edges() == []
+
+
+def test_the_parts_of_data_follow_their_ranks():
+    assert data_backward_edges() == []
+
+
+def test_a_dataset_file_is_a_leaf(tmp_path):
+    """The data check itself: a dataset importing another dataset, and media importing batching, are refused."""
+    fake = tmp_path / "lit_retrieval"
+    for room in ("datasets", "media", "batching"):
+        (fake / "data" / room).mkdir(parents=True)
+    (fake / "data" / "datasets" / "a.py").write_text("from lit_retrieval.data.batching.datamodule import Base\n")
+    (fake / "data" / "datasets" / "b.py").write_text("from lit_retrieval.data.datasets.a import Parser\n")
+    (fake / "data" / "media" / "video.py").write_text("from ..batching import dataset\n")
+    (fake / "data" / "records.py").write_text("from lit_retrieval.data import VideoTextDataModule\n")
+    assert data_backward_edges(fake) == [
+        f"{fake / 'data' / 'datasets' / 'b.py'}:1: datasets.b -> lit_retrieval.data.datasets.a (rank 4 -> 4)",
+        f"{fake / 'data' / 'media' / 'video.py'}:1: media -> lit_retrieval.data.batching (rank 1 -> 2)",
+        f"{fake / 'data' / 'records.py'}:1: floor -> lit_retrieval.data (rank 0 -> 5)",
+    ]
 
 
 def test_the_check_sees_lazy_relative_and_type_only_imports(tmp_path):
@@ -146,6 +211,18 @@ def test_peers_of_one_rank_do_not_import_each_other(tmp_path):
     (fake / "losses" / "x.py").write_text("from lit_retrieval.metrics.ranking import summarize_ranks\n")
     expected = f"{fake / 'losses' / 'x.py'}:1: losses -> lit_retrieval.metrics.ranking (rank 4 -> 4)"
     assert backward_edges(fake) == [expected]
+
+
+def test_benchmarks_import_the_library_not_its_commands():
+    """`commands/` only parses arguments: what a benchmark times lives in the library."""
+    benchmarks = PACKAGE.parent / "benchmarks"
+    found = [
+        f"{path.name}:{line}: {name}"
+        for path in sorted(benchmarks.glob("*.py"))
+        for name, line in imported_modules(path, benchmarks)
+        if unit(name) in ("commands", "cli")
+    ]
+    assert found == []
 
 
 def test_the_training_path_does_not_load_faiss_or_scenedetect():

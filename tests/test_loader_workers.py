@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from lit_retrieval.data import MultiEventDataModule
-from lit_retrieval.data.multitask import MultiTaskDataModule
+from lit_retrieval.data.gve.multitask import MultiTaskDataModule
 from test_multitask import processing  # noqa: F401 (fixture)
 
 
@@ -67,7 +67,7 @@ def test_workers_keep_lightnings_per_rank_worker_seeds_under_seed_everything(mon
     from lightning.fabric.utilities.rank_zero import rank_zero_only
     from lightning.fabric.utilities.seed import seed_everything
 
-    from lit_retrieval.data.workers import worker_init_fn
+    from lit_retrieval.data.batching.workers import worker_init_fn
 
     monkeypatch.setenv("PL_SEED_WORKERS", "0")
 

@@ -13,7 +13,7 @@ import torch
 import yaml
 
 from lit_retrieval.data.annotations import save_annotations
-from lit_retrieval.data.media import MediaItem
+from lit_retrieval.data.items import MediaItem
 from lit_retrieval.data.records import Event, VideoRecord
 from lit_retrieval.melon_build.chat import CallLog, logged_calls
 from lit_retrieval.melon_build.config import CollectConfig, SourceConfig, V2TConfig

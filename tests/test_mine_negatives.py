@@ -8,8 +8,8 @@ import json
 import numpy as np
 import torch
 
-from lit_retrieval.data.negatives import hardest_negatives
-from lit_retrieval.data.tasks import TaskSpec, read_task
+from lit_retrieval.data.gve.negatives import hardest_negatives
+from lit_retrieval.data.gve.tasks import TaskSpec, read_task
 from lit_retrieval.models.gve import GVEEmbedder, InputConfig
 
 

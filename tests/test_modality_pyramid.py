@@ -11,7 +11,7 @@ import torch
 import yaml
 
 from lit_retrieval.callbacks.modality_pyramid import cap_passes, curriculum_sigma, expected_passes, task_probabilities
-from lit_retrieval.data.task_sampler import TaskBatchSampler, default_steps
+from lit_retrieval.data.batching.samplers import TaskBatchSampler, default_steps
 from lit_retrieval.cli import main
 
 

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from lit_retrieval.data.datamodule import MultiEventDataset
+from lit_retrieval.data.batching.dataset import MultiEventDataset
 from lit_retrieval.data.records import Event, VideoRecord
 from lit_retrieval.modules.evaluation import EvalBatch, RetrievalEvaluator
 from media import write_noise_video

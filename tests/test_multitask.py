@@ -9,11 +9,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-from lit_retrieval.data.media import parse_format
-from lit_retrieval.data.multitask import MultiTaskDataModule, content_key
+from lit_retrieval.data.items import parse_format
+from lit_retrieval.data.gve.multitask import MultiTaskDataModule, content_key
 from lit_retrieval.data.records import AnnotationError
-from lit_retrieval.data.task_sampler import TaskBatchSampler
-from lit_retrieval.data.tasks import TaskSpec, read_task, write_task
+from lit_retrieval.data.batching.samplers import TaskBatchSampler
+from lit_retrieval.data.gve.tasks import TaskSpec, read_task, write_task
 from lit_retrieval.models.gve import GVEProcessing, InputConfig
 from transformers import AutoProcessor
 
@@ -193,11 +193,11 @@ def test_content_key_is_stable_across_processes_and_distinguishes_windows():
     import subprocess
     import sys
 
-    from lit_retrieval.data.media import MediaItem
+    from lit_retrieval.data.items import MediaItem
 
     a = MediaItem(video="v.mp4", start=0.0, end=2.0)
     code = (
-        "from lit_retrieval.data.multitask import content_key; from lit_retrieval.data.media import MediaItem; "
+        "from lit_retrieval.data.gve.multitask import content_key; from lit_retrieval.data.items import MediaItem; "
         "print(content_key(MediaItem(video='v.mp4', start=0.0, end=2.0)))"
     )
     other = [
@@ -214,8 +214,8 @@ def test_content_key_is_stable_across_processes_and_distinguishes_windows():
 
 
 def test_undecodable_pair_raises_or_is_replaced(tmp_path, gve_tasks, processing):
-    from lit_retrieval.data.multitask import TaskData, TrainBatches
-    from lit_retrieval.data.video import VideoDecodeError
+    from lit_retrieval.data.gve.multitask import TaskData, TrainBatches
+    from lit_retrieval.data.media.video import VideoDecodeError
 
     spec = next(s for s in gve_tasks["train"] if s.name == "syn_t2v")
     records = read_task(spec)[:4]

@@ -15,7 +15,7 @@ import yaml
 
 from lit_retrieval.cli import main
 from lit_retrieval.data import MultiTaskDataModule
-from lit_retrieval.data.tasks import TaskSpec
+from lit_retrieval.data.gve.tasks import TaskSpec
 from lit_retrieval.errors import ConfigError
 from lit_retrieval.models.gve import GVEEmbedder
 from lit_retrieval.models.gve.tiny import save_tiny_qwen25vl

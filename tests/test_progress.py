@@ -304,7 +304,7 @@ class CountingEmbedder:
 
 
 def test_embed_tracked_shows_items_and_gives_the_vectors_of_one_call(capsys):
-    from lit_retrieval.data.media import MediaItem
+    from lit_retrieval.data.items import MediaItem
     from lit_retrieval.search.embedders import embed_tracked
 
     items = [MediaItem(text=str(k)) for k in range(70)]

@@ -3,7 +3,7 @@ import itertools
 import numpy as np
 import pytest
 
-from lit_retrieval.data.queries import PartialQuerySampler, partial_subsets, reorder_events, replace_words
+from lit_retrieval.data.text.queries import PartialQuerySampler, partial_subsets, reorder_events, replace_words
 
 EVENTS = ["a cat", "a dog runs", "rain falls", "a car stops", "birds sing"]
 

@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from lit_retrieval.commands import run_command
-from lit_retrieval.data.shots import ShotDetectorConfig, detect_many
+from lit_retrieval.data.media.shots import ShotDetectorConfig, detect_many
 from lit_retrieval.search.index import VideoIndex, build_video_index, list_videos
 from lit_retrieval.search.loading import ModelSpec
 from media import write_noise_video, write_shots_video
@@ -80,7 +80,7 @@ def test_shots_remember_a_failure_until_the_file_changes(tmp_path, monkeypatch):
     config, cache = ShotDetectorConfig(), tmp_path / "cache"
     first = detect_many([video], config, cache, on_error="skip", progress=False)
     assert list(first.failed) == [str(video)] and first.known_failures == 0
-    import lit_retrieval.data.shots as shots
+    import lit_retrieval.data.media.shots as shots
 
     tried: list[str] = []
     detect = shots.detect_shots

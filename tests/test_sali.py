@@ -13,9 +13,9 @@ from head_checks import assert_gradients_reach_every_parameter_and_steps_lower_t
 from lit_retrieval.callbacks import MetricsReport
 from lit_retrieval.commands import run_command
 from lit_retrieval.data import MultiEventDataModule
-from lit_retrieval.data.shots import ShotCache, ShotConfig, ShotDetectorConfig
-from lit_retrieval.data.spans import SpanSplitter
-from lit_retrieval.data.synthetic import CHARACTER_WORDS, SynthConfig, generate_corpus
+from lit_retrieval.data.media.shots import ShotCache, ShotConfig, ShotDetectorConfig
+from lit_retrieval.data.text.spans import SpanSplitter
+from lit_retrieval.data.datasets.synthetic import CHARACTER_WORDS, SynthConfig, generate_corpus
 from lit_retrieval.metrics.ranking import summarize_ranks
 from lit_retrieval.metrics.relational import RelationalConfig, relational_metrics
 from lit_retrieval.models.encoders import CLIPEncoder

@@ -10,7 +10,7 @@ import yaml
 from fit_configs import clip_fit_config
 from lit_retrieval.cli import main
 from lit_retrieval.commands import run_command
-from lit_retrieval.data.shots import ShotCache, ShotDetectorConfig
+from lit_retrieval.data.media.shots import ShotCache, ShotDetectorConfig
 from media import write_noise_video
 
 # (split, query, shot count); relational = an interpersonal verb and two person mentions (SALI Sec. 2)
@@ -107,7 +107,7 @@ MSRVTT_CAPTIONS = str(CAPTIONS / "msrvtt" / "MSRVTT_JSFUSION_test.csv")
 def test_caption_files_equal_the_hand_labels(capsys):
     """The release files' layout (CM `descriptions.csv`: imdbid,videoid,description, quoted fields, a
     clip described twice, an empty description; MSR-VTT 1k-A: key,vid_key,video_id,sentence), each
-    caption labelled by hand with the calibrated rule (lit_retrieval/data/spans.py)."""
+    caption labelled by hand with the calibrated rule (lit_retrieval/data/text/spans.py)."""
     out = stats(capsys, "--captions", CM_CAPTIONS, MSRVTT_CAPTIONS)
     # CM, 11 rows: Marty's second description and the empty one are dropped -> 9 queries. Relational:
     # Rick confronts Ilsa (+ she), Marty talks to Doc, Rose kisses Jack, Sarah threatens Dr. Silberman.

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from lit_retrieval.commands import run_command
-from lit_retrieval.data.media import MediaItem
+from lit_retrieval.data.items import MediaItem
 from lit_retrieval.errors import UsageError
 from lit_retrieval.search.index import (
     IndexMismatch,
@@ -47,7 +47,7 @@ class KnownVectors:
                 if self.fail_after is not None and len(self.embedded) >= self.fail_after:
                     raise KeyboardInterrupt("simulated crash")
                 if open(item.video, "rb").read(4) == b"\x00\x00\x00\x00":
-                    from lit_retrieval.data.video import VideoDecodeError
+                    from lit_retrieval.data.media.video import VideoDecodeError
 
                     raise VideoDecodeError(item.video, "undecodable (test)")
                 self.embedded.append(item.video)

@@ -21,7 +21,7 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from lit_retrieval.data.annotations import load_annotations  # noqa: E402
-from lit_retrieval.data.queries import concat_query  # noqa: E402
+from lit_retrieval.data.text.queries import concat_query  # noqa: E402
 from lit_retrieval.serve.app import Limits, create_app  # noqa: E402
 from serve_helpers import LiveServer, free_port, make_service  # noqa: E402
 

@@ -22,8 +22,8 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from lit_retrieval.data.annotations import load_annotations  # noqa: E402
-from lit_retrieval.data.media import MediaItem  # noqa: E402
-from lit_retrieval.data.queries import concat_query  # noqa: E402
+from lit_retrieval.data.items import MediaItem  # noqa: E402
+from lit_retrieval.data.text.queries import concat_query  # noqa: E402
 from lit_retrieval.search.index import VideoIndex, build_video_index, list_videos  # noqa: E402
 from lit_retrieval.search.loading import ModelSpec  # noqa: E402
 from lit_retrieval.serve.app import Limits, SearchService, create_app  # noqa: E402

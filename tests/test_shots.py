@@ -9,7 +9,7 @@ import torch
 
 from lit_retrieval.cli import main
 from lit_retrieval.data import MultiEventDataModule
-from lit_retrieval.data.shots import (
+from lit_retrieval.data.media.shots import (
     ShotCache,
     ShotDetectorConfig,
     ShotConfig,
@@ -17,7 +17,7 @@ from lit_retrieval.data.shots import (
     detect_shots,
     frame_shot_index,
 )
-from lit_retrieval.data.video import VideoDecodeError
+from lit_retrieval.data.media.video import VideoDecodeError
 from media import FPS, write_shots_video
 
 

@@ -279,7 +279,7 @@ def test_cache_frames_shots_and_index_arrays_merge_into_the_one_shard_outputs(
     import faiss
 
     from lit_retrieval.commands import run_command
-    from lit_retrieval.data.frame_cache import FrameCache
+    from lit_retrieval.data.media.frame_cache import FrameCache
     from lit_retrieval.search.index import VideoIndex
 
     started = time.monotonic()

@@ -4,12 +4,12 @@ Expected flags are worked by hand from the paper's rule: relational = one of the
 verbs plus two person nouns or pronouns (Sec. 2), names being capitalised tokens (Sec. 4 names the
 non-initial ones; a sentence-initial capital counts unless it is a function word such as "The"),
 each sentence having its own initial token. The verbs beyond the paper's three, reflexives (one
-person) and reciprocals (two) are the calibrated choices of `lit_retrieval/data/spans.py`."""
+person) and reciprocals (two) are the calibrated choices of `lit_retrieval/data/text/spans.py`."""
 
 import pytest
 
-from lit_retrieval.data.spans import SpanSplitter, sentences
-from lit_retrieval.data.synthetic import CHARACTER_WORDS, RELATIONAL_VERBS
+from lit_retrieval.data.text.spans import SpanSplitter, sentences
+from lit_retrieval.data.datasets.synthetic import CHARACTER_WORDS, RELATIONAL_VERBS
 
 TABLE = [
     # query, subject, object, verb, relational

@@ -3,8 +3,8 @@ from collections import Counter
 import numpy as np
 
 from lit_retrieval.data.annotations import load_annotations
-from lit_retrieval.data.synthetic import SynthConfig, generate_corpus
-from lit_retrieval.data.video import sample_frames
+from lit_retrieval.data.datasets.synthetic import SynthConfig, generate_corpus
+from lit_retrieval.data.media.video import sample_frames
 
 
 def test_corpus_structure(corpus):
@@ -23,7 +23,7 @@ def test_corpus_structure(corpus):
 
 def test_events_shared_across_videos_full_queries_unique():
     cfg = SynthConfig(num_videos=300, seed=0)
-    from lit_retrieval.data.synthetic import assign_events, make_event_pool
+    from lit_retrieval.data.datasets.synthetic import assign_events, make_event_pool
 
     rng = np.random.default_rng(cfg.seed)
     counts = rng.integers(3, 6, cfg.num_videos)

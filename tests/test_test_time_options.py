@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import yaml
 
-from lit_retrieval.data.synthetic import SynthConfig, generate_corpus
+from lit_retrieval.data.datasets.synthetic import SynthConfig, generate_corpus
 from fit_configs import clean_launch_env, clip_fit_config
 
 ROOT = Path(__file__).resolve().parents[1]

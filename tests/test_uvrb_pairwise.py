@@ -14,10 +14,10 @@ import torch
 
 from lit_retrieval.commands import run_command
 from lit_retrieval.data.annotations import load_annotations
-from lit_retrieval.data.shots import frame_shot_index
-from lit_retrieval.data.transforms import NormalizeFrames
+from lit_retrieval.data.media.shots import frame_shot_index
+from lit_retrieval.data.media.normalize import NormalizeFrames
 from lit_retrieval.errors import ConfigError
-from lit_retrieval.data.video import SamplingSpec, sample_video
+from lit_retrieval.data.media.video import SamplingSpec, sample_video
 from lit_retrieval.models.encoders import CLIPEncoder
 from lit_retrieval.models.heads import (
     PAUHead,

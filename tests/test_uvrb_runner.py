@@ -13,7 +13,7 @@ import torch
 
 from lit_retrieval.commands import run_command
 from lit_retrieval.data.annotations import load_annotations
-from lit_retrieval.data.media import MediaItem
+from lit_retrieval.data.items import MediaItem
 from lit_retrieval.models.gve import GVEEmbedder, InputConfig
 from lit_retrieval.search.cache import EmbeddingCache
 from lit_retrieval.search.embedders import GVEItemEmbedder, MTEBEncoderEmbedder

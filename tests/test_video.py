@@ -6,8 +6,8 @@ import pytest
 from media import full_decode, write_noise_video, write_timed_video
 
 from lit_retrieval.data.annotations import load_annotations
-from lit_retrieval.data.synthetic import BACKGROUNDS
-from lit_retrieval.data.video import VideoDecodeError, sample_frames, uniform_times
+from lit_retrieval.data.datasets.synthetic import BACKGROUNDS
+from lit_retrieval.data.media.video import VideoDecodeError, sample_frames, uniform_times
 
 FPS = 8
 
@@ -217,7 +217,7 @@ def test_long_vfr_gaps_are_not_truncation_but_a_cut_file_is(tmp_path):
 
 def test_data_module_keyframe_sampling_reaches_the_sampler(corpus):
     """`data.sampling: keyframe`: every item's frames are the key frames at or before the targets."""
-    from lit_retrieval.data.datamodule import MultiEventDataModule
+    from lit_retrieval.data.datasets.canonical import MultiEventDataModule
     from lit_retrieval.errors import ConfigError
 
     with pytest.raises(ConfigError, match="data.sampling"):

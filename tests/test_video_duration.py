@@ -6,7 +6,7 @@ import av
 import pytest
 from media import write_video_with_audio
 
-from lit_retrieval.data.video import video_duration
+from lit_retrieval.data.media.video import video_duration
 from lit_retrieval.models.gve.processing import InputConfig, sample_clip
 from lit_retrieval.serve.moments import windows
 from lit_retrieval.serve.thumbnails import render_thumbnail

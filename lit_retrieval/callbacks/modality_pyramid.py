@@ -51,7 +51,7 @@ import numpy as np
 import torch
 
 from lit_retrieval.callbacks.prober import epoch_prober, first_prober_path
-from lit_retrieval.data.task_sampler import size_weights
+from lit_retrieval.data.batching.samplers import size_weights
 from lit_retrieval.models.gve.embedder import GVEEmbedder
 
 

@@ -26,9 +26,9 @@ import lightning as L
 import numpy as np
 
 from lit_retrieval.callbacks.prober import epoch_prober, first_prober_path
-from lit_retrieval.data.media import MediaItem, parse_format
-from lit_retrieval.data.multitask import TaskData
-from lit_retrieval.data.negatives import candidate_targets, hardest_negatives, read_corpus
+from lit_retrieval.data.items import MediaItem, parse_format
+from lit_retrieval.data.gve.multitask import TaskData
+from lit_retrieval.data.gve.negatives import candidate_targets, hardest_negatives, read_corpus
 from lit_retrieval.distributed import gather_variable
 from lit_retrieval.models.gve.embedder import GVEEmbedder
 

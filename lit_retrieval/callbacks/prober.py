@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import lightning as L
 
-from lit_retrieval.data.multitask import PROBER_IS_MODEL
+from lit_retrieval.data.gve.multitask import PROBER_IS_MODEL
 from lit_retrieval.errors import ConfigError
 from lit_retrieval.models.gve.embedder import GVEEmbedder
 

@@ -27,7 +27,8 @@ import re
 import sys
 from pathlib import Path
 
-from lit_retrieval.commands.validate_melon import MelonRules, validate
+from lit_retrieval.data.datasets.melon import MelonRules
+from lit_retrieval.melon_build.validation import validate
 from lit_retrieval.errors import UsageError
 from lit_retrieval.locking import OutputLock
 from lit_retrieval.melon_build.config import load_config

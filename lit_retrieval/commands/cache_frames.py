@@ -15,7 +15,7 @@ tasks as the model's input processing samples it (`model.init_args.embedder.inpu
 An interrupted run (a crash, a full disk: one line naming the folder) is resumed by running it
 again (the result is the same as an uninterrupted run); a cached video that changed since, an entry
 whose frames were cut short and an unreadable index line are named in one line each and decoded
-again (`lit_retrieval.data.frame_cache`); array tasks (`--shard`, `slurm/array.sbatch`) write
+again (`lit_retrieval.data.media.frame_cache`); array tasks (`--shard`, `slurm/array.sbatch`) write
 their own files into the same folder, and readers take them all. Undecodable videos are listed in
 the shard's `.failed.txt` and follow the data module's `on_bad_video` when read; the exit status
 is 1 if any failed under `raise`.
@@ -25,17 +25,15 @@ from __future__ import annotations
 
 import argparse
 import errno
-import gc
-import multiprocessing
 import os
 import time
 import warnings
-from dataclasses import dataclass
 from typing import Any
 
 from lit_retrieval.commands.sharding import add_shard_arguments, check_shard
-from lit_retrieval.data.frame_cache import CacheJob, CacheWriter, FrameFormat, file_stamp, frame_chunks, video_key
-from lit_retrieval.data.video import FrameSample, SamplingSpec, VideoDecodeError, sample_video
+from lit_retrieval.data.batching.datamodule import VideoTextDataModule
+from lit_retrieval.data.media.cache_plan import write_jobs
+from lit_retrieval.data.media.frame_cache import CacheWriter
 from lit_retrieval.errors import ConfigError, InputError
 from lit_retrieval.locking import OutputLock
 from lit_retrieval.progress import Progress, add_progress_arguments, configure_from
@@ -44,43 +42,6 @@ from lit_retrieval.progress import Progress, add_progress_arguments, configure_f
 class DiskFull(InputError):
     """The cache folder's disk is full (or over quota): reported in one line like bad input, since
     the user fixes it (make room, run again; what was written is kept)."""
-
-
-@dataclass(frozen=True)
-class WindowSampler:
-    """A video-text data module's sampling (`MultiEventDataset`)."""
-
-    spec: SamplingSpec
-    seek_threshold: float
-
-    def __call__(self, job: CacheJob) -> FrameSample:
-        return sample_video(
-            job.video, self.spec, job.start, job.end, seek_threshold=self.seek_threshold, duration=job.duration
-        )
-
-
-@dataclass(frozen=True)
-class ClipSampler:
-    """GVE's clip sampling (`models.gve.processing.sample_clip`)."""
-
-    config: Any  # InputConfig
-    temporal_patch: int
-
-    def __call__(self, job: CacheJob) -> FrameSample:
-        from lit_retrieval.models.gve.processing import sample_clip
-
-        return sample_clip(job.video, job.start, job.end, self.config, self.temporal_patch)
-
-
-@dataclass
-class Plan:
-    """What to cache: the cache's parameters, how to sample, the jobs, and the bad-video policy."""
-
-    params: dict[str, Any]
-    sampler: WindowSampler | ClipSampler
-    jobs: list[CacheJob]
-    on_bad_video: str
-    default_out: str | None
 
 
 def load_config(paths: list[str]) -> Any:
@@ -108,100 +69,6 @@ def build_datamodule(config: Any) -> Any:
     return parser.instantiate(Namespace(data=config.data)).data
 
 
-def _sorted_unique(jobs: list[CacheJob]) -> list[CacheJob]:
-    unique = {job.key: job for job in reversed(jobs)}  # the first job of each key wins
-    return sorted(
-        unique.values(), key=lambda j: (j.video, j.start is not None, j.start or 0.0, j.end is not None, j.end or 0.0)
-    )
-
-
-def video_text_plan(datamodule: Any, splits: list[str]) -> Plan:
-    from lit_retrieval.data.datamodule import MultiEventDataset
-
-    out = datamodule.frame_cache
-    datamodule.frame_cache = None  # the records alone: the cache it names is what this command writes
-    datamodule.prepare_data()
-    datamodule.setup()
-    jobs = []
-    for role in splits:
-        dataset = datamodule.datasets.get(role)
-        if dataset is None:
-            continue
-        for record in dataset.records:
-            start, end = dataset.window(record)
-            jobs.append(CacheJob(video_key(dataset.video_root / record.path), start, end, record.duration))
-    spec = SamplingSpec(datamodule.num_frames, datamodule.image_size, sampling=datamodule.sampling)
-    params = MultiEventDataset.cache_params(spec, datamodule.trim_to_annotation)
-    return Plan(
-        params,
-        WindowSampler(spec, datamodule.seek_threshold),
-        _sorted_unique(jobs),
-        datamodule.on_bad_video,
-        out,
-    )
-
-
-def gve_plan(datamodule: Any, config: Any, splits: list[str]) -> Plan:
-    from transformers import AutoProcessor
-
-    from lit_retrieval.data.tasks import read_task
-    from lit_retrieval.models.gve.processing import InputConfig, clip_cache_params
-
-    embedder = config.model.init_args.get("embedder") if config.model else None
-    if embedder is None:
-        raise ConfigError(
-            "cache-frames: a MultiTaskDataModule config needs model.init_args.embedder (model_path, inputs)"
-        )
-    inputs = InputConfig(**(embedder.inputs.as_dict() if embedder.get("inputs") else {}))
-    temporal_patch = int(AutoProcessor.from_pretrained(str(embedder.model_path)).video_processor.temporal_patch_size)
-    specs = (datamodule.specs if "train" in splits else []) + (datamodule.val_specs if "val" in splits else [])
-    jobs = []
-    for spec in specs:
-        for record in read_task(spec, datamodule.on_bad_record, datamodule.seed):
-            for item in (record.query, record.positive, *record.negatives):
-                if item.video is not None:
-                    jobs.append(CacheJob(video_key(item.video), item.start, item.end))
-    on_bad_video = "raise" if datamodule.on_bad_video == "raise" else "skip"
-    sampler = ClipSampler(inputs, temporal_patch)
-    return Plan(
-        clip_cache_params(inputs, temporal_patch), sampler, _sorted_unique(jobs), on_bad_video, datamodule.frame_cache
-    )
-
-
-def _decode(task: tuple[WindowSampler | ClipSampler, CacheJob, FrameFormat, int | None]) -> tuple:
-    """In a worker: one job's file stamp, then its frames encoded for the shard (or the error)."""
-    sampler, job, frame_format, quality = task
-    stamp = file_stamp(job.video) or (0, 0)
-    try:
-        sample = sampler(job)
-    except VideoDecodeError as err:
-        return job, stamp, err.reason, None
-    return job, stamp, sample, frame_chunks(sample.frames, frame_format, quality)
-
-
-def _write(
-    writer: CacheWriter,
-    sampler: WindowSampler | ClipSampler,
-    todo: list[CacheJob],
-    frame_format: FrameFormat,
-    quality: int | None,
-    workers: int,
-    bar: Progress,
-) -> None:
-    """Decode `todo` (in `workers` processes) and append each video to the shard, in order."""
-    tasks = ((sampler, job, frame_format, quality) for job in todo)
-    if workers == 1:
-        for job, stamp, result, chunks in map(_decode, tasks):
-            writer.add(job, stamp, result, chunks)
-            bar.advance(**{"failed" if isinstance(result, str) else "decoded": 1})
-        return
-    gc.collect()  # PyAV objects of earlier decoding freed by a forked child's collector can hang it
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
-        for job, stamp, result, chunks in pool.imap(_decode, tasks, chunksize=1):  # in order: resumable
-            writer.add(job, stamp, result, chunks)
-            bar.advance(**{"failed" if isinstance(result, str) else "decoded": 1})
-
-
 def run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="lit-retrieval cache-frames", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -225,12 +92,19 @@ def run(argv: list[str]) -> int:
         parser.error(f"--workers must be >= 1, got {args.workers}")
     config = load_config(args.config)
     datamodule = build_datamodule(config)
-    from lit_retrieval.data.multitask import MultiTaskDataModule
+    from lit_retrieval.data.gve.multitask import MultiTaskDataModule
 
     if isinstance(datamodule, MultiTaskDataModule):
-        plan = gve_plan(datamodule, config, args.splits)
-    elif hasattr(datamodule, "datasets") and hasattr(datamodule, "num_frames"):
-        plan = video_text_plan(datamodule, args.splits)
+        embedder = config.model.init_args.get("embedder") if config.model else None
+        if embedder is None:
+            raise ConfigError(
+                "cache-frames: a MultiTaskDataModule config needs model.init_args.embedder (model_path, inputs)"
+            )
+        from lit_retrieval.models.gve.cache_plan import gve_plan
+
+        plan = gve_plan(datamodule, embedder, args.splits)
+    elif isinstance(datamodule, VideoTextDataModule):
+        plan = datamodule.cache_plan(args.splits)
     else:
         raise ConfigError(f"cache-frames: {type(datamodule).__name__} reads no frame cache")
     out = args.out or plan.default_out
@@ -247,7 +121,7 @@ def run(argv: list[str]) -> int:
                 print(f"dropped from the cache (decoded again): {line}")
             cached = {"cached": len(jobs) - len(todo), "decoded": 0, "failed": 0}
             with Progress("caching frames", len(jobs), completed=cached["cached"], counts=cached) as bar:
-                _write(writer, plan.sampler, todo, args.format, quality, args.workers, bar)
+                write_jobs(writer, plan.sampler, todo, args.format, quality, args.workers, bar)
             failed = writer.write_failures()
         except OSError as err:
             if err.errno not in (errno.ENOSPC, errno.EDQUOT):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from lit_retrieval.data.gve_synthetic import make_gve_tasks, summary
+from lit_retrieval.data.gve.synthetic import make_gve_tasks, summary
 
 
 def run(argv: list[str]) -> int:

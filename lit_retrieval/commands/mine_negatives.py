@@ -20,9 +20,9 @@ import argparse
 import os
 from pathlib import Path
 
-from lit_retrieval.data.media import MediaItem, parse_format
-from lit_retrieval.data.negatives import candidate_targets, hardest_negatives, read_corpus
-from lit_retrieval.data.tasks import TaskSpec, read_task, write_task
+from lit_retrieval.data.items import MediaItem, parse_format
+from lit_retrieval.data.gve.negatives import candidate_targets, hardest_negatives, read_corpus
+from lit_retrieval.data.gve.tasks import TaskSpec, read_task, write_task
 from lit_retrieval.progress import add_progress_arguments, configure_from
 from lit_retrieval.search.embedders import embed_tracked
 from lit_retrieval.search.loading import ModelSpec, load_item_embedder

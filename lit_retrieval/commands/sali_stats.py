@@ -34,9 +34,9 @@ from typing import Any
 import numpy as np
 
 from lit_retrieval.commands.cache_frames import build_datamodule, load_config
-from lit_retrieval.data.queries import concat_query
-from lit_retrieval.data.records import read_csv
-from lit_retrieval.data.spans import SpanSplitter
+from lit_retrieval.data.text.queries import concat_query
+from lit_retrieval.data.reading import read_csv
+from lit_retrieval.data.text.spans import SpanSplitter
 from lit_retrieval.errors import ConfigError, UsageError
 
 ROLES = ("train", "val", "test")

@@ -20,8 +20,8 @@ from rich.console import Console
 from rich.table import Table
 
 from lit_retrieval.commands.index import add_model_arguments
-from lit_retrieval.data.media import MediaItem
-from lit_retrieval.data.queries import concat_query
+from lit_retrieval.data.items import MediaItem
+from lit_retrieval.data.text.queries import concat_query
 from lit_retrieval.errors import UsageError
 from lit_retrieval.search.index import VideoIndex
 from lit_retrieval.search.loading import ModelSpec, load_item_embedder

@@ -23,8 +23,8 @@ from pathlib import Path
 import yaml
 
 from lit_retrieval.commands.sharding import add_shard_arguments, check_shard
-from lit_retrieval.data.shots import ShotDetectorConfig, ShotConfig, detect_many
-from lit_retrieval.data.records import read_text
+from lit_retrieval.data.media.shots import ShotDetectorConfig, ShotConfig, detect_many
+from lit_retrieval.data.reading import read_text
 from lit_retrieval.errors import ConfigError, UsageError
 from lit_retrieval.locking import OutputLock
 from lit_retrieval.progress import add_progress_arguments, configure_from

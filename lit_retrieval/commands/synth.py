@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from lit_retrieval.data.synthetic import SynthConfig, generate_corpus
+from lit_retrieval.data.datasets.synthetic import SynthConfig, generate_corpus
 from lit_retrieval.progress import add_progress_arguments, configure_from
 
 

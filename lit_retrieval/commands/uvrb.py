@@ -25,7 +25,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from lit_retrieval.data.records import parse_json, read_text
+from lit_retrieval.data.reading import parse_json, read_text
 from lit_retrieval.errors import ConfigError, UsageError
 from lit_retrieval.locking import OutputLock
 from lit_retrieval.progress import add_progress_arguments, configure_from

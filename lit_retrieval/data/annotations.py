@@ -31,9 +31,9 @@ from lit_retrieval.data.records import (
     checked_interval,
     finite_number,
     positive_duration,
-    read_json,
     text_field,
 )
+from lit_retrieval.data.reading import read_json
 
 FORMAT_NAME = "lit-retrieval/multi-event"
 FORMAT_VERSION = 1

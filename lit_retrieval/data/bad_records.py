@@ -8,7 +8,8 @@ import logging
 from pathlib import Path
 from typing import Callable, Literal, TypeVar
 
-from lit_retrieval.data.records import AnnotationError, VideoRecord, read_text
+from lit_retrieval.data.records import AnnotationError, VideoRecord
+from lit_retrieval.data.reading import read_text
 from lit_retrieval.errors import ConfigError
 
 BadRecordPolicy = Literal["raise", "skip"]

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from lit_retrieval.data.media import MediaItem
+from lit_retrieval.data.items import MediaItem
 from lit_retrieval.errors import ConfigError
 from lit_retrieval.melon_build.config import T2TConfig, V2TConfig
 from lit_retrieval.melon_build.sources import Segment

@@ -31,8 +31,8 @@ from typing import Any
 
 from PIL import Image
 
-from lit_retrieval.data.frame_cache import file_stamp
-from lit_retrieval.data.video import SamplingSpec, VideoDecodeError, sample_video
+from lit_retrieval.data.media.identity import file_version
+from lit_retrieval.data.media.video import SamplingSpec, VideoDecodeError, sample_video
 from lit_retrieval.melon_build import llm_stages, report
 from lit_retrieval.melon_build.chat import CallLog, ChatClient, ChatFailure, logged_calls
 from lit_retrieval.melon_build.config import BuildConfig, chat_config, llm_settings
@@ -264,7 +264,7 @@ class Build:
             for uid in bar.track(list(state.videos)):
                 video = state.videos[uid]
                 key = stage_key(
-                    "v2t", video.path, file_stamp(video.path), [asdict(s) for s in video.segments], identity
+                    "v2t", video.path, file_version(video.path), [asdict(s) for s in video.segments], identity
                 )
                 result = cache.get(uid, key)
                 if result is None:
@@ -314,7 +314,7 @@ class Build:
 
         def key_of(uid: str) -> str:
             video = state.videos[uid]
-            return stage_key("judge", video.path, file_stamp(video.path), state.events[uid], self.llm_identity("judge"))
+            return stage_key("judge", video.path, file_version(video.path), state.events[uid], self.llm_identity("judge"))
 
         def ask(uid: str) -> Any:
             video, events = state.videos[uid], state.events[uid]

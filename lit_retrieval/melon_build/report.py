@@ -2,7 +2,7 @@
 figures) and the V2T similarity histograms of a finished build.
 
 Files under OUT:
-    annotations.json            MELON format (lit_retrieval/data/melon.py): {"videos": [{video_id,
+    annotations.json            MELON format (lit_retrieval/data/datasets/melon.py): {"videos": [{video_id,
                                 path, duration, split, summary_method, events: [{theme, description,
                                 timestamp: [start, end]}]}]}, videos in id order
     stats.json, stats.md        counts per source and stage (Tab. 8, Tab. 9), events per query,

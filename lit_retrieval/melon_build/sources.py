@@ -31,21 +31,21 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from lit_retrieval.data.activitynet import ActivityNetParser
+from lit_retrieval.data.datasets.activitynet import ActivityNetParser
 from lit_retrieval.data.annotations import load_annotations
 from lit_retrieval.data.bad_records import RecordCollector
+from lit_retrieval.data.datasets.didemo import DiDeMoParser
+from lit_retrieval.data.datasets.melon import MelonParser
 from lit_retrieval.data.datasets.youcook2 import database, timed_sentences
-from lit_retrieval.data.didemo import DiDeMoParser
-from lit_retrieval.data.melon import MelonParser
 from lit_retrieval.data.records import (
     AnnotationError,
     VideoRecord,
     checked_interval,
     finite_number,
     positive_duration,
-    read_json,
     record_id,
 )
+from lit_retrieval.data.reading import read_json
 from lit_retrieval.melon_build.config import CollectConfig, SourceConfig
 
 COLLECT_REASONS = ("invalid_record", "short_video", "broken_description", "missing_video", "too_few_segments")

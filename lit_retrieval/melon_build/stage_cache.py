@@ -1,5 +1,5 @@
 """Per-video results of one build stage, kept on disk so an interrupted or re-run build does only
-what is missing (as the frame cache, lit_retrieval/data/frame_cache.py, keys its entries). MELON
+what is missing (as the frame cache, lit_retrieval/data/media/frame_cache.py, keys its entries). MELON
 (Sec. 3, supp. C) describes the stages, not how a run of them is kept: this layout is our choice.
 
 Layout: `OUT/cache/STAGE/shard-I-of-N.jsonl`, one line per finished video, `{"video": uid, "key":

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from lit_retrieval.data.queries import EventOrder, QueryMode
+from lit_retrieval.data.text.queries import EventOrder, QueryMode
 from lit_retrieval.metrics.ranking import summarize_ranks
 
 

@@ -15,8 +15,8 @@ from typing import Any
 import lightning as L
 import torch
 
-from lit_retrieval.data.queries import QueryMode
-from lit_retrieval.data.spans import SpanSplitter
+from lit_retrieval.data.text.queries import QueryMode
+from lit_retrieval.data.text.spans import SpanSplitter
 from lit_retrieval.distributed import distributed_world
 from lit_retrieval.losses.mevtr import MeVTRLoss
 from lit_retrieval.metrics.analyses import AnalysesConfig

@@ -54,8 +54,8 @@ import lightning as L
 import numpy as np
 import torch
 
-from lit_retrieval.data.queries import QueryMode, concat_query, reorder_events
-from lit_retrieval.data.spans import SpanSplitter
+from lit_retrieval.data.text.queries import QueryMode, concat_query, reorder_events
+from lit_retrieval.data.text.spans import SpanSplitter
 from lit_retrieval.distributed import distributed_world, gather_objects, gather_variable
 from lit_retrieval.errors import InputError
 from lit_retrieval.metrics.analyses import AnalysesConfig, avg_event_hits, avg_event_metrics, sliced_metrics

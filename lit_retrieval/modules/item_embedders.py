@@ -23,10 +23,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from lit_retrieval.data.media import MediaItem
-from lit_retrieval.data.shots import Shots, frame_shot_index
-from lit_retrieval.data.transforms import NormalizeFrames
-from lit_retrieval.data.video import Sampling, SamplingSpec, sample_video
+from lit_retrieval.data.items import MediaItem
+from lit_retrieval.data.media import identity
+from lit_retrieval.data.media.normalize import NormalizeFrames
+from lit_retrieval.data.media.shots import Shots, frame_shot_index
+from lit_retrieval.data.media.video import Sampling, SamplingSpec, sample_video
 from lit_retrieval.models.gve import GVEEmbedder
 from lit_retrieval.models.heads.base import cat_reps, map_rep
 
@@ -59,7 +60,7 @@ def file_identity(path: str | Path) -> list:
     """(resolved path, size, mtime) of a file, or of every file in a directory."""
     path = Path(path)
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    return [[str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns] for p in files]
+    return [list(identity.file_identity(p).values()) for p in files]
 
 
 def check_modalities(embedder: ItemEmbedder, items: list[MediaItem]) -> None:

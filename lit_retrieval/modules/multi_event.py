@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lit_retrieval.data.queries import PartialSource
+from lit_retrieval.data.text.queries import PartialSource
 
 
 @dataclass

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lit_retrieval.data.queries import PartialBatch, PartialQuerySampler
+from lit_retrieval.data.text.queries import PartialBatch, PartialQuerySampler
 from lit_retrieval.distributed import distributed_world, gather_global
 from lit_retrieval.losses.infonce import SymmetricInfoNCE
 from lit_retrieval.losses.mea import MEALoss

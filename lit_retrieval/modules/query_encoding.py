@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from lit_retrieval.data.queries import QueryMode, concat_query
+from lit_retrieval.data.text.queries import QueryMode, concat_query
 from lit_retrieval.models.encoders.base import VideoTextEncoder
 from lit_retrieval.models.features import TextFeatures
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from lit_retrieval.data.queries import QueryMode, concat_query
-from lit_retrieval.data.spans import QuerySpans
+from lit_retrieval.data.text.queries import QueryMode, concat_query
+from lit_retrieval.data.text.spans import QuerySpans
 from lit_retrieval.metrics.relational import RelationalConfig
 from lit_retrieval.models.encoders.base import VideoTextEncoder
 from lit_retrieval.models.heads.sali import SALIHead, SpanTextFeatures

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from lit_retrieval.data.media import MediaItem
+from lit_retrieval.data.items import MediaItem
 from lit_retrieval.search.embedders import HeadItemEncoder, ItemEmbedder, digest, embed_tracked, file_identity
 
 Encoder = ItemEmbedder | HeadItemEncoder

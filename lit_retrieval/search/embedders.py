@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from lit_retrieval.data.media import MediaItem
-from lit_retrieval.data.video import sample_frames
+from lit_retrieval.data.items import MediaItem
+from lit_retrieval.data.media.video import sample_frames
 from lit_retrieval.models.heads.base import cat_reps, rep_len
 from lit_retrieval.modules.item_embedders import (
     DualEncoderEmbedder,

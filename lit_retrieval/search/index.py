@@ -29,9 +29,9 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from lit_retrieval.data.media import ItemError, MediaItem
-from lit_retrieval.data.records import read_json, read_text
-from lit_retrieval.data.video import VideoDecodeError
+from lit_retrieval.data.items import ItemError, MediaItem
+from lit_retrieval.data.reading import read_json, read_text
+from lit_retrieval.data.media.video import VideoDecodeError
 from lit_retrieval.errors import InputError, UsageError
 from lit_retrieval.progress import Progress
 from lit_retrieval.search.embedders import ItemEmbedder

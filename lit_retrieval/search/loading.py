@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from lit_retrieval.checkpoint_io import read_checkpoint
-from lit_retrieval.data.shots import ShotConfig, ShotDetectorConfig, Shots, detect_many
+from lit_retrieval.data.media.shots import ShotConfig, ShotDetectorConfig, Shots, detect_many
 from lit_retrieval.errors import UsageError
 from lit_retrieval.models.gve import GVEEmbedder, InputConfig
 from lit_retrieval.models.gve.processing import scaled_inputs
@@ -23,7 +23,7 @@ class ModelSpec:
     config: str | None = None  # a training config (YAML)
     ckpt: str | None = None  # its checkpoint
     device: str = "cpu"
-    sampling: str = "exact"  # video frames: `exact` or `keyframe` (see lit_retrieval.data.video)
+    sampling: str = "exact"  # video frames: `exact` or `keyframe` (see lit_retrieval.data.media.video)
     frames: int | None = None  # test-time frames per video (GVE A.12; None: the model's setting)
     frame_tokens: int | None = None  # test-time max visual tokens per frame, GVE models only (GVE A.12)
 

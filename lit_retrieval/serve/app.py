@@ -33,9 +33,9 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
-from lit_retrieval.data.media import ItemError, MediaItem
-from lit_retrieval.data.queries import concat_query
-from lit_retrieval.data.video import VideoDecodeError
+from lit_retrieval.data.items import ItemError, MediaItem
+from lit_retrieval.data.text.queries import concat_query
+from lit_retrieval.data.media.video import VideoDecodeError
 from lit_retrieval.models.encoders.text_towers import AutoTextTower
 from lit_retrieval.search.embedders import ItemEmbedder
 from lit_retrieval.search.index import VIDEO_SUFFIXES, VideoIndex

@@ -22,7 +22,7 @@ from concurrent.futures import Future
 
 import numpy as np
 
-from lit_retrieval.data.media import MediaItem
+from lit_retrieval.data.items import MediaItem
 from lit_retrieval.search.embedders import ItemEmbedder
 
 _STOP = object()

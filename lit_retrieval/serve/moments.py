@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from lit_retrieval.data.media import ItemError, MediaItem
-from lit_retrieval.data.video import VideoDecodeError, video_duration
+from lit_retrieval.data.items import ItemError, MediaItem
+from lit_retrieval.data.media.video import VideoDecodeError, video_duration
 from lit_retrieval.search.cache import EmbeddingCache
 from lit_retrieval.search.embedders import ItemEmbedder
 from lit_retrieval.serve.caches import ByteBoundedLRU

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from lit_retrieval.data.video import sample_frames, video_duration
+from lit_retrieval.data.media.video import sample_frames, video_duration
 
 THUMBNAIL_SIZE = 320  # longest side, pixels
 TIME_STEP = 0.1  # thumbnail times are rounded to this many seconds (cache granularity)

@@ -15,8 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lit_retrieval.data.media import ItemError, MediaItem, item_from_json
-from lit_retrieval.data.records import AnnotationError, finite_number, read_json_lines, record_id
+from lit_retrieval.data.items import ItemError, MediaItem, item_from_json
+from lit_retrieval.data.records import AnnotationError, finite_number, record_id
+from lit_retrieval.data.reading import read_json_lines
 from lit_retrieval.uvrb.datasets import UVRB_DATASETS
 
 

@@ -198,9 +198,10 @@ def cached_corpus(root: Path) -> dict:
     both in `root/cache` (v1's frames first); returns the data module's init args reading it."""
     from media import write_noise_video
 
-    from lit_retrieval.data.datamodule import MultiEventDataset
-    from lit_retrieval.data.frame_cache import CacheJob, CacheWriter, file_stamp
-    from lit_retrieval.data.video import SamplingSpec, sample_video
+    from lit_retrieval.data.batching.dataset import MultiEventDataset
+    from lit_retrieval.data.media.frame_cache import CacheJob, CacheWriter
+    from lit_retrieval.data.media.identity import file_version
+    from lit_retrieval.data.media.video import SamplingSpec, sample_video
 
     events = [{"description": "x", "start": 0, "end": 1}]
     videos = [
@@ -211,7 +212,7 @@ def cached_corpus(root: Path) -> dict:
     writer = CacheWriter(root / "cache", MultiEventDataset.cache_params(spec, False))
     for seed, name in enumerate(("v1", "v2")):
         path = write_noise_video(root / f"{name}.mp4", 2.0, seed=seed)
-        writer.add(CacheJob(str(path)), file_stamp(path), sample_video(path, spec))
+        writer.add(CacheJob(str(path)), file_version(path), sample_video(path, spec))
     return {
         "annotation": str(canonical_file(root / "ann.json", videos=videos)),
         "num_frames": CACHE_FRAMES,

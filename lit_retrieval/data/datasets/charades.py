@@ -30,17 +30,10 @@ from pathlib import Path
 from typing import Literal
 
 from lit_retrieval.data.bad_records import RecordCollector
-from lit_retrieval.data.datamodule import VideoTextDataModule
-from lit_retrieval.data.records import (
-    AnnotationError,
-    Event,
-    VideoRecord,
-    checked_interval,
-    positive_duration,
-    read_csv,
-    read_text,
-)
-from lit_retrieval.data.video import video_duration
+from lit_retrieval.data.batching.datamodule import VideoTextDataModule
+from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, checked_interval, positive_duration
+from lit_retrieval.data.reading import read_csv, read_text
+from lit_retrieval.data.media.video import video_duration
 from lit_retrieval.errors import ConfigError
 
 QueryForm = Literal["paragraph", "sentence"]

@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Literal
 
 from lit_retrieval.data.bad_records import RecordCollector
-from lit_retrieval.data.datamodule import VideoTextDataModule
-from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, read_text
+from lit_retrieval.data.batching.datamodule import VideoTextDataModule
+from lit_retrieval.data.records import AnnotationError, Event, VideoRecord
+from lit_retrieval.data.reading import read_text
 from lit_retrieval.errors import ConfigError
 
 FileLayout = Literal["movie", "flat"]

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from lit_retrieval.data.bad_records import RecordCollector, listed_once
-from lit_retrieval.data.datamodule import VideoTextDataModule
+from lit_retrieval.data.batching.datamodule import VideoTextDataModule
 from lit_retrieval.data.records import AnnotationError, Event, VideoRecord
 
 CLIP_NAME = re.compile(r"(?P<source>.+)_(?P<start>\d+)_(?P<end>\d+)")

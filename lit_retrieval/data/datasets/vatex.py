@@ -33,8 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from lit_retrieval.data.bad_records import RecordCollector, listed_once
-from lit_retrieval.data.datamodule import VideoTextDataModule
-from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, read_json
+from lit_retrieval.data.batching.datamodule import VideoTextDataModule
+from lit_retrieval.data.records import AnnotationError, Event, VideoRecord
+from lit_retrieval.data.reading import read_json
 
 VIDEO_ID = re.compile(r"(?P<source>.{11})_(?P<start>\d{6})_(?P<end>\d{6})")
 CAPTION_FILES = ("vatex_training_v1.0.json", "vatex_validation_v1.0.json")

@@ -25,7 +25,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from torch import nn
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
-from lit_retrieval.data.media import MediaItem
+from lit_retrieval.data.items import MediaItem
 from lit_retrieval.models.gve.export import save_release
 from lit_retrieval.models.gve.positions import MRopeLayout, release_mrope_positions
 from lit_retrieval.models.gve.processing import GVEProcessing, InputConfig

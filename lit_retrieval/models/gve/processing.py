@@ -34,9 +34,9 @@ from transformers import BatchFeature
 from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
 from transformers.video_utils import VideoMetadata
 
-from lit_retrieval.data.frame_cache import FrameCache, cached_or_sampled
-from lit_retrieval.data.media import ItemError, MediaItem
-from lit_retrieval.data.video import FrameSample, VideoDecodeError, sample_frames, video_duration
+from lit_retrieval.data.media.frame_cache import FrameCache, cached_or_sampled
+from lit_retrieval.data.items import ItemError, MediaItem
+from lit_retrieval.data.media.video import FrameSample, VideoDecodeError, sample_frames, video_duration
 
 END_OF_TEXT = "<|endoftext|>"
 
@@ -141,7 +141,7 @@ def sample_clip(
 
 
 def clip_cache_params(config: InputConfig, temporal_patch: int) -> dict[str, Any]:
-    """What decides a clip's frames, as a frame cache records it (`lit_retrieval.data.frame_cache`)."""
+    """What decides a clip's frames, as a frame cache records it (`lit_retrieval.data.media.frame_cache`)."""
     return {
         "consumer": "gve",
         "fps": config.fps,

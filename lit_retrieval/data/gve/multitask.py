@@ -41,12 +41,12 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from lit_retrieval.data.bad_records import BadRecordPolicy
-from lit_retrieval.data.media import ItemError, ItemProcessing, MediaItem
-from lit_retrieval.data.resume import EpochPosition
-from lit_retrieval.data.task_sampler import SAMPLINGS, Sampling, TaskBatchSampler, default_steps, size_weights
-from lit_retrieval.data.tasks import TaskRecord, TaskSpec, read_task
-from lit_retrieval.data.video import VideoDecodeError
-from lit_retrieval.data.workers import worker_init_fn
+from lit_retrieval.data.items import ItemError, ItemProcessing, MediaItem
+from lit_retrieval.data.batching.resume import EpochPosition
+from lit_retrieval.data.batching.samplers import SAMPLINGS, Sampling, TaskBatchSampler, default_steps, size_weights
+from lit_retrieval.data.gve.tasks import TaskRecord, TaskSpec, read_task
+from lit_retrieval.data.media.video import VideoDecodeError
+from lit_retrieval.data.batching.workers import worker_init_fn
 from lit_retrieval.errors import ConfigError, check_at_least
 
 log = logging.getLogger(__name__)
@@ -199,7 +199,7 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
         seed: base of the task schedule and pair order.
         frame_cache: read video frames from this frame cache (`lit-retrieval cache-frames`) instead
             of decoding; a clip missing from it is decoded (with a warning), a cache of other
-            sampling settings or changed videos is refused (`lit_retrieval.data.frame_cache`).
+            sampling settings or changed videos is refused (`lit_retrieval.data.media.frame_cache`).
         negative_mining: `prober` (mined each epoch with Psi_t by `HardNegativeMining`, GVE Sec. 3.3) or
             `offline` (the task files' negatives, mined once before training); module notes.
         prober_path: Psi_1, the first epoch's prober: a model directory (the paper: GME-7B) or `model` (the

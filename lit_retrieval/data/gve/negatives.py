@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lit_retrieval.data.media import MediaItem, item_from_json
+from lit_retrieval.data.items import MediaItem, item_from_json
 from lit_retrieval.errors import ConfigError
 
 

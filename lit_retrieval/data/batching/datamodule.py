@@ -1,179 +1,37 @@
-"""DataModules for multi-event text-video data: the shared base and the canonical format.
-
-Every item is one video with its event descriptions; the LightningModule builds the query
-(concatenated or per-event, MELON Sec. 4.2 / Tab. 5). Videos are decoded per item with PyAV
-(safe in DataLoader workers). `on_bad_video="skip"` drops an undecodable video from its batch,
-logs its path and reports it in the batch (`skipped`), so the module can count skips across
-worker processes; `"raise"` stops with the `VideoDecodeError`.
+"""The base DataModules of text-video records: `VideoTextDataModule` (splits, batching, frame
+sampling, the bad-record and bad-video policies) and `SplitFilesDataModule` (one annotation file per
+split). Each dataset in `lit_retrieval.data.datasets` subclasses one of them with its own parser.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from abc import ABC, abstractmethod
-from dataclasses import asdict, replace
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader
 
-from lit_retrieval.data.annotations import load_annotations
 from lit_retrieval.data.bad_records import BadRecordPolicy, RecordCollector
-from lit_retrieval.data.frame_cache import FrameCache, cached_or_sampled
+from lit_retrieval.data.batching.dataset import MultiEventDataset, collate_items
+from lit_retrieval.data.batching.resume import EpochPosition
+from lit_retrieval.data.batching.samplers import EpochShuffle
+from lit_retrieval.data.batching.workers import worker_init_fn
+from lit_retrieval.data.media.cache_plan import Plan, WindowSampler, sorted_unique
+from lit_retrieval.data.media.frame_cache import CacheJob, FrameCache
+from lit_retrieval.data.media.identity import file_path
+from lit_retrieval.data.media.normalize import CLIP_MEAN, CLIP_STD, NormalizeFrames
+from lit_retrieval.data.media.shots import ShotConfig, Shots, detect_many
+from lit_retrieval.data.media.video import SamplingSpec
 from lit_retrieval.data.records import AnnotationError, VideoRecord
-from lit_retrieval.data.resume import EpochPosition
-from lit_retrieval.data.shots import ShotConfig, Shots, detect_many, frame_shot_index
-from lit_retrieval.data.synthetic import SynthConfig, generate_corpus
-from lit_retrieval.data.transforms import CLIP_MEAN, CLIP_STD, NormalizeFrames
-from lit_retrieval.data.video import Sampling, SamplingSpec, VideoDecodeError, sample_video
-from lit_retrieval.data.workers import worker_init_fn
 from lit_retrieval.errors import ConfigError, check_at_least
 
 log = logging.getLogger(__name__)
-
-
-class MultiEventDataset(Dataset):
-    """Items: `index`, `video_id`, `frames` [T, 3, S, S], `frame_mask` [T], `frame_times` [T],
-    `events` (list of descriptions), `duration` (seconds); with `shots` (one shot list per record)
-    also `frame_shots` [T] (each frame's shot, -1 where padded; `frame_shot_index`) and
-    `num_shots` (the video's detected shot count). A bad video under the skip policy yields
-    `{"index", "error"}`."""
-
-    def __init__(
-        self,
-        records: list[VideoRecord],
-        video_root: Path,
-        num_frames: int,
-        image_size: int,
-        on_bad_video: Literal["raise", "skip"] = "raise",
-        normalize: NormalizeFrames | None = None,
-        seek_threshold: float = 1.0,
-        shots: list[Shots] | None = None,
-        trim_to_annotation: bool = False,
-        sampling: Sampling = "exact",
-        frame_cache: FrameCache | None = None,
-        uint8_frames: bool = False,
-    ) -> None:
-        if shots is not None and len(shots) != len(records):
-            raise ValueError(f"{len(shots)} shot lists for {len(records)} records")
-        self.records = records
-        self.shots = shots
-        self.video_root = video_root
-        self.num_frames = num_frames
-        self.image_size = image_size
-        self.on_bad_video = on_bad_video
-        self.normalize = normalize or NormalizeFrames()
-        self.seek_threshold = seek_threshold
-        self.trim_to_annotation = trim_to_annotation
-        self.spec = SamplingSpec(num_frames, image_size, sampling=sampling)  # what every item's frames are
-        self.frame_cache = frame_cache
-        self.uint8_frames = uint8_frames  # `frames` stay uint8 [T, 3, S, S]; the data module normalises on the device
-
-    @staticmethod
-    def cache_params(spec: SamplingSpec, trim_to_annotation: bool) -> dict[str, Any]:
-        """What decides an item's frames, as a frame cache records it (`lit_retrieval.data.frame_cache`)."""
-        return {"consumer": "video-text", **asdict(spec), "trim_to_annotation": trim_to_annotation}
-
-    def __len__(self) -> int:
-        return len(self.records)
-
-    def window(self, record: VideoRecord) -> tuple[float | None, float | None]:
-        """The (start, end) seconds `record`'s frames are sampled in: its `window`, else `[0, duration]`
-        with `trim_to_annotation`, else the whole file (`None, None`)."""
-        if record.window is not None:
-            return record.window
-        return None, record.duration if self.trim_to_annotation else None
-
-    def __getitem__(self, index: int) -> dict[str, Any]:
-        record = self.records[index]
-        path = self.video_root / record.path
-        try:
-            start, end = self.window(record)
-            sample = cached_or_sampled(
-                self.frame_cache, path, start, end,
-                lambda: sample_video(
-                    path, self.spec, start, end, seek_threshold=self.seek_threshold, duration=record.duration
-                ),
-            )
-        except VideoDecodeError as err:
-            if self.on_bad_video == "raise":
-                raise
-            log.warning("skipping video %s (%s): %s", record.video_id, err.path, err.reason)
-            return {"index": index, "error": str(err)}
-        item = {
-            "index": index,
-            "video_id": record.video_id,
-            "frames": torch.from_numpy(sample.frames).permute(0, 3, 1, 2) if self.uint8_frames else self.normalize(sample.frames),
-            "frame_mask": torch.from_numpy(sample.mask),
-            "frame_times": torch.from_numpy(sample.times),
-            "events": record.descriptions,
-            "duration": record.duration,
-        }
-        if self.shots is not None:
-            item["frame_shots"] = torch.from_numpy(frame_shot_index(sample.times, self.shots[index]))
-            item["num_shots"] = len(self.shots[index])
-        return item
-
-
-def collate_items(items: list[dict[str, Any]]) -> dict[str, Any]:
-    """Stack good items; bad ones are listed under `skipped` (may leave an empty batch)."""
-    good = [item for item in items if "error" not in item]
-    batch: dict[str, Any] = {
-        "index": torch.tensor([item["index"] for item in good], dtype=torch.long),
-        "video_id": [item["video_id"] for item in good],
-        "events": [item["events"] for item in good],
-        "skipped": [item["error"] for item in items if "error" in item],
-        "skipped_index": torch.tensor([item["index"] for item in items if "error" in item], dtype=torch.long),
-        "duration": torch.tensor([item["duration"] for item in good], dtype=torch.float64),
-    }
-    for key in ("frames", "frame_mask", "frame_times"):
-        batch[key] = torch.stack([item[key] for item in good]) if good else torch.empty(0)
-    if good and "frame_shots" in good[0]:
-        batch["frame_shots"] = torch.stack([item["frame_shots"] for item in good])
-        batch["num_shots"] = torch.tensor([item["num_shots"] for item in good], dtype=torch.long)
-    return batch
-
-
-class EpochShuffle(DistributedSampler):
-    """A random order that depends only on (seed, epoch), sharded by rank like PyTorch's
-    `DistributedSampler` (padded to a multiple of the world size, rank r takes every W-th item
-    from r), so a resumed run sees the same batches as an uninterrupted one, and `start` resumes
-    inside an epoch. It subclasses `DistributedSampler` only so that Lightning does not wrap it:
-    it shards itself. Lightning calls `set_epoch` at every epoch start."""
-
-    shuffle = True  # the attributes code expecting a DistributedSampler reads
-    drop_last = False
-
-    def __init__(self, size: int, seed: int = 0, rank: int = 0, world_size: int = 1) -> None:
-        self.size = size
-        self.seed = seed
-        self.rank = rank
-        self.num_replicas = world_size
-        self.epoch = 0
-        self.start = 0  # items of this rank's share to skip, once (a mid-epoch resume)
-        self.num_samples = math.ceil(size / world_size)
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def place(self, batch_size: int, epoch: int, batches: int) -> None:
-        """Start at batch `batches` of `epoch`'s order (a mid-epoch resume)."""
-        self.epoch, self.start = epoch, batches * batch_size
-
-    def __iter__(self):
-        generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
-        order = torch.randperm(self.size, generator=generator).tolist()
-        order += order[: self.num_samples * self.num_replicas - self.size]
-        start, self.start = self.start, 0
-        return iter(order[self.rank :: self.num_replicas][start:])
-
-    def __len__(self) -> int:
-        return self.num_samples
 
 
 class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
@@ -211,7 +69,7 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
             `true` accepts such files and logs how many there are.
         frame_cache: read frames from this frame cache (`lit-retrieval cache-frames`) instead of
             decoding; a video missing from it is decoded (with a warning), a cache of other sampling
-            parameters or changed videos is refused (`lit_retrieval.data.frame_cache`).
+            parameters or changed videos is refused (`lit_retrieval.data.media.frame_cache`).
         normalize_on_device: items carry uint8 frames (a quarter of the bytes through the worker
             queue and to the GPU) and are normalised after the batch reaches the device
             (`on_after_batch_transfer`): the same values, measured in docs/datasets.md.
@@ -305,8 +163,8 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
         records = self._with_min_events(records, collector)
         collector.report(self.source)
         self.dropped_records = collector.dropped
-        self._check_split_overlap(records)
         video_root = self.video_root or self.default_video_root()
+        self._check_split_overlap(records, video_root)
         cache = None
         if self.frame_cache:
             spec = SamplingSpec(self.num_frames, self.image_size, sampling=self.sampling)
@@ -326,14 +184,16 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
                 self.trim_to_annotation, self.sampling, cache, self.normalize_on_device,
             )
 
-    def _check_split_overlap(self, records: list[VideoRecord]) -> None:
+    def _check_split_overlap(self, records: list[VideoRecord], video_root: Path) -> None:
         """Refuse (or, with `allow_split_overlap`, log) video files in both the training split and
-        an evaluation split (an evaluation split named as the training split is a deliberate choice)."""
-        train = {r.path for r in records if r.split == self.splits["train"]}
+        an evaluation split (an evaluation split named as the training split is a deliberate choice).
+        Files are compared by `media.identity.file_path`, so no spelling of a path hides a file."""
+        identity = {path: file_path(video_root / path) for path in {r.path for r in records}}
+        train = {identity[r.path] for r in records if r.split == self.splits["train"]}
         for role in ("val", "test"):
             if self.splits[role] in (None, self.splits["train"]):
                 continue
-            shared = sorted({r.path for r in records if r.split == self.splits[role] and r.path in train})
+            shared = sorted({r.path for r in records if r.split == self.splits[role] and identity[r.path] in train})
             if not shared:
                 continue
             what = f"{len(shared)} video(s) of split {self.splits[role]!r} are also in the training split {self.splits['train']!r}"
@@ -403,6 +263,31 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
             worker_init_fn=worker_init_fn(),  # workers leave SIGTERM/SIGINT/SIGUSR1 to the main process
         )
 
+    def cache_plan(self, splits: list[str]) -> Plan:
+        """The frame-cache plan of these splits' records (`lit-retrieval cache-frames`), sampled as
+        `MultiEventDataset` samples them; set up without reading the cache it writes."""
+        out = self.frame_cache
+        self.frame_cache = None  # the records alone: the cache it names is the one being written
+        self.prepare_data()
+        self.setup()
+        jobs = []
+        for role in splits:
+            dataset = self.datasets.get(role)
+            if dataset is None:
+                continue
+            for record in dataset.records:
+                start, end = dataset.window(record)
+                jobs.append(CacheJob(file_path(dataset.video_root / record.path), start, end, record.duration))
+        spec = SamplingSpec(self.num_frames, self.image_size, sampling=self.sampling)
+        params = MultiEventDataset.cache_params(spec, self.trim_to_annotation)
+        return Plan(
+            params,
+            WindowSampler(spec, self.seek_threshold),
+            sorted_unique(jobs),
+            self.on_bad_video,
+            out,
+        )
+
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """With `normalize_on_device`, the batch's uint8 frames become normalised floats where they are."""
         frames = batch.get("frames") if isinstance(batch, dict) else None
@@ -420,34 +305,31 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
         return self._loader("test", train=False)
 
 
-class MultiEventDataModule(VideoTextDataModule):
-    """The canonical multi-event format (`lit_retrieval.data.annotations`), one file for all splits.
+class SplitParser(Protocol):
+    """What `SplitFilesDataModule` needs of a dataset's parser: the records of one split's file."""
 
-    Args:
-        annotation: the canonical JSON file.
-        synthetic: generate the synthetic corpus with these settings if `annotation` does not exist.
-        **kwargs: the common options of `VideoTextDataModule`.
-    """
+    def load(self, path: Path, split: str, collector: RecordCollector) -> list[VideoRecord]: ...
 
-    def __init__(self, annotation: str, synthetic: SynthConfig | None = None, **kwargs) -> None:
+
+class SplitFilesDataModule(VideoTextDataModule, ABC):
+    """A dataset released as one annotation file per split in one folder."""
+
+    def __init__(self, annotation_dir: str, split_files: dict[str, str], **kwargs) -> None:
         super().__init__(**kwargs)
-        self.annotation = Path(annotation)
-        self.synthetic = synthetic
+        self.annotation_dir = Path(annotation_dir)
+        self.split_files = split_files
 
     @property
     def source(self) -> str:
-        return str(self.annotation)
+        return str(self.annotation_dir)
 
     def default_video_root(self) -> Path:
-        return self.annotation.parent
+        return self.annotation_dir
 
-    def prepare_data(self) -> None:
-        if self.synthetic is not None and not self.annotation.exists():
-            log.info("creating the synthetic corpus in %s", self.annotation.parent)
-            written = generate_corpus(self.annotation.parent, self.synthetic)
-            if written != self.annotation:
-                written.replace(self.annotation)
-        super().prepare_data()
+    @abstractmethod
+    def parser(self) -> SplitParser:
+        """The parser of this dataset's files."""
 
     def load_records(self, collector: RecordCollector) -> list[VideoRecord]:
-        return load_annotations(self.annotation, collector)
+        parser = self.parser()
+        return [r for split, name in self.split_files.items() for r in parser.load(self.annotation_dir / name, split, collector)]

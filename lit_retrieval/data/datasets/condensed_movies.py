@@ -26,7 +26,9 @@ import math
 from pathlib import Path
 
 from lit_retrieval.data.bad_records import RecordCollector
-from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, read_csv
+from lit_retrieval.data.records import AnnotationError, Event, VideoRecord
+from lit_retrieval.data.reading import read_csv
+from lit_retrieval.data.batching.datamodule import VideoTextDataModule
 
 log = logging.getLogger(__name__)
 
@@ -161,3 +163,46 @@ class CondensedMoviesParser:
         if path is None:
             return None
         return VideoRecord(video_id=video_id, path=path, duration=duration, split=split, events=(Event(text, ((0.0, duration),)),))
+
+
+class CondensedMoviesDataModule(VideoTextDataModule):
+    """Condensed Movies: one caption per two-minute scene, split per movie (`split.csv`).
+
+    Args:
+        metadata_dir: folder of `clips.csv`, `descriptions.csv`, `durations.csv`, `split.csv`.
+        video_exts: extensions tried for `{upload_year}/{videoid}`.
+        require_video: leave out clips whose file is absent (most of the catalogue is offline).
+        trim_to_annotation: frames are sampled in [0, duration of durations.csv], which drops the
+            YouTube outro (see `VideoTextDataModule`; on by default here).
+        split_file: a clip split file (CSV `videoid,split`; train / val / test / excluded) that
+            replaces the per-movie `split.csv`, e.g. SALI's 7,073 / 724 / 2,262 (+562 excluded)
+            protocol; clips it does not list are left out (see `lit_retrieval.data.datasets.condensed_movies`).
+        **kwargs: the common options of `VideoTextDataModule` (SALI: 128 frames, `shots`).
+    """
+
+    def __init__(
+        self,
+        metadata_dir: str,
+        video_exts: list[str] | None = None,
+        require_video: bool = True,
+        trim_to_annotation: bool = True,
+        val_split: str | None = "val",
+        split_file: str | None = None,
+        **kwargs,
+    ) -> None:
+        super().__init__(trim_to_annotation=trim_to_annotation, val_split=val_split, **kwargs)
+        self.metadata_dir = Path(metadata_dir)
+        self.video_exts = tuple(video_exts or (".mkv", ".mp4", ".webm"))
+        self.require_video = require_video
+        self.split_file = split_file
+
+    @property
+    def source(self) -> str:
+        return str(self.metadata_dir)
+
+    def default_video_root(self) -> Path:
+        return self.metadata_dir.parent / "videos"
+
+    def load_records(self, collector: RecordCollector) -> list[VideoRecord]:
+        parser = CondensedMoviesParser(self.video_root or self.default_video_root(), self.video_exts, self.require_video, self.split_file)
+        return parser.load(self.metadata_dir, collector)

@@ -23,8 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from lit_retrieval.data.bad_records import BadRecordPolicy, RecordCollector
-from lit_retrieval.data.media import ItemError, MediaItem, item_from_json, parse_format
-from lit_retrieval.data.records import AnnotationError, loads_strict, read_text, record_id
+from lit_retrieval.data.items import ItemError, MediaItem, item_from_json, parse_format
+from lit_retrieval.data.records import AnnotationError, record_id
+from lit_retrieval.data.reading import loads_strict, read_text
 from lit_retrieval.errors import ConfigError
 
 
@@ -48,7 +49,7 @@ class TaskSpec:
         negative_corpus: JSONL files of extra candidate targets (one item per line, media paths relative
             to each file's folder) for per-epoch mining (`data.negative_mining: prober`): GVE Sec. 3.3 mines
             "from a large external corpus"; the paper does not name it, so by default only the task's own
-            targets are candidates (`lit_retrieval.data.negatives`).
+            targets are candidates (`lit_retrieval.data.gve.negatives`).
     """
 
     name: str

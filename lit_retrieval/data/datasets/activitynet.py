@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from lit_retrieval.data.bad_records import RecordCollector
-from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, checked_interval, finite_number, read_json
+from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, checked_interval, finite_number
+from lit_retrieval.data.reading import read_json
+from lit_retrieval.data.batching.datamodule import SplitFilesDataModule
 
 log = logging.getLogger(__name__)
 
@@ -92,3 +94,34 @@ class ActivityNetParser:
                 start, end = fixed
             events.append(Event(sentence.strip(), (checked_interval(start, end, duration, source, where),)))
         return VideoRecord(video_id=video_id, path=self.video_path(video_id), duration=duration, split=split, events=tuple(events))
+
+
+class ActivityNetDataModule(SplitFilesDataModule):
+    """ActivityNet Captions, paragraph-to-video (test = `val_1`, as CLIP4Clip and SALI).
+
+    Args:
+        annotation_dir: folder of `train.json`, `val_1.json`, `val_2.json`.
+        split_files: file of each split name.
+        strip_prefix: look for `{id without "v_"}.ext` (CLIP4Clip) instead of `v_{id}.ext` (MeVTR).
+        video_exts: extensions tried in turn for each video file.
+        fix_timestamps: repair reversed, zero-length and past-the-end timestamps (CLIP4Clip's
+            rule) instead of counting those videos as bad records.
+        **kwargs: the common options of `VideoTextDataModule`.
+    """
+
+    def __init__(
+        self,
+        annotation_dir: str,
+        split_files: dict[str, str] | None = None,
+        strip_prefix: bool = True,
+        video_exts: list[str] | None = None,
+        fix_timestamps: bool = False,
+        **kwargs,
+    ) -> None:
+        super().__init__(annotation_dir, split_files or {"train": "train.json", "test": "val_1.json"}, **kwargs)
+        self.strip_prefix = strip_prefix
+        self.video_exts = tuple(video_exts or (".mp4", ".mkv", ".webm"))
+        self.fix_timestamps = fix_timestamps
+
+    def parser(self) -> ActivityNetParser:
+        return ActivityNetParser(self.video_root or self.default_video_root(), self.strip_prefix, self.video_exts, self.fix_timestamps)

@@ -22,10 +22,10 @@ from pathlib import Path
 from PIL import Image
 
 from lit_retrieval.data.annotations import load_annotations
-from lit_retrieval.data.media import parse_format
+from lit_retrieval.data.items import parse_format
 from lit_retrieval.data.records import VideoRecord
-from lit_retrieval.data.tasks import TaskSpec, write_task
-from lit_retrieval.data.video import sample_frames
+from lit_retrieval.data.gve.tasks import TaskSpec, write_task
+from lit_retrieval.data.media.video import sample_frames
 
 TASKS = {  # name: (format, hard negatives, synthetic, query instruction)
     "syn_t2v": ("T->V", 1, False, "Find the video clip according to the text description."),

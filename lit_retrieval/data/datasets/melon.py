@@ -15,6 +15,11 @@ Events keep their order in the file (the query concatenates them in that order).
 a `duration` gets the duration of its file when a prober is given (PyAV reads the container
 header), else it is a bad record. Every bad record raises `AnnotationError` naming the file and
 the record, or is dropped under the `skip` policy.
+
+The construction rules (`MelonRules`, `video_violations`; MELON Sec. 3 and supp. C.1): 3 to 5
+events per video ("K ranges from 3 to 5") that do not overlap (touching intervals do not), and at
+least 2 minutes of video, annotated and, given the files, measured. `lit-retrieval validate-melon`
+reports them through `lit_retrieval.melon_build.validation`.
 """
 
 from __future__ import annotations
@@ -26,7 +31,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from lit_retrieval.data.bad_records import RecordCollector
-from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, checked_interval, read_json, text_field
+from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, checked_interval, text_field
+from lit_retrieval.data.reading import read_json
+from lit_retrieval.data.batching.datamodule import VideoTextDataModule
+from lit_retrieval.data.media.video import VideoDecodeError, video_duration
+from lit_retrieval.errors import UsageError
 
 RANGE = re.compile(r"^\s*([0-9:.]+)\s*(?:-|–|~|to)\s*([0-9:.]+)\s*$")
 
@@ -201,3 +210,108 @@ class MelonParser:
         if not isinstance(theme, str):
             raise AnnotationError(source, record, f"{f.theme!r} must be a string, got {theme!r}")
         return Event(description=description.strip(), intervals=checked, theme=theme)
+
+
+@dataclass(frozen=True)
+class MelonRules:
+    """The construction rules checked (MELON's values by default)."""
+
+    min_events: int = 3
+    max_events: int = 5
+    min_seconds: float = 120.0
+    t2t_threshold: float | None = None  # supp. C.2's 0.70; None: not checked
+
+    def __post_init__(self) -> None:
+        """Refuse rules that would silently pass everything (a NaN compares false) or nothing."""
+        if self.min_events < 1 or self.min_events > self.max_events:
+            raise UsageError("--min-events", f"{self.min_events} must lie in [1, --max-events {self.max_events}]")
+        if not math.isfinite(self.min_seconds) or self.min_seconds < 0:
+            raise UsageError("--min-seconds", f"must be a finite number >= 0, got {self.min_seconds}")
+        if self.t2t_threshold is not None and not -1 <= self.t2t_threshold <= 1:  # NaN fails too
+            raise UsageError("--t2t", f"must be a cosine similarity in [-1, 1], got {self.t2t_threshold}")
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken rule: the annotation file, the video (`-`: the file), the rule and why."""
+
+    source: str
+    record: str
+    rule: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.source}: record {self.record!r}: [{self.rule}] {self.reason}"
+
+
+def overlaps(video: VideoRecord) -> list[tuple[int, int, tuple[float, float], tuple[float, float]]]:
+    """Pairs of events (i < j) with intervals that share more than a point, and those intervals."""
+    found = []
+    for i, first in enumerate(video.events):
+        for j in range(i + 1, len(video.events)):
+            pairs = [(a, b) for a in first.intervals for b in video.events[j].intervals]
+            hit = next(((a, b) for a, b in pairs if min(a[1], b[1]) > max(a[0], b[0])), None)
+            if hit is not None:
+                found.append((i, j, *hit))
+    return found
+
+
+def video_violations(video: VideoRecord, source: str, rules: MelonRules, video_root: Path | None) -> list[Violation]:
+    """Every rule `video` breaks (file checks only with `video_root`)."""
+    found: list[tuple[str, str]] = []  # (rule, reason)
+    count = len(video.events)
+    if not rules.min_events <= count <= rules.max_events:
+        found.append(("events", f"{count} events; {rules.min_events}-{rules.max_events} needed"))
+    if video.duration < rules.min_seconds:
+        found.append(("duration", f"annotated duration {video.duration:g} s < {rules.min_seconds:g} s"))
+    for i, j, a, b in overlaps(video):
+        found.append(("overlap", f"events {i} [{a[0]:g}, {a[1]:g}] and {j} [{b[0]:g}, {b[1]:g}] overlap"))
+    if video_root is not None:
+        try:
+            seconds = video_duration(video_root / video.path)
+        except VideoDecodeError as err:
+            found.append(("video", f"{err.path}: {err.reason}"))
+        else:
+            if seconds < rules.min_seconds:
+                found.append(("video_duration", f"{video.path} lasts {seconds:g} s < {rules.min_seconds:g} s"))
+    return [Violation(source, video.video_id, rule, reason) for rule, reason in found]
+
+
+class MELONDataModule(VideoTextDataModule):
+    """MELON (multi-event text-to-long-video; 8,400 train / 3,600 test videos).
+
+    Args:
+        annotation: one file whose records carry a split field, or `{split: file}`.
+        fields: key names of the release (matched case-insensitively).
+        video_ext: extension of `{video_id}{video_ext}` for records without a path.
+        probe_durations: read a missing duration from the video file's header.
+        **kwargs: the common options of `VideoTextDataModule` (MEA needs `min_events: 2`).
+    """
+
+    def __init__(
+        self,
+        annotation: str | dict[str, str],
+        fields: MelonFields | None = None,
+        video_ext: str = ".mp4",
+        probe_durations: bool = True,
+        **kwargs,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.files = {None: Path(annotation)} if isinstance(annotation, str) else {k: Path(v) for k, v in annotation.items()}
+        self.fields = fields
+        self.video_ext = video_ext
+        self.probe_durations = probe_durations
+
+    @property
+    def source(self) -> str:
+        return ", ".join(str(f) for f in self.files.values())
+
+    def default_video_root(self) -> Path:
+        return next(iter(self.files.values())).parent
+
+    def load_records(self, collector: RecordCollector) -> list[VideoRecord]:
+        root = self.video_root or self.default_video_root()
+        prober = (lambda path: video_duration(root / path)) if self.probe_durations else None
+        parser = MelonParser(self.fields, self.video_ext, prober)
+        records = [r for split, path in self.files.items() for r in parser.load(path, split, collector)]
+        return collector.unique(records, self.source)

@@ -49,8 +49,10 @@ from typing import Any, Literal
 import numpy as np
 from PIL import Image
 
-from lit_retrieval.data.records import AnnotationError, loads_strict, read_json
-from lit_retrieval.data.video import FrameSample, VideoDecodeError
+from lit_retrieval.data.records import AnnotationError
+from lit_retrieval.data.reading import loads_strict, read_json
+from lit_retrieval.data.media.identity import file_path, file_version
+from lit_retrieval.data.media.video import FrameSample, VideoDecodeError
 from lit_retrieval.errors import ConfigError, InputError
 
 log = logging.getLogger(__name__)
@@ -90,20 +92,6 @@ class CacheJob:
     @property
     def key(self) -> tuple[str, float | None, float | None]:
         return (self.video, self.start, self.end)
-
-
-def video_key(path: str | Path) -> str:
-    """The absolute, normalised path a cache entry is keyed by."""
-    return os.path.abspath(path)
-
-
-def file_stamp(path: str | Path) -> tuple[int, int] | None:
-    """(size in bytes, mtime in ns) of a file, None if it does not exist."""
-    try:
-        stat = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return stat.st_size, stat.st_mtime_ns
 
 
 def _header(params: dict[str, Any], frame_format: FrameFormat, quality: int | None) -> dict[str, Any]:
@@ -275,7 +263,7 @@ class FrameCache:
         return json.loads(handle.readline())
 
     def get(self, video: str | Path, start: float | None = None, end: float | None = None) -> FrameSample | None:
-        key = video_key(video)
+        key = file_path(video)
         found = self.entries.get((key, start, end))
         if found is None:
             return None
@@ -312,7 +300,7 @@ class FrameCache:
 def stale_reason(entry: dict[str, Any], root: Path) -> str | None:
     """Why `entry` no longer describes its video file (size or mtime changed), None if it does or
     the file is gone (then the cached frames are all there is)."""
-    stamp = file_stamp(entry["video"])
+    stamp = file_version(entry["video"])
     if stamp is None or stamp == (entry["size"], entry["mtime_ns"]):
         return None
     return (

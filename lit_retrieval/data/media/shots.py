@@ -29,7 +29,8 @@ from typing import Literal
 
 import numpy as np
 
-from lit_retrieval.data.video import VideoDecodeError
+from lit_retrieval.data.media.identity import file_identity, file_path
+from lit_retrieval.data.media.video import VideoDecodeError
 from lit_retrieval.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -111,11 +112,6 @@ def detect_shots(path: str | Path, config: ShotDetectorConfig = ShotDetectorConf
     return [(float(start.get_seconds()), float(end.get_seconds())) for start, end in scenes]
 
 
-def _file_identity(path: Path) -> dict[str, object]:
-    stat = path.stat()
-    return {"path": str(path.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-
-
 class ShotCache:
     """One JSON file per (video, detector settings) under `root`."""
 
@@ -123,14 +119,14 @@ class ShotCache:
         self.root = Path(root)
 
     def entry(self, path: Path, config: ShotDetectorConfig) -> Path:
-        digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:16]
+        digest = hashlib.sha1(file_path(path).encode()).hexdigest()[:16]
         return self.root / f"{path.stem}-{digest}-{config.key()}.json"
 
     def _read(self, path: Path, config: ShotDetectorConfig) -> dict | None:
         """The entry of this file version and these settings, or None (absent, unreadable, stale)."""
         try:
             data = json.loads(self.entry(path, config).read_text())
-            if data["file"] != _file_identity(path) or data["settings"] != asdict(config):
+            if data["file"] != file_identity(path) or data["settings"] != asdict(config):
                 return None
         except (OSError, ValueError, KeyError, TypeError):
             return None
@@ -161,7 +157,7 @@ class ShotCache:
     def _write(self, path: Path, config: ShotDetectorConfig, content: dict) -> None:
         entry = self.entry(path, config)
         self.root.mkdir(parents=True, exist_ok=True)
-        data = {"file": _file_identity(path), "settings": asdict(config), **content}
+        data = {"file": file_identity(path), "settings": asdict(config), **content}
         tmp = entry.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(data))
         os.replace(tmp, entry)

@@ -20,7 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from lit_retrieval.data.bad_records import RecordCollector
-from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, finite_number, read_csv, read_json, text_field
+from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, finite_number, text_field
+from lit_retrieval.data.reading import read_csv, read_json
+from lit_retrieval.data.batching.datamodule import VideoTextDataModule
 
 
 class MSRVTTParser:
@@ -124,3 +126,43 @@ class MSRVTTParser:
 
     def _record(self, record_id: str, video_id: str, caption: str, duration: float, split: str) -> VideoRecord:
         return VideoRecord(record_id, f"{video_id}{self.video_ext}", duration, split, (Event(caption, ((0.0, duration),)),))
+
+
+class MSRVTTDataModule(VideoTextDataModule):
+    """MSR-VTT: training on every caption of the 9k training videos (10% held out as `val`),
+    testing on the 1k-A split.
+
+    Args:
+        annotation_dir: folder of the three files below.
+        data_file / train_csv / test_csv: the file names (CLIP4Clip's release by default).
+        video_ext: extension of `{video_id}` under the video root.
+        val_fraction / val_seed: share of training videos held out for validation, and its seed.
+        **kwargs: the common options of `VideoTextDataModule` (SALI: 12 frames).
+    """
+
+    def __init__(
+        self,
+        annotation_dir: str,
+        data_file: str = "MSRVTT_data.json",
+        train_csv: str = "MSRVTT_train.9k.csv",
+        test_csv: str = "MSRVTT_JSFUSION_test.csv",
+        video_ext: str = ".mp4",
+        val_fraction: float = 0.1,
+        val_seed: int = 0,
+        val_split: str | None = "val",
+        **kwargs,
+    ) -> None:
+        super().__init__(val_split=val_split, **kwargs)
+        self.annotation_dir = Path(annotation_dir)
+        self.files = (data_file, train_csv, test_csv)
+        self.parser = MSRVTTParser(video_ext, val_fraction, val_seed)
+
+    @property
+    def source(self) -> str:
+        return str(self.annotation_dir / self.files[0])
+
+    def default_video_root(self) -> Path:
+        return self.annotation_dir / "videos"
+
+    def load_records(self, collector: RecordCollector) -> list[VideoRecord]:
+        return self.parser.load(self.annotation_dir, *self.files, collector=collector)

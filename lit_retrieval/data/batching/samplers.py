@@ -1,11 +1,15 @@
-"""`TaskBatchSampler`: one task per step, drawn with the curriculum's probabilities (GVE Sec. 3.3).
+"""The training samplers, sharding by rank with one rule (`rank_share`).
+
+`EpochShuffle`: the video-text modules' training order, a function of `(seed, epoch)`.
+
+`TaskBatchSampler`: one task per step, drawn with the curriculum's probabilities (GVE Sec. 3.3).
 
 Every batch holds pairs of a single task (tasks are never mixed within a batch, GVE A.4). The
 sequence of tasks for an epoch is drawn from `(seed, epoch)` with the current probabilities P(k);
 each task's pairs are visited in a random order per `(seed, epoch, task, pass)`, cut into whole
 global batches, and start over when used up. All ranks draw the same task at the same step, so
-cross-device negatives come from the same task, and each rank takes its own slice of that step's
-global batch. Everything is a function of `(seed, epoch, step)`, so `start_step` resumes an interrupted epoch exactly.
+cross-device negatives come from the same task, and each rank takes its own share of that step's
+global batch (`rank_share`). Everything is a function of `(seed, epoch, step)`, so `start_step` resumes an interrupted epoch exactly.
 
 It subclasses `DistributedSampler` only so that Lightning does not wrap it in its own distributed
 sampler: it shards by rank itself. It yields whole batches (lists of `(task, record)` indices) and
@@ -14,15 +18,60 @@ is used with `DataLoader(batch_size=None)`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Literal, get_args
 
 import numpy as np
+import torch
 from torch.utils.data import DistributedSampler
 
 Sampling = Literal["equal_passes", "proportional", "uniform"]
 SAMPLINGS: tuple[str, ...] = get_args(Sampling)
 
+
+
+def rank_share(order: list[int], rank: int, world_size: int) -> list[int]:
+    """Rank `rank`'s share of `order`, PyTorch's `DistributedSampler` rule: the order is padded
+    with its own first items to a multiple of `world_size`, and rank r takes every W-th item from r."""
+    padded = order + order[: -len(order) % world_size]
+    return padded[rank::world_size]
+
+
+class EpochShuffle(DistributedSampler):
+    """A random order that depends only on (seed, epoch), sharded by rank like PyTorch's
+    `DistributedSampler` (padded to a multiple of the world size, rank r takes every W-th item
+    from r), so a resumed run sees the same batches as an uninterrupted one, and `start` resumes
+    inside an epoch. It subclasses `DistributedSampler` only so that Lightning does not wrap it:
+    it shards itself. Lightning calls `set_epoch` at every epoch start."""
+
+    shuffle = True  # the attributes code expecting a DistributedSampler reads
+    drop_last = False
+
+    def __init__(self, size: int, seed: int = 0, rank: int = 0, world_size: int = 1) -> None:
+        self.size = size
+        self.seed = seed
+        self.rank = rank
+        self.num_replicas = world_size
+        self.epoch = 0
+        self.start = 0  # items of this rank's share to skip, once (a mid-epoch resume)
+        self.num_samples = math.ceil(size / world_size)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def place(self, batch_size: int, epoch: int, batches: int) -> None:
+        """Start at batch `batches` of `epoch`'s order (a mid-epoch resume)."""
+        self.epoch, self.start = epoch, batches * batch_size
+
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
+        order = torch.randperm(self.size, generator=generator).tolist()
+        start, self.start = self.start, 0
+        return iter(rank_share(order, self.rank, self.num_replicas)[start:])
+
+    def __len__(self) -> int:
+        return self.num_samples
 
 def size_weights(sizes: list[int], batch_sizes: list[int], sampling: Sampling = "equal_passes") -> list[float]:
     """Unnormalised P(k) without a curriculum. `equal_passes`: n_k / B_k, the batches task k fills, so
@@ -148,8 +197,7 @@ class TaskBatchSampler(DistributedSampler):
             seen[task] += 1
             if step < start:
                 continue
-            width = self.batch_sizes[task]
-            local = self.global_batch(int(task), occurrence)[self.rank * width : (self.rank + 1) * width]
+            local = rank_share(self.global_batch(int(task), occurrence).tolist(), self.rank, self.num_replicas)
             yield [(int(task), int(i)) for i in local]
 
     def __len__(self) -> int:

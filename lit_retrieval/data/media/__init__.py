@@ -1,0 +1,1 @@
+"""File -> frames: decoding and sampling (`video`), the frame cache, shot detection, normalisation."""

@@ -1,0 +1,104 @@
+"""The reader of the score files `test` writes with `evaluation.save_scores`
+(`lit_retrieval.modules.evaluation.save_score_matrix`): `NAME.npy`, a `[texts, videos]` matrix,
+and `NAME_ids.json` (`text_ids`, `video_ids`, `targets`, and with relational evaluation
+`relational`, `num_shots`, `min_shots`), each checked against the other; every failure names the file."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lit_retrieval.errors import UsageError
+
+ID_KEYS = ("text_ids", "video_ids", "targets")
+RELATIONAL_KEYS = ("relational", "num_shots")  # per query; with `min_shots`, written by `test` since Rel-Multi
+
+
+def ids_file(matrix: Path) -> Path:
+    """The ids file `test` writes next to `matrix` (`scores.npy` -> `scores_ids.json`)."""
+    return matrix.with_name(f"{matrix.stem}_ids.json")
+
+
+def load_ids(matrix: Path, shape: tuple[int, ...]) -> dict[str, list] | None:
+    """The ids of `matrix` (None without an ids file), checked against its shape."""
+    path = ids_file(matrix)
+    if not path.exists():
+        return None
+    try:
+        ids = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(ids, dict) or any(not isinstance(ids.get(k), list) for k in ID_KEYS):
+        raise ValueError(f"{path}: needs the lists {list(ID_KEYS)}")
+    sizes = (len(ids["text_ids"]), len(ids["video_ids"]))
+    if len(ids["targets"]) != sizes[0] or sizes != tuple(shape):
+        raise ValueError(
+            f"{path}: {sizes[0]} text ids, {len(ids['targets'])} targets and {sizes[1]} video ids "
+            f"do not fit {matrix}'s shape {tuple(shape)}"
+        )
+    if any(not isinstance(t, int) or isinstance(t, bool) for t in ids["targets"]):
+        raise ValueError(f"{path}: targets must be integers (video columns)")
+    check_relational(path, ids, sizes[0])
+    return ids
+
+
+def is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def check_relational(path: Path, ids: dict, num_texts: int) -> None:
+    """The relational entries of an ids file: both lists (one flag and one shot count per text) or
+    both `null` or both absent (a file written before they were saved)."""
+    present = [key for key in RELATIONAL_KEYS if ids.get(key) is not None]
+    if not present:
+        return
+    if len(present) == 1:
+        raise ValueError(f"{path}: has {present[0]!r} without {set(RELATIONAL_KEYS).difference(present).pop()!r}")
+    flags, shots = ids["relational"], ids["num_shots"]
+    if not isinstance(flags, list) or not isinstance(shots, list) or len(flags) != num_texts or len(shots) != num_texts:
+        raise ValueError(f"{path}: 'relational' and 'num_shots' must be lists of {num_texts} values (one per text)")
+    if any(not isinstance(f, bool) for f in flags) or not all(is_count(n) for n in shots):
+        raise ValueError(f"{path}: 'relational' must hold true/false and 'num_shots' counts >= 0")
+    if ids.get("min_shots") is not None and not is_count(ids["min_shots"]):
+        raise ValueError(f"{path}: 'min_shots' must be a count >= 0 or null, got {ids['min_shots']!r}")
+
+
+def load_array(path: Path) -> np.ndarray:
+    """The array of a `.npy` file; an `.npz` archive, pickled objects or an unreadable file is a
+    `UsageError` naming it."""
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (ValueError, EOFError, pickle.UnpicklingError):
+        raise UsageError(
+            str(path), "not a .npy array (unreadable, or pickled objects, which are never loaded)"
+        ) from None
+    if not isinstance(array, np.ndarray):  # an .npz archive
+        array.close()
+        raise UsageError(str(path), "an .npz archive; give one .npy array (np.save)")
+    return array
+
+
+def load_targets(path: Path) -> torch.Tensor:
+    """Text-to-video targets of a `.npy` file: integers, refused otherwise (a float array is not
+    truncated: 2.7 is not a video column)."""
+    targets = load_array(path)
+    if not np.issubdtype(targets.dtype, np.integer):
+        raise UsageError(
+            str(path), f"targets must be an integer array, got {targets.dtype} (save them with .astype(int))"
+        )
+    return torch.from_numpy(targets.astype(np.int64))
+
+
+def load_matrix(path: Path) -> tuple[np.ndarray, dict[str, list] | None]:
+    scores = load_array(path)
+    if not (np.issubdtype(scores.dtype, np.integer) or np.issubdtype(scores.dtype, np.floating)):
+        raise UsageError(str(path), f"scores must be numbers, got dtype {scores.dtype}")
+    if np.isnan(scores).any():
+        raise UsageError(str(path), f"{int(np.isnan(scores).sum())} scores are NaN")
+    if scores.ndim != 2:
+        raise ValueError(f"{path}: scores must be [texts, videos], got shape {scores.shape}")
+    return scores, load_ids(path, scores.shape)
