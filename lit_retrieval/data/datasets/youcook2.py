@@ -29,7 +29,16 @@ from typing import Any, Literal
 
 from lit_retrieval.data.bad_records import RecordCollector
 from lit_retrieval.data.batching.datamodule import VideoTextDataModule
-from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, checked_interval, finite_number, positive_duration, record_id, text_field
+from lit_retrieval.data.records import (
+    AnnotationError,
+    Event,
+    VideoRecord,
+    checked_interval,
+    finite_number,
+    positive_duration,
+    record_id,
+    text_field,
+)
 from lit_retrieval.data.reading import read_json
 from lit_retrieval.errors import ConfigError
 
