@@ -71,6 +71,20 @@ def test_data_module_splits_and_clip4clip_val(release):
     assert data.default_video_root() == release / "MSVD_Videos"
 
 
+def test_the_release_fixture_loads_with_the_counts_worked_out_from_its_files():
+    fixture = Path(__file__).parent / "fixtures" / "msvd"  # tests/fixtures/msvd: the release's file names
+    data = MSVDDataModule(str(fixture), num_frames=2, image_size=32)
+    data.setup()
+    assert {role: len(ds) for role, ds in data.datasets.items()} == {"train": 3, "val": 2, "test": 4}
+    records = MSVDParser().load(fixture, "raw-captions.pkl", SPLITS)
+    first = {split: next(r for r in records if r.split == split) for split in SPLITS}
+    assert {s: (r.video_id, r.duration, r.descriptions) for s, r in first.items()} == {
+        "train": ("-4wsuPCjDBc_5_15", 10.0, ["a squirrel is eating a peanut"]),
+        "val": ("cSDkshD2ME0_11_14", 3.0, ["a dog runs"]),
+        "test": ("qOiN__I1-Zo_2_8", 6.0, ["a boy swims"]),  # `_` inside the YouTube id, tokens joined
+    }
+
+
 def test_missing_split_file_is_one_line_naming_it(release):
     (release / "val_list.txt").unlink()
     with pytest.raises(AnnotationError, match=r"val_list.txt: annotation file not found$"):
