@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from lit_retrieval.data import (
-    ActivityNetDataModule, AnnotationError, DiDeMoDataModule, Event, MELONDataModule, MelonFields, MultiEventDataModule,
+    ActivityNetDataModule,
+    AnnotationError,
+    DiDeMoDataModule,
+    Event,
+    MELONDataModule,
+    MelonFields,
+    MultiEventDataModule,
     VideoRecord,
 )
 from lit_retrieval.data.datasets.activitynet import ActivityNetParser

@@ -65,6 +65,22 @@ def test_one_record_per_english_caption_in_either_published_layout(tmp_path):
     assert load(release, files=("vatex_data.json",)) == records
 
 
+def test_the_release_fixture_loads_alike_in_both_layouts_with_counts_worked_out_from_its_files():
+    fixture = Path(__file__).parent / "fixtures" / "vatex"  # tests/fixtures/vatex: the release's file names
+    data = VATEXDataModule(str(fixture), num_frames=2, image_size=32)
+    data.setup()
+    assert {role: len(ds) for role, ds in data.datasets.items()} == {"train": 4, "val": 2, "test": 3}
+    records = load(fixture)
+    assert load(fixture, files=("vatex_data.json",)) == records  # CLIP2Video's mapping of the same captions
+    captions = {s: [r.descriptions[0] for r in records if r.split == s][-1] for s in SPLITS}
+    assert captions == {
+        "train": "Children play in the sand at a beach.",
+        "val": "A person works dough with her hands.",
+        "test": "A man throws a frisbee for his dog.",
+    }
+    assert records[1].descriptions == ["Someone strums a guitar in front of a crowd."]  # trailing space stripped
+
+
 def test_data_module_hgr_splits(tmp_path):
     data = VATEXDataModule(str(write_release(tmp_path / "vatex")), num_frames=2, image_size=32)
     data.setup()

@@ -50,6 +50,7 @@ from lit_retrieval.metrics.rescoring import (
     rescored_metrics,
 )
 
+
 def ensemble(paths: list[Path], weights: list[float]) -> tuple[np.ndarray, dict[str, list] | None]:
     """sum_i weights[i] * matrix_i (float64) and the members' common ids; members whose shapes or
     ids differ are refused, naming the first member and the one that differs."""

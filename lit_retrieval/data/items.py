@@ -35,7 +35,7 @@ class MediaItem:
 
     @property
     def modality(self) -> str:
-        """"T", "V", "TI", "TV", ... in the order T, I, V."""
+        """ "T", "V", "TI", "TV", ... in the order T, I, V."""
         present = (self.text is not None, self.image is not None, self.video is not None)
         return "".join(letter for letter, has in zip(MODALITY_LETTERS, present) if has)
 
@@ -75,8 +75,13 @@ def item_from_json(obj: Any, where: str, root: Path | None = None) -> MediaItem:
             raise ItemError(f"{where}: '{name}' must be a non-negative number of seconds")
     if start is not None and end is not None and end <= start:
         raise ItemError(f"{where}: empty window [{start}, {end}]")
-    item = MediaItem(text=text, image=paths.get("image"), video=paths.get("video"),
-                     start=None if start is None else float(start), end=None if end is None else float(end))
+    item = MediaItem(
+        text=text,
+        image=paths.get("image"),
+        video=paths.get("video"),
+        start=None if start is None else float(start),
+        end=None if end is None else float(end),
+    )
     if not item.modality:
         raise ItemError(f"{where}: an item needs at least one of 'text', 'image', 'video'")
     return item

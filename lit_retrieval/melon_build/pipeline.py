@@ -314,7 +314,9 @@ class Build:
 
         def key_of(uid: str) -> str:
             video = state.videos[uid]
-            return stage_key("judge", video.path, file_version(video.path), state.events[uid], self.llm_identity("judge"))
+            return stage_key(
+                "judge", video.path, file_version(video.path), state.events[uid], self.llm_identity("judge")
+            )
 
         def ask(uid: str) -> Any:
             video, events = state.videos[uid], state.events[uid]

@@ -18,6 +18,7 @@ import torch
 from lit_retrieval.data.text.queries import QueryMode
 from lit_retrieval.data.text.spans import SpanSplitter
 from lit_retrieval.distributed import distributed_world
+from lit_retrieval.errors import ConfigError
 from lit_retrieval.losses.mevtr import MeVTRLoss
 from lit_retrieval.metrics.analyses import AnalysesConfig
 from lit_retrieval.metrics.relational import RelationalConfig
@@ -243,7 +244,7 @@ def check_grad_cache(head: SimilarityHead) -> None:
     and gives them the position embeddings of that length, so a row's representation depends on
     the other rows of its call."""
     if isinstance(head, UATVRHead):
-        raise ValueError(
+        raise ConfigError(
             "model.grad_cache cannot train UATVRHead: its text tokens (words padded to the call's longest text, "
             "then learned extras at positions after them) depend on the other texts of a chunk; drop grad_cache"
         )

@@ -47,6 +47,7 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from lit_retrieval.errors import ConfigError
 from lit_retrieval.models.heads.base import cat_reps
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,7 @@ class GradCacheConfig:
         for name in ("text_chunk", "video_chunk"):
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise ValueError(f"grad_cache.{name} must be a positive number of rows or null, got {value}")
+                raise ConfigError(f"grad_cache.{name} must be a positive number of rows or null, got {value}")
 
 
 def row_spans(rows: int, chunk: int | None) -> list[tuple[int, int]]:

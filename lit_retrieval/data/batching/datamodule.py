@@ -104,7 +104,9 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
     ) -> None:
         super().__init__()
         # impossible values are refused when the config is parsed (LightningCLI builds the module then)
-        check_at_least("data", 1, num_frames=num_frames, image_size=image_size, batch_size=batch_size, min_events=min_events)
+        check_at_least(
+            "data", 1, num_frames=num_frames, image_size=image_size, batch_size=batch_size, min_events=min_events
+        )
         check_at_least("data", 1, **({"eval_batch_size": eval_batch_size} if eval_batch_size is not None else {}))
         check_at_least("data", 0, num_workers=num_workers)
         if not 0 <= holdout_val < 1:
@@ -180,8 +182,18 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
             if self.shots is not None:
                 chosen, shots = self._with_shots(chosen, video_root)
             self.datasets[role] = MultiEventDataset(
-                chosen, video_root, self.num_frames, self.image_size, self.on_bad_video, self.normalize, self.seek_threshold, shots,
-                self.trim_to_annotation, self.sampling, cache, self.normalize_on_device,
+                chosen,
+                video_root,
+                self.num_frames,
+                self.image_size,
+                self.on_bad_video,
+                self.normalize,
+                self.seek_threshold,
+                shots,
+                self.trim_to_annotation,
+                self.sampling,
+                cache,
+                self.normalize_on_device,
             )
 
     def _check_split_overlap(self, records: list[VideoRecord], video_root: Path) -> None:
@@ -196,9 +208,14 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
             shared = sorted({r.path for r in records if r.split == self.splits[role] and identity[r.path] in train})
             if not shared:
                 continue
-            what = f"{len(shared)} video(s) of split {self.splits[role]!r} are also in the training split {self.splits['train']!r}"
+            what = (
+                f"{len(shared)} video(s) of split {self.splits[role]!r} are also in the training split "
+                f"{self.splits['train']!r}"
+            )
             if not self.allow_split_overlap:
-                raise AnnotationError(self.source, shared[0], f"{what} (first: {shared[0]}); set data.allow_split_overlap to accept")
+                raise AnnotationError(
+                    self.source, shared[0], f"{what} (first: {shared[0]}); set data.allow_split_overlap to accept"
+                )
             log.warning("%s: %s (allowed by allow_split_overlap)", self.source, what)
 
     def _with_min_events(self, records: list[VideoRecord], collector: RecordCollector) -> list[VideoRecord]:
@@ -208,7 +225,10 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
         kept = []
         for record in records:
             if len(record.events) < self.min_events and record.split in scoped:
-                reason = f"{len(record.events)} events; at least {self.min_events} needed in split {record.split!r} (data.min_events)"
+                reason = (
+                    f"{len(record.events)} events; at least {self.min_events} needed in split {record.split!r} "
+                    "(data.min_events)"
+                )
                 collector.reject(AnnotationError(self.source, record.video_id, reason))
             else:
                 kept.append(record)
@@ -227,11 +247,18 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
         assert self.shots is not None
         paths = [str(video_root / r.path) for r in records]
         found = detect_many(
-            paths, self.shots.detector, self.shots.cache_dir, self.shots.workers, on_error=self.on_bad_video, progress=self.shots.progress
+            paths,
+            self.shots.detector,
+            self.shots.cache_dir,
+            self.shots.workers,
+            on_error=self.on_bad_video,
+            progress=self.shots.progress,
         )
         kept = [(r, found.shots[p]) for r, p in zip(records, paths) if p in found.shots]
         if len(kept) < len(records):
-            log.warning("dropped %d video(s) whose shot detection failed (on_bad_video: skip)", len(records) - len(kept))
+            log.warning(
+                "dropped %d video(s) whose shot detection failed (on_bad_video: skip)", len(records) - len(kept)
+            )
         return [r for r, _ in kept], [s for _, s in kept]
 
     def prepare_data(self) -> None:
@@ -332,4 +359,8 @@ class SplitFilesDataModule(VideoTextDataModule, ABC):
 
     def load_records(self, collector: RecordCollector) -> list[VideoRecord]:
         parser = self.parser()
-        return [r for split, name in self.split_files.items() for r in parser.load(self.annotation_dir / name, split, collector)]
+        return [
+            r
+            for split, name in self.split_files.items()
+            for r in parser.load(self.annotation_dir / name, split, collector)
+        ]

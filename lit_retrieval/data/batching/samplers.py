@@ -9,7 +9,8 @@ sequence of tasks for an epoch is drawn from `(seed, epoch)` with the current pr
 each task's pairs are visited in a random order per `(seed, epoch, task, pass)`, cut into whole
 global batches, and start over when used up. All ranks draw the same task at the same step, so
 cross-device negatives come from the same task, and each rank takes its own share of that step's
-global batch (`rank_share`). Everything is a function of `(seed, epoch, step)`, so `start_step` resumes an interrupted epoch exactly.
+global batch (`rank_share`). Everything is a function of `(seed, epoch, step)`, so `start_step` resumes
+an interrupted epoch exactly.
 
 It subclasses `DistributedSampler` only so that Lightning does not wrap it in its own distributed
 sampler: it shards by rank itself. It yields whole batches (lists of `(task, record)` indices) and
@@ -28,7 +29,6 @@ from torch.utils.data import DistributedSampler
 
 Sampling = Literal["equal_passes", "proportional", "uniform"]
 SAMPLINGS: tuple[str, ...] = get_args(Sampling)
-
 
 
 def rank_share(order: list[int], rank: int, world_size: int) -> list[int]:
@@ -72,6 +72,7 @@ class EpochShuffle(DistributedSampler):
 
     def __len__(self) -> int:
         return self.num_samples
+
 
 def size_weights(sizes: list[int], batch_sizes: list[int], sampling: Sampling = "equal_passes") -> list[float]:
     """Unnormalised P(k) without a curriculum. `equal_passes`: n_k / B_k, the batches task k fills, so

@@ -38,7 +38,13 @@ def repair_interval(start: float, end: float, duration: float) -> tuple[float, f
 class ActivityNetParser:
     """Turns ActivityNet Captions files into `VideoRecord`s."""
 
-    def __init__(self, video_root: str | Path = ".", strip_prefix: bool = True, video_exts: tuple[str, ...] = (".mp4", ".mkv", ".webm"), fix_timestamps: bool = False) -> None:
+    def __init__(
+        self,
+        video_root: str | Path = ".",
+        strip_prefix: bool = True,
+        video_exts: tuple[str, ...] = (".mp4", ".mkv", ".webm"),
+        fix_timestamps: bool = False,
+    ) -> None:
         self.video_root = Path(video_root)
         self.strip_prefix = strip_prefix
         self.video_exts = tuple(video_exts)
@@ -93,7 +99,9 @@ class ActivityNetParser:
                 self.repaired += fixed != (start, end)
                 start, end = fixed
             events.append(Event(sentence.strip(), (checked_interval(start, end, duration, source, where),)))
-        return VideoRecord(video_id=video_id, path=self.video_path(video_id), duration=duration, split=split, events=tuple(events))
+        return VideoRecord(
+            video_id=video_id, path=self.video_path(video_id), duration=duration, split=split, events=tuple(events)
+        )
 
 
 class ActivityNetDataModule(SplitFilesDataModule):
@@ -124,4 +132,6 @@ class ActivityNetDataModule(SplitFilesDataModule):
         self.fix_timestamps = fix_timestamps
 
     def parser(self) -> ActivityNetParser:
-        return ActivityNetParser(self.video_root or self.default_video_root(), self.strip_prefix, self.video_exts, self.fix_timestamps)
+        return ActivityNetParser(
+            self.video_root or self.default_video_root(), self.strip_prefix, self.video_exts, self.fix_timestamps
+        )

@@ -54,14 +54,20 @@ def read_clip_splits(path: Path) -> dict[str, str]:
             for row in reader:
                 where = f"{path}:{reader.line_num}"
                 if None in row or None in row.values():
-                    raise AnnotationError(where, "-", f"expected {len(reader.fieldnames)} fields, got a row of another length")
+                    raise AnnotationError(
+                        where, "-", f"expected {len(reader.fieldnames)} fields, got a row of another length"
+                    )
                 video_id, split = row["videoid"].strip(), row["split"].strip()
                 if not video_id:
                     raise AnnotationError(where, "-", "empty videoid")
                 if split not in SPLIT_NAMES:
-                    raise AnnotationError(where, "-", f"split {split!r} of clip {video_id!r} is not one of {list(SPLIT_NAMES)}")
+                    raise AnnotationError(
+                        where, "-", f"split {split!r} of clip {video_id!r} is not one of {list(SPLIT_NAMES)}"
+                    )
                 if video_id in splits:
-                    raise AnnotationError(where, "-", f"clip {video_id!r} is listed again (first at line {lines[video_id]})")
+                    raise AnnotationError(
+                        where, "-", f"clip {video_id!r} is listed again (first at line {lines[video_id]})"
+                    )
                 splits[video_id], lines[video_id] = split, reader.line_num
     except FileNotFoundError:
         raise AnnotationError(str(path), "-", "clip split file not found") from None
@@ -70,7 +76,9 @@ def read_clip_splits(path: Path) -> dict[str, str]:
     return splits
 
 
-def keyed_rows(rows: list[dict[str, str]], key: str, source: Path, collector: RecordCollector) -> dict[str, dict[str, str]]:
+def keyed_rows(
+    rows: list[dict[str, str]], key: str, source: Path, collector: RecordCollector
+) -> dict[str, dict[str, str]]:
     """Rows by their `key` column; a key repeated with different values is a bad record (the
     first row stays), an exact repeat is harmless."""
     out: dict[str, dict[str, str]] = {}
@@ -112,13 +120,21 @@ class CondensedMoviesParser:
         used = {name: spec for name, spec in FILES.items() if not (name == "split" and self.split_file)}
         tables = {name: read_csv(metadata / file, columns) for name, (file, columns) in used.items()}
         clips = keyed_rows(tables["clips"], "videoid", metadata / FILES["clips"][0], collector)
-        durations = {k: row["duration"] for k, row in keyed_rows(tables["durations"], "videoid", metadata / FILES["durations"][0], collector).items()}
+        durations = {
+            k: row["duration"]
+            for k, row in keyed_rows(
+                tables["durations"], "videoid", metadata / FILES["durations"][0], collector
+            ).items()
+        }
         if self.split_file:
             clip_splits = read_clip_splits(self.split_file)
             movie_splits = {}
         else:
             clip_splits = None
-            movie_splits = {k: row["split"].strip() for k, row in keyed_rows(tables["split"], "imdbid", metadata / FILES["split"][0], collector).items()}
+            movie_splits = {
+                k: row["split"].strip()
+                for k, row in keyed_rows(tables["split"], "imdbid", metadata / FILES["split"][0], collector).items()
+            }
         source = str(metadata / FILES["descriptions"][0])
         records, seen, unavailable, unlisted = [], set(), 0, 0
         for row in tables["descriptions"]:
@@ -139,13 +155,25 @@ class CondensedMoviesParser:
             else:
                 records.append(record)
         if unlisted:
-            log.warning("%s: %d captioned clips are not in the clip split file %s (left out)", metadata, unlisted, self.split_file)
+            log.warning(
+                "%s: %d captioned clips are not in the clip split file %s (left out)",
+                metadata,
+                unlisted,
+                self.split_file,
+            )
         if unavailable:
             log.info("%s: %d captioned clips have no video under %s (left out)", metadata, unavailable, self.video_root)
         return records
 
     def _record(
-        self, video_id: str, text: str, clips: dict, durations: dict, movie_splits: dict, clip_splits: dict | None, source: str
+        self,
+        video_id: str,
+        text: str,
+        clips: dict,
+        durations: dict,
+        movie_splits: dict,
+        clip_splits: dict | None,
+        source: str,
     ) -> VideoRecord | None:
         clip = clips.get(video_id)
         if clip is None:
@@ -156,13 +184,17 @@ class CondensedMoviesParser:
         try:
             duration = float(durations[video_id])
         except (KeyError, ValueError):
-            raise AnnotationError(source, video_id, f"no valid duration in durations.csv (got {durations.get(video_id)!r})") from None
+            raise AnnotationError(
+                source, video_id, f"no valid duration in durations.csv (got {durations.get(video_id)!r})"
+            ) from None
         if not 0 < duration < math.inf:
             raise AnnotationError(source, video_id, f"duration must be positive and finite, got {duration:g}")
         path = self.video_path(clip["upload_year"].split(".")[0], video_id)
         if path is None:
             return None
-        return VideoRecord(video_id=video_id, path=path, duration=duration, split=split, events=(Event(text, ((0.0, duration),)),))
+        return VideoRecord(
+            video_id=video_id, path=path, duration=duration, split=split, events=(Event(text, ((0.0, duration),)),)
+        )
 
 
 class CondensedMoviesDataModule(VideoTextDataModule):
@@ -204,5 +236,7 @@ class CondensedMoviesDataModule(VideoTextDataModule):
         return self.metadata_dir.parent / "videos"
 
     def load_records(self, collector: RecordCollector) -> list[VideoRecord]:
-        parser = CondensedMoviesParser(self.video_root or self.default_video_root(), self.video_exts, self.require_video, self.split_file)
+        parser = CondensedMoviesParser(
+            self.video_root or self.default_video_root(), self.video_exts, self.require_video, self.split_file
+        )
         return parser.load(self.metadata_dir, collector)

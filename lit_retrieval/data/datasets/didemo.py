@@ -59,7 +59,11 @@ def _chunk_pairs(times: Any, num_segments: int, source: str, record: str) -> lis
         raise AnnotationError(source, record, "'times' must be a non-empty list of [start_chunk, end_chunk]")
     pairs = []
     for pair in times:
-        if not isinstance(pair, list) or len(pair) != 2 or not all(isinstance(c, int) and not isinstance(c, bool) for c in pair):
+        if (
+            not isinstance(pair, list)
+            or len(pair) != 2
+            or not all(isinstance(c, int) and not isinstance(c, bool) for c in pair)
+        ):
             raise AnnotationError(source, record, f"time {pair!r} is not [start_chunk, end_chunk] (integers)")
         start, end = pair
         if start < 0 or end < start:
@@ -125,7 +129,11 @@ class DiDeMoParser:
             log.warning(
                 "%s: %d file names -> %d videos: %d videos named under several extensions of one file name were "
                 "merged into one video and one paragraph each (e.g. %s)",
-                source, sum(len(found) for found in names.values()), len(names), len(merged), shown,
+                source,
+                sum(len(found) for found in names.values()),
+                len(names),
+                len(merged),
+                shown,
             )
 
     def parse_moment(self, raw: Any, source: str, position: int) -> tuple[str, Event, float]:
@@ -150,7 +158,9 @@ class DiDeMoParser:
         interval = checked_interval(start, end, window, source, record)
         annotation_id = raw.get("annotation_id", "")
         if not isinstance(annotation_id, (str, int)) or isinstance(annotation_id, bool):
-            raise AnnotationError(source, record, f"annotation_id must be a string or an integer, got {annotation_id!r}")
+            raise AnnotationError(
+                source, record, f"annotation_id must be a string or an integer, got {annotation_id!r}"
+            )
         return video, Event(description.strip(), (interval,), event_id=str(annotation_id)), window
 
     def video_path(self, stem: str, names: list[str]) -> str:

@@ -134,7 +134,9 @@ class MelonParser:
         self.video_ext = video_ext
         self.duration_of = duration_of
 
-    def load(self, path: str | Path, split: str | None = None, collector: RecordCollector | None = None) -> list[VideoRecord]:
+    def load(
+        self, path: str | Path, split: str | None = None, collector: RecordCollector | None = None
+    ) -> list[VideoRecord]:
         """Records of one file; `split` (a file per split) overrides the records' split field."""
         collector = collector or RecordCollector()
         source = str(path)
@@ -145,12 +147,16 @@ class MelonParser:
         ]
         return collector.unique([v for v in videos if v is not None], source)
 
-    def parse_video(self, outer_id: str | None, raw: Any, source: str, position: int, file_split: str | None) -> VideoRecord:
+    def parse_video(
+        self, outer_id: str | None, raw: Any, source: str, position: int, file_split: str | None
+    ) -> VideoRecord:
         f = self.fields
         if isinstance(raw, list):
             raw = {f.events[0]: raw}
         if not isinstance(raw, dict):
-            raise AnnotationError(source, outer_id or f"#{position}", "a video record must be an object or a list of events")
+            raise AnnotationError(
+                source, outer_id or f"#{position}", "a video record must be an object or a list of events"
+            )
         keys = _lower_keys(raw)
         video_id = outer_id or keys.get(f.video_id.lower())
         if isinstance(video_id, int) and not isinstance(video_id, bool):
@@ -297,7 +303,9 @@ class MELONDataModule(VideoTextDataModule):
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
-        self.files = {None: Path(annotation)} if isinstance(annotation, str) else {k: Path(v) for k, v in annotation.items()}
+        self.files = (
+            {None: Path(annotation)} if isinstance(annotation, str) else {k: Path(v) for k, v in annotation.items()}
+        )
         self.fields = fields
         self.video_ext = video_ext
         self.probe_durations = probe_durations

@@ -61,7 +61,11 @@ class MSRVTTParser:
         root = Path(root)
         source = str(root / data_file)
         data = read_json(root / data_file)
-        if not isinstance(data, dict) or not isinstance(data.get("videos"), list) or not isinstance(data.get("sentences"), list):
+        if (
+            not isinstance(data, dict)
+            or not isinstance(data.get("videos"), list)
+            or not isinstance(data.get("sentences"), list)
+        ):
             raise AnnotationError(source, "-", "expected an object with 'videos' and 'sentences' lists")
         durations: dict[str, float] = {}
         for position, video in enumerate(data["videos"]):
@@ -91,7 +95,10 @@ class MSRVTTParser:
             if video_id in val_ids:
                 records.append(self._record(video_id, video_id, found[0], durations[video_id], "val"))
             else:
-                records += [self._record(f"{video_id}#{k}", video_id, c, durations[video_id], "train") for k, c in enumerate(found)]
+                records += [
+                    self._record(f"{video_id}#{k}", video_id, c, durations[video_id], "train")
+                    for k, c in enumerate(found)
+                ]
         if val_csv is not None:
             records += self._every_caption(root / val_csv, "val", captions, durations, source, collector)
         if test_captions == "all":
@@ -121,11 +128,15 @@ class MSRVTTParser:
         start = finite_number(video["start time"], source, record, "'start time'")
         end = finite_number(video["end time"], source, record, "'end time'")
         if start < 0 or end <= start:
-            raise AnnotationError(source, record, f"'start time' {start:g} and 'end time' {end:g} need 0 <= start < end")
+            raise AnnotationError(
+                source, record, f"'start time' {start:g} and 'end time' {end:g} need 0 <= start < end"
+            )
         return video_id, end - start
 
     @staticmethod
-    def _unique_ids(rows: list[dict[str, str]], path: Path, collector: RecordCollector, keep_rows: bool = False) -> list:
+    def _unique_ids(
+        rows: list[dict[str, str]], path: Path, collector: RecordCollector, keep_rows: bool = False
+    ) -> list:
         """The rows' `video_id`s; a repeated one is a bad record (a test video listed twice would
         stand twice in the gallery): an error, or dropped and counted under `skip` (`None` in its
         place with `keep_rows`)."""
@@ -173,7 +184,9 @@ class MSRVTTParser:
         return captions[video_id]
 
     def _record(self, record_id: str, video_id: str, caption: str, duration: float, split: str) -> VideoRecord:
-        return VideoRecord(record_id, f"{video_id}{self.video_ext}", duration, split, (Event(caption, ((0.0, duration),)),))
+        return VideoRecord(
+            record_id, f"{video_id}{self.video_ext}", duration, split, (Event(caption, ((0.0, duration),)),)
+        )
 
 
 class MSRVTTDataModule(VideoTextDataModule):

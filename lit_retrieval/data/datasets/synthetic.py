@@ -64,7 +64,18 @@ MOTIONS = {
     "orbit": ["circles around the centre", "spins in a loop", "travels in a circle"],
 }
 SIZES = {"small": (0.14, ["small", "little", "tiny"]), "large": (0.26, ["large", "big", "huge"])}
-THEMES = ["Food", "Lifestyle", "Sports", "Cooking", "Gaming", "Travel", "Education", "Entertainment", "Music", "Science"]
+THEMES = [
+    "Food",
+    "Lifestyle",
+    "Sports",
+    "Cooking",
+    "Gaming",
+    "Travel",
+    "Education",
+    "Entertainment",
+    "Music",
+    "Science",
+]
 TEMPLATES = [
     "A {size} {colour} {shape} {motion} against a {bg} background.",
     "On a {bg} backdrop, a {colour} {shape} {motion}.",
@@ -101,7 +112,12 @@ class EventSpec:
         front of the other side of the room (another background, as a reverse angle does)."""
         assert self.partner_shape and self.partner_colour and self.partner_background
         return replace(
-            self, shape=self.partner_shape, colour=self.partner_colour, background=self.partner_background, motion="still", size="large"
+            self,
+            shape=self.partner_shape,
+            colour=self.partner_colour,
+            background=self.partner_background,
+            motion="still",
+            size="large",
         )
 
 
@@ -160,21 +176,20 @@ def _make_relational(event: EventSpec, rng: np.random.Generator) -> EventSpec:
     }
     description = str(rng.choice(RELATIONAL_TEMPLATES)).format(**words)
     return replace(
-        event, size="large", description=description, partner_shape=shape2, partner_colour=colour2, partner_background=background2, verb=verb
+        event,
+        size="large",
+        description=description,
+        partner_shape=shape2,
+        partner_colour=colour2,
+        partner_background=background2,
+        verb=verb,
     )
 
 
 def make_event_pool(num_events: int, rng: np.random.Generator, relational_fraction: float = 0.0) -> list[EventSpec]:
     """`num_events` distinct attribute combinations, each with a sentence (shape colour != bg);
     a `relational_fraction` of them become two-character interactions (`_make_relational`)."""
-    combos = [
-        (s, c, b, m, z)
-        for s in SHAPES
-        for c in COLOURS
-        for b in BACKGROUNDS
-        for m in MOTIONS
-        for z in SIZES
-    ]
+    combos = [(s, c, b, m, z) for s in SHAPES for c in COLOURS for b in BACKGROUNDS for m in MOTIONS for z in SIZES]
     if num_events > len(combos):
         raise ValueError(f"at most {len(combos)} distinct events, asked for {num_events}")
     picks = rng.permutation(len(combos))[:num_events]
@@ -200,7 +215,9 @@ def make_event_pool(num_events: int, rng: np.random.Generator, relational_fracti
     return pool
 
 
-def assign_events(counts: np.ndarray, pool_size: int, occurrences: tuple[int, int], rng: np.random.Generator) -> list[list[int]]:
+def assign_events(
+    counts: np.ndarray, pool_size: int, occurrences: tuple[int, int], rng: np.random.Generator
+) -> list[list[int]]:
     """Deal pool events into videos so each event lands in about `occurrences` videos, distinct per video."""
     slots = np.concatenate([np.full(rng.integers(occurrences[0], occurrences[1] + 1), e) for e in range(pool_size)])
     total = int(counts.sum())
@@ -348,7 +365,9 @@ def _alternating_shots(
     return [(views[k % 2], start + a / cfg.fps, start + b / cfg.fps) for k, (a, b) in enumerate(zip(cuts, cuts[1:]))]
 
 
-def generate_corpus(out: str | Path, cfg: SynthConfig = SynthConfig(), workers: int | None = None, progress: bool = True) -> Path:
+def generate_corpus(
+    out: str | Path, cfg: SynthConfig = SynthConfig(), workers: int | None = None, progress: bool = True
+) -> Path:
     """Write `cfg.num_videos` mp4 files and `annotations.json` / `events.json` under `out`.
 
     Returns the annotation path. Videos already present (complete files) are not re-encoded, so an
@@ -359,7 +378,9 @@ def generate_corpus(out: str | Path, cfg: SynthConfig = SynthConfig(), workers: 
     rng = np.random.default_rng(cfg.seed)
     counts = rng.integers(cfg.events_per_video[0], cfg.events_per_video[1] + 1, cfg.num_videos)
     mean_occurrence = sum(cfg.occurrences) / 2
-    pool = make_event_pool(max(cfg.events_per_video[1], math.ceil(counts.sum() / mean_occurrence)), rng, cfg.relational_fraction)
+    pool = make_event_pool(
+        max(cfg.events_per_video[1], math.ceil(counts.sum() / mean_occurrence)), rng, cfg.relational_fraction
+    )
     assignment = assign_events(counts, len(pool), cfg.occurrences, rng)
     is_train = np.zeros(cfg.num_videos, dtype=bool)
     is_train[rng.permutation(cfg.num_videos)[: round(cfg.train_fraction * cfg.num_videos)]] = True
@@ -383,9 +404,7 @@ def generate_corpus(out: str | Path, cfg: SynthConfig = SynthConfig(), workers: 
                 path=rel,
                 duration=segments[-1][2],
                 split="train" if is_train[v] else "test",
-                events=tuple(
-                    Event(by_id[i].description, tuple(iv), by_id[i].theme, i) for i, iv in intervals.items()
-                ),
+                events=tuple(Event(by_id[i].description, tuple(iv), by_id[i].theme, i) for i, iv in intervals.items()),
                 cuts=tuple(end for _, _, end in segments[:-1]),
             )
         )

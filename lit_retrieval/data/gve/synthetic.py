@@ -53,7 +53,9 @@ def _records(video: VideoRecord, corpus: Path, frames_dir: Path, base: Path) -> 
         image = {"image": rel(image_path)}
         rid = f"{video.video_id}/{i}"
         other = clips[(i + 1) % len(clips)]
-        out["syn_t2v"].append({"id": rid, "query": {"text": event.description}, "positive": clips[i], "negatives": [other]})
+        out["syn_t2v"].append(
+            {"id": rid, "query": {"text": event.description}, "positive": clips[i], "negatives": [other]}
+        )
         out["syn_t2i"].append({"id": rid, "query": {"text": event.description}, "positive": image})
         out["syn_i2v"].append({"id": rid, "query": image, "positive": whole})
         out["syn_v2v"].append({"id": rid, "query": clips[i], "positive": whole})
@@ -82,7 +84,9 @@ def make_gve_tasks(corpus: str | Path, out: str | Path, batch_size: int = 8) -> 
             parse_format(fmt)
             if rows[name]:
                 path = write_task(base / f"{name}.jsonl", rows[name])
-                specs[split].append(TaskSpec(name, str(path), fmt, batch_size, negatives, instruction, synthetic=synthetic))
+                specs[split].append(
+                    TaskSpec(name, str(path), fmt, batch_size, negatives, instruction, synthetic=synthetic)
+                )
     return specs
 
 
@@ -93,5 +97,3 @@ def summary(specs: dict[str, list[TaskSpec]]) -> str:
             count = sum(1 for _ in open(spec.path, encoding="utf-8"))
             lines.append(f"{split:5s} {spec.name:9s} {spec.format:6s} {count:6d} pairs  {spec.path}")
     return "\n".join(lines)
-
-

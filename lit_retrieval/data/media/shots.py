@@ -242,7 +242,9 @@ def detect_many(
             log.warning("shot detection failed for %s: %s", path, reason)
         if on_error == "raise":
             path, reason = next(iter(results.failed.items()))
-            raise VideoDecodeError(path, reason + f" ({len(results.failed)} video(s) failed; on_bad_video: skip drops them)")
+            raise VideoDecodeError(
+                path, reason + f" ({len(results.failed)} video(s) failed; on_bad_video: skip drops them)"
+            )
     return results
 
 

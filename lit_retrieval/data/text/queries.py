@@ -85,11 +85,20 @@ class PartialQuerySampler:
     its remaining slots are masked; a one-event query has no partial query at all.
     """
 
-    def __init__(self, drop: int = 2, num_partial: int = 3, source: PartialSource = "drop_events", replace_prob: float = 0.3, seed: int = 0) -> None:
+    def __init__(
+        self,
+        drop: int = 2,
+        num_partial: int = 3,
+        source: PartialSource = "drop_events",
+        replace_prob: float = 0.3,
+        seed: int = 0,
+    ) -> None:
         if num_partial < 1:
             raise ValueError(f"num_partial (L) must be >= 1, got {num_partial}")
         if source not in ("drop_events", "replace_words", "shuffle_events"):
-            raise ValueError(f"unknown partial-query source {source!r}; choose drop_events, replace_words or shuffle_events")
+            raise ValueError(
+                f"unknown partial-query source {source!r}; choose drop_events, replace_words or shuffle_events"
+            )
         if not 0.0 < replace_prob <= 1.0:
             raise ValueError(f"replace_prob must be in (0, 1], got {replace_prob}")
         partial_subsets(3, drop)  # validates drop
