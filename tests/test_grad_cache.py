@@ -18,6 +18,7 @@ import os
 import numpy as np
 import pytest
 import torch
+import yaml
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from PIL import Image
@@ -37,7 +38,6 @@ from lit_retrieval.models.heads import (
     TempMeHead,
     TightTransfHead,
     TS2NetHead,
-    UATVRHead,
     UCoFiAHead,
     XCLIPHead,
 )
@@ -162,9 +162,22 @@ def test_sali_with_shots_and_relational_queries_trains_exactly(tiny_clip):
     assert_same_step(step(sali(GradCacheConfig(2, 2)), batch), step(sali(), batch))
 
 
-def test_uatvr_is_refused_in_one_line(tiny_clip):
-    with pytest.raises(ValueError, match=r"^model.grad_cache cannot train UATVRHead: .*drop grad_cache$"):
-        dual_module(tiny_clip, UATVRHead, GradCacheConfig(2, 2))
+def test_uatvr_is_refused_in_one_line_with_exit_status_2(tiny_clip, tmp_path, capsys, monkeypatch):
+    """Through `lit-retrieval fit` (the CLI error contract): one line naming the option, exit 2."""
+    from fit_configs import clip_fit_config
+
+    from lit_retrieval.cli import main
+
+    config = clip_fit_config(tiny_clip, tmp_path, {}, model={"grad_cache": {"text_chunk": 2, "video_chunk": 2}})
+    config["model"]["init_args"]["head"] = {"class_path": "lit_retrieval.models.heads.UATVRHead"}
+    (tmp_path / "fit.yaml").write_text(yaml.safe_dump(config))
+    monkeypatch.delenv("LIT_RETRIEVAL_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as finished:
+        main(["fit", "--config", str(tmp_path / "fit.yaml")])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lit-retrieval fit:")]
+    assert finished.value.code == 2
+    assert len(lines) == 1 and "model.grad_cache cannot train UATVRHead: " in lines[0]
+    assert lines[0].endswith("depend on the other texts of a chunk; drop grad_cache")
 
 
 def test_bad_chunk_sizes_are_refused():
