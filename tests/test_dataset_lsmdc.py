@@ -84,6 +84,23 @@ def test_the_data_module_reads_train_and_the_public_test_file(release):
     assert [r.split for r in with_val.load_records(RecordCollector())][-2:] == ["val", "val"]
 
 
+def test_the_release_fixture_loads_with_counts_and_spans_worked_out_from_its_files():
+    fixture = Path(__file__).parent / "fixtures" / "lsmdc"  # tests/fixtures/lsmdc: the challenge's file names
+    files = {"train": "LSMDC16_annos_training.csv", "val": "LSMDC16_annos_val.csv"}
+    files["test"] = "LSMDC16_challenge_1000_publictect.csv"
+    data = LSMDCDataModule(str(fixture), files, num_frames=2, image_size=32, val_split="val")
+    data.setup()
+    assert {role: len(ds) for role, ds in data.datasets.items()} == {"train": 3, "val": 2, "test": 2}
+    records = data.load_records(RecordCollector())
+    last = {r.split: (r.video_id, round(r.duration, 3), r.descriptions[0]) for r in records}
+    assert last == {
+        "train": ("0001_American_Beauty_00.01.02.000-00.01.03.250", 2.0, "SOMEONE smiles."),  # aligned 1.25 s
+        "val": ("1004_Juno_00.00.32.849-00.00.35.458", 2.609, "She wipes her mouth."),
+        "test": ("1012_Unbreakable_00.10.12.100-00.10.15.600", 3.5, "SOMEONE sits on a bench."),
+    }
+    assert records[1].video_id == f"{BEAUTY}#1"  # the training clip's second line
+
+
 @pytest.mark.parametrize(
     ("bad", "reason"),
     [
