@@ -90,6 +90,26 @@ def test_the_data_module_samples_each_segment_within_its_window(tmp_path, videos
     assert test[1]["events"] == ["fry the chicken in oil"]
 
 
+def test_the_release_fixture_loads_with_counts_and_windows_worked_out_from_its_file():
+    fixture = Path(__file__).parent / "fixtures" / "youcook2" / "youcookii_annotations_trainval.json"
+    data = YouCook2DataModule(str(fixture), num_frames=2, image_size=32)
+    data.setup()
+    assert {role: len(ds) for role, ds in data.datasets.items()} == {"train": 3, "test": 3}
+    records = data.load_records(RecordCollector())
+    last = {r.split: (r.video_id, r.path, r.duration, r.window, r.descriptions[0]) for r in records}
+    assert last == {
+        "train": (
+            "GLd3aX16zBg#2",
+            "training/113/GLd3aX16zBg.mp4",
+            241.62,
+            (132, 138),
+            "place the bread slices on top of each other and place in a hot pan",
+        ),
+        # `validation` is the test split; this segment ends exactly at its video's end, which is inside it
+        "test": ("V53XmPeyjIU#0", "validation/201/V53XmPeyjIU.mp4", 95.0, (80, 95), "pour the sauce over the noodles"),
+    }
+
+
 @pytest.mark.parametrize(
     ("segment", "sentence", "reason"),
     [
