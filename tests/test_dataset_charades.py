@@ -65,6 +65,22 @@ def test_paragraph_records_take_a_video_s_sentences_in_time_order(release):
     assert records[1].descriptions == ["a person opens a door.", "they smile.", "the person sits down."]
 
 
+def test_the_release_fixture_loads_with_counts_worked_out_from_its_files():
+    fixture = Path(__file__).parent / "fixtures" / "charades"  # tests/fixtures/charades: the release's file names
+    data = CharadesDataModule(str(fixture), num_frames=2, image_size=32)
+    data.setup()
+    assert {role: len(ds) for role, ds in data.datasets.items()} == {"train": 2, "test": 2}
+    records = data.load_records(RecordCollector())
+    last = records[-1]  # 3MSZA: its sentences in time order, the end 30.4 clipped to the CSV's length 29.62
+    assert (last.split, last.video_id, last.duration) == ("test", "3MSZA", 29.62)
+    assert last.descriptions == ["a person is opening a cabinet.", "person turns the light off."]
+    assert [e.intervals for e in last.events] == [((0.0, 5.2),), ((24.3, 29.62),)]
+    assert records[0].descriptions == ["a person walks into the room.", "person sits down on a chair."]
+    sentences = CharadesDataModule(str(fixture), query="sentence", num_frames=2, image_size=32)
+    sentences.setup()
+    assert {role: len(ds) for role, ds in sentences.datasets.items()} == {"train": 3, "test": 4}
+
+
 def test_sentence_records_share_their_video_in_test_and_not_in_train(release):
     parser = CharadesParser(query="sentence")
     test = parser.load(release / "charades_sta_test.txt", "test", lengths_of(release))
