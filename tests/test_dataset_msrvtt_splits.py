@@ -91,6 +91,20 @@ def test_full_split_one_record_per_caption_sharing_the_video_id(tmp_path):
     ) == 5
 
 
+def test_the_release_fixture_loads_the_full_split_with_counts_worked_out_from_its_files():
+    fixture = Path(__file__).parent / "fixtures" / "msrvtt"  # tests/fixtures/msrvtt: the release's file names
+    files = {"train_csv": FULL["train"], "test_csv": FULL["test"], "val_csv": FULL["val"]}
+    data = MSRVTTDataModule(str(fixture), **files, test_captions="all", num_frames=2, image_size=32)
+    data.setup()
+    assert {role: len(ds) for role, ds in data.datasets.items()} == {"train": 3, "val": 1, "test": 1}
+    records = data.load_records(RecordCollector())
+    assert [(r.split, r.video_id, r.descriptions[0]) for r in records[2:]] == [
+        ("train", "video1#0", "a woman talks to a man in a kitchen"),
+        ("val", "video2", "a car drives down a road"),
+        ("test", "video9999", "a man plays a violin on a stage"),
+    ]
+
+
 def test_full_split_bad_records_name_the_csv_and_video(tmp_path):
     root = write_release(tmp_path, test_ids=["video4", "video5", "video4", "video77"])
     with pytest.raises(AnnotationError, match=r"MSRVTT_test.full.csv: record 'video4': listed again \(data row 3\)"):
