@@ -33,6 +33,7 @@ call, so the sampler is safe inside DataLoader workers.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -120,6 +121,15 @@ def video_duration(path: str | Path) -> float:
     The container's duration is not used: it includes a longer audio track (5.312 s for a 5.280 s
     video stream). `VideoDecodeError` for missing, empty, truncated or unreadable files."""
     path = Path(path)
+    with _opened(path, "unreadable") as stream:
+        span = _probe_span(stream, path, None)
+    return span.end - span.first
+
+
+@contextlib.contextmanager
+def _opened(path: Path, failure: str) -> Iterator[_Stream]:
+    """The first video stream of `path`, closed afterwards. A missing or empty file, no video stream
+    and FFmpeg's errors while it is open (`failure (error)`) are `VideoDecodeError`s."""
     if not path.is_file():
         raise VideoDecodeError(path, "file not found")
     if path.stat().st_size == 0:
@@ -130,12 +140,11 @@ def video_duration(path: str | Path) -> float:
                 raise VideoDecodeError(path, "no video stream")
             stream = _Stream(container, container.streams.video[0])
             try:
-                span = _probe_span(stream, path, None)
+                yield stream
             finally:
                 stream.close()
     except av.error.FFmpegError as err:
-        raise VideoDecodeError(path, f"unreadable ({err})") from None
-    return span.end - span.first
+        raise VideoDecodeError(path, f"{failure} ({err})") from None
 
 
 def _declared_span(
@@ -366,36 +375,23 @@ def sample_video(
     `VideoDecodeError` for missing, empty, truncated or undecodable files and empty windows.
     """
     path = Path(path)
-    if not path.is_file():
-        raise VideoDecodeError(path, "file not found")
-    if path.stat().st_size == 0:
-        raise VideoDecodeError(path, "file is empty")
-    try:
-        with av.open(str(path)) as container:
-            if not container.streams.video:
-                raise VideoDecodeError(path, "no video stream")
-            stream = _Stream(container, container.streams.video[0])
-            try:
-                span = _probe_span(stream, path, duration)
-                length = span.end - span.first
-                t0 = 0.0 if start is None else max(0.0, start)
-                t1 = length if end is None else min(end, length)
-                if t1 <= t0:
-                    raise VideoDecodeError(path, f"empty window [{t0}, {t1}] for a {length:.3f} s video")
-                a0, a1 = span.first + t0, span.first + t1
-                if spec.targets == "bin_centres":
-                    wanted = uniform_times(a0, a1, spec.num_frames)
-                    fps_scale = None
-                else:
-                    wanted, fps_scale = _linspace_targets(stream, a0, a1, spec, path)
-                if spec.sampling == "exact":
-                    chosen = _collect_exact(stream, wanted, seek_threshold, spec.size, path)
-                else:
-                    chosen = _collect_keyframes(stream, wanted, spec.size, path)
-            finally:
-                stream.close()
-    except av.error.FFmpegError as err:
-        raise VideoDecodeError(path, f"undecodable ({err})") from None
+    with _opened(path, "undecodable") as stream:
+        span = _probe_span(stream, path, duration)
+        length = span.end - span.first
+        t0 = 0.0 if start is None else max(0.0, start)
+        t1 = length if end is None else min(end, length)
+        if t1 <= t0:
+            raise VideoDecodeError(path, f"empty window [{t0}, {t1}] for a {length:.3f} s video")
+        a0, a1 = span.first + t0, span.first + t1
+        if spec.targets == "bin_centres":
+            wanted = uniform_times(a0, a1, spec.num_frames)
+            fps_scale = None
+        else:
+            wanted, fps_scale = _linspace_targets(stream, a0, a1, spec, path)
+        if spec.sampling == "exact":
+            chosen = _collect_exact(stream, wanted, seek_threshold, spec.size, path)
+        else:
+            chosen = _collect_keyframes(stream, wanted, spec.size, path)
     frames = [rgb for _, rgb in chosen]
     times = [time - span.first for time, _ in chosen]
     sampled_fps = len(frames) * fps_scale if fps_scale is not None else len(frames) / (t1 - t0)
