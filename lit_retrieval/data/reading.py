@@ -98,3 +98,9 @@ def read_csv(path: str | Path, required: tuple[str, ...]) -> list[dict[str, str]
         return rows
     except csv.Error as err:
         raise AnnotationError(source, f"line {reader.line_num}", f"not valid CSV ({err})") from None
+
+
+def first_existing(root: Path, stem: str, exts: tuple[str, ...]) -> str | None:
+    """`stem + ext` for the first of `exts` whose file exists under `root` (a release's videos come
+    in several containers), else None."""
+    return next((f"{stem}{ext}" for ext in exts if (root / f"{stem}{ext}").exists()), None)

@@ -20,7 +20,7 @@ from typing import Any
 
 from lit_retrieval.data.bad_records import RecordCollector
 from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, checked_interval, finite_number
-from lit_retrieval.data.reading import read_json
+from lit_retrieval.data.reading import first_existing, read_json
 from lit_retrieval.data.batching.datamodule import SplitFilesDataModule
 
 log = logging.getLogger(__name__)
@@ -53,10 +53,7 @@ class ActivityNetParser:
 
     def video_path(self, video_id: str) -> str:
         stem = video_id[2:] if self.strip_prefix and video_id.startswith("v_") else video_id
-        for ext in self.video_exts:
-            if (self.video_root / f"{stem}{ext}").exists():
-                return f"{stem}{ext}"
-        return f"{stem}{self.video_exts[0]}"
+        return first_existing(self.video_root, stem, self.video_exts) or f"{stem}{self.video_exts[0]}"
 
     def load(self, path: str | Path, split: str, collector: RecordCollector | None = None) -> list[VideoRecord]:
         collector = collector or RecordCollector()

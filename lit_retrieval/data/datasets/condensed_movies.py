@@ -27,7 +27,7 @@ from pathlib import Path
 
 from lit_retrieval.data.bad_records import RecordCollector
 from lit_retrieval.data.records import AnnotationError, Event, VideoRecord
-from lit_retrieval.data.reading import read_csv
+from lit_retrieval.data.reading import first_existing, read_csv
 from lit_retrieval.data.batching.datamodule import VideoTextDataModule
 
 log = logging.getLogger(__name__)
@@ -108,11 +108,9 @@ class CondensedMoviesParser:
         self.split_file = Path(split_file) if split_file is not None else None
 
     def video_path(self, upload_year: str, video_id: str) -> str | None:
-        for ext in self.video_exts:
-            relative = f"{upload_year}/{video_id}{ext}"
-            if (self.video_root / relative).exists():
-                return relative
-        return None if self.require_video else f"{upload_year}/{video_id}{self.video_exts[0]}"
+        stem = f"{upload_year}/{video_id}"
+        found = first_existing(self.video_root, stem, self.video_exts)
+        return found if found is not None or self.require_video else f"{stem}{self.video_exts[0]}"
 
     def load(self, metadata: str | Path, collector: RecordCollector | None = None) -> list[VideoRecord]:
         collector = collector or RecordCollector()

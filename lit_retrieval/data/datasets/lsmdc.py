@@ -29,7 +29,7 @@ from typing import Literal
 from lit_retrieval.data.bad_records import RecordCollector
 from lit_retrieval.data.batching.datamodule import VideoTextDataModule
 from lit_retrieval.data.records import AnnotationError, Event, VideoRecord
-from lit_retrieval.data.reading import read_text
+from lit_retrieval.data.reading import first_existing, read_text
 from lit_retrieval.errors import ConfigError
 
 FileLayout = Literal["movie", "flat"]
@@ -86,10 +86,8 @@ class LSMDCParser:
 
     def video_path(self, movie: str, clip_id: str) -> str:
         folder = f"{movie}/" if self.file_layout == "movie" else ""
-        for ext in self.video_exts:
-            if (self.video_root / f"{folder}{clip_id}{ext}").exists():
-                return f"{folder}{clip_id}{ext}"
-        return f"{folder}{clip_id}{self.video_exts[0]}"
+        stem = f"{folder}{clip_id}"
+        return first_existing(self.video_root, stem, self.video_exts) or f"{stem}{self.video_exts[0]}"
 
     def load(self, path: str | Path, split: str, collector: RecordCollector | None = None) -> list[VideoRecord]:
         collector = collector or RecordCollector()

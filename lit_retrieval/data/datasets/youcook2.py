@@ -39,7 +39,7 @@ from lit_retrieval.data.records import (
     record_id,
     text_field,
 )
-from lit_retrieval.data.reading import read_json
+from lit_retrieval.data.reading import first_existing, read_json
 from lit_retrieval.errors import ConfigError
 
 FileLayout = Literal["release", "flat"]
@@ -91,10 +91,8 @@ class YouCook2Parser:
     def video_path(self, video: str, raw: dict) -> str:
         """The video's file under the video root (the first extension found, else the first)."""
         folder = f"{raw.get('subset')}/{raw.get('recipe_type')}/" if self.file_layout == "release" else ""
-        for ext in self.video_exts:
-            if (self.video_root / f"{folder}{video}{ext}").exists():
-                return f"{folder}{video}{ext}"
-        return f"{folder}{video}{self.video_exts[0]}"
+        stem = f"{folder}{video}"
+        return first_existing(self.video_root, stem, self.video_exts) or f"{stem}{self.video_exts[0]}"
 
     def load(self, path: str | Path, collector: RecordCollector | None = None) -> list[VideoRecord]:
         collector = collector or RecordCollector()
