@@ -1,11 +1,13 @@
 """Charades for text-to-video retrieval, from Charades-STA's sentences (Gao et al., ICCV 2017, on
 Charades, Sigurdsson et al., ECCV 2016).
 
-Which Charades: retrieval code built on CLIP4Clip's loaders that adds Charades (a
-`dataloader_charades_retrieval.py` beside CLIP4Clip's, as in several public forks) reads
-Charades-STA's `charades_sta_{train,test}.txt` and queries each video with all of its sentences,
-as a paragraph, the way CLIP4Clip reads ActivityNet; no such loader found reads the free-form
-`descriptions` of `Charades_v1_*.csv`. So the
+Which Charades: the public forks of CLIP4Clip that add a Charades loader (a
+`dataloader_charades_retrieval.py` beside CLIP4Clip's) do not agree on the text (docs/datasets.md,
+"Which Charades"): some query each video with the free-form `descriptions` of `Charades_v1_*.csv`,
+one with its `script`, one with Charades-STA's timed sentences grouped per video. We read
+Charades-STA's `charades_sta_{train,test}.txt`, whose sentences are timed, and query each video
+with all of them as a paragraph, the way CLIP4Clip reads ActivityNet; numbers are therefore not
+comparable with the forks that query with `descriptions` (not read here). So the
 default (`query: paragraph`) is one record per video whose events are its STA sentences in time
 order (the module concatenates them: `query_mode: concat`); `query: sentence` makes each sentence
 its own query of the whole video (a multi-caption test set: the video is one gallery video, one
