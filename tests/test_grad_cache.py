@@ -27,7 +27,7 @@ from lit_retrieval.data.items import MediaItem
 from lit_retrieval.data.text.queries import PartialBatch
 from lit_retrieval.losses.mevtr import MeVTRLoss
 from lit_retrieval.models.encoders import CLIPEncoder
-from lit_retrieval.models.gve import AdapterConfig, InputConfig
+from lit_retrieval.models.gve import AdapterConfig
 from lit_retrieval.models.heads import (
     MeanPHead,
     SALIHead,
@@ -45,6 +45,7 @@ from lit_retrieval.modules import DualEncoderRetrieval, EmbedderConfig, GVERetri
 from lit_retrieval.modules import grad_cache as grad_cache_module
 from lit_retrieval.modules.grad_cache import GradCacheConfig
 from media import write_noise_video
+from test_gve_embedder import SMALL
 
 GRAD_REL, GRAD_ABS, LOSS_REL = 5e-5, 1e-6, 1e-6
 
@@ -213,14 +214,6 @@ def test_dropout_draws_the_same_masks_in_both_passes(tiny_clip, monkeypatch):
 
 
 # ---- GVE -----------------------------------------------------------------------------------------
-SMALL = InputConfig(
-    max_frames=4,
-    video_min_pixels=4 * 784,
-    video_max_pixels=16 * 784,
-    image_min_pixels=4 * 784,
-    image_max_pixels=16 * 784,
-    max_tokens=512,
-)
 
 
 @pytest.fixture(scope="module")
