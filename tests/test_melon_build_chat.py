@@ -14,6 +14,7 @@ from melon_build_endpoint import FakeChatEndpoint, Reply, image_urls, message_te
 
 from lit_retrieval.errors import ConfigError
 from lit_retrieval.melon_build.chat import (
+    CallLog,
     ChatClient,
     ChatEndpointConfig,
     ChatFailure,
@@ -21,6 +22,7 @@ from lit_retrieval.melon_build.chat import (
     RequestKey,
     answer_text,
     image_part,
+    logged_calls,
     retry_after_seconds,
 )
 
@@ -243,13 +245,47 @@ def test_an_endpoint_nothing_answers_on_stops_the_client_at_once(tmp_path):
 
 
 def test_a_connection_lost_after_an_answer_is_retried(tmp_path):
+    log = CallLog(tmp_path / "llm-calls" / "shard-0-of-1.jsonl")
     with FakeChatEndpoint(echo) as server:
-        client = ChatClient(config(server, max_retries=1), tmp_path)
+        client = ChatClient(config(server, max_retries=1), tmp_path / "cache", call_log=log)
         assert client.complete_json(ask("first"), SCHEMA, KEY)["word"] == "first"
     with client, pytest.raises(ChatFailure, match="no valid answer after 2 attempt.*connection"):
         client.complete_json(ask("the server has gone"), SCHEMA, KEY)  # a transient outage: retried
     summary = client.stats.summary()["summarise"]
     assert summary["retries"] == {"connection": 1} and summary["calls"] == 1 and summary["failures"] == 1
+    assert logged_calls(log.path.parent) == {("summarise", "vid1"): 1}  # the log counts as the server did
+
+
+def test_every_request_is_in_the_call_log_before_the_server_has_it(tmp_path):
+    """The server reads the call log as each request arrives: the request's own line is already on disk,
+    so a process killed while the server holds requests (SIGKILL, no handler runs) hides none of them."""
+    log = CallLog(tmp_path / "llm-calls" / "shard-0-of-1.jsonl")
+    seen_at_arrival: list[int] = []
+
+    def respond(body: dict) -> dict:
+        seen_at_arrival.append(sum(logged_calls(log.path.parent).values()))
+        return echo(body)
+
+    with FakeChatEndpoint(respond) as server, ChatClient(config(server), tmp_path / "cache", call_log=log) as client:
+        for n in range(1, 6):
+            client.complete_json(ask(f"question {n}"), SCHEMA, RequestKey("summarise", f"vid{n}"))
+    assert seen_at_arrival == [1, 2, 3, 4, 5]
+    assert logged_calls(log.path.parent) == {("summarise", f"vid{n}"): 1 for n in range(1, 6)}
+
+
+def test_a_request_whose_sending_fails_is_logged_back_out(tmp_path):
+    """httpcore's trace events (`<protocol>.send_request_headers.started`, `... .failed`): a request
+    that breaks while being written was logged before its first byte, then taken back (`calls: -1`)."""
+    log = CallLog(tmp_path / "llm-calls" / "shard-0-of-1.jsonl")
+    with FakeChatEndpoint(echo) as server, ChatClient(config(server), tmp_path / "cache", call_log=log) as client:
+        trace = client._tracer(KEY)
+        trace("http11.send_request_headers.started", {})
+        trace("http11.send_request_headers.complete", {})
+        trace("http11.send_request_body.started", {})
+        assert logged_calls(log.path.parent) == {("summarise", "vid1"): 1}
+        trace("http11.send_request_body.failed", {"exception": OSError("broken pipe")})
+        assert logged_calls(log.path.parent) == {("summarise", "vid1"): 0}
+        assert client.stats.summary() == {}  # never sent whole: no call
 
 
 def test_a_refused_key_stops_the_requests_not_yet_sent(tmp_path):

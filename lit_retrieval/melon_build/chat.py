@@ -23,8 +23,10 @@ open, chosen here (docs/melon.md, "The chat endpoint"):
   Other 4xx (e.g. a prompt longer than the model's context) raise `ChatFailure` for that request
   without retrying.
 - calls: a request counts as a call once its body is sent (httpx's `trace` extension), so a refused
-  connection is no call; each call is appended to the `CallLog` (when given) as it is sent, so the
-  build's statistics count the calls of a killed run too.
+  connection is no call. The `CallLog` (when given) gets the call's line, synced, before its first
+  byte is sent, and a `calls: -1` line when sending it fails midway, so the build's statistics count
+  the calls of a killed run too: a kill can never hide a request the server received (at worst, a
+  kill in the instant between the line and the first byte counts one call the server never saw).
 - concurrency: at most `concurrency` requests in flight over the whole client (a semaphore around the
   HTTP call), whatever number of threads call it; `complete_many` runs a batch on a thread pool.
 - answers: `<think>...</think>` blocks (Qwen3 thinking mode) are removed and a ```json fence (with any
@@ -211,18 +213,19 @@ class ChatStats:
 
 
 class CallLog:
-    """The calls of one build process, one JSON line `{"stage", "video", "calls": 1}` per request as
-    it is sent, appended and synced at once (`append_line`), so a process stopped by SIGTERM or
-    SIGKILL loses none; every client of the process shares it (thread-safe)."""
+    """The calls of one build process, one JSON line `{"stage", "video", "calls": 1}` per request before
+    it is sent (and `"calls": -1` when its sending fails), appended and synced at once (`append_line`),
+    so a process stopped by SIGTERM or SIGKILL loses none; every client of the process shares it
+    (thread-safe)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
 
-    def record(self, stage: str, video: str) -> None:
+    def record(self, stage: str, video: str, calls: int = 1) -> None:
         with self._lock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            append_line(self.path, json.dumps({"stage": stage, "video": video, "calls": 1}))
+            append_line(self.path, json.dumps({"stage": stage, "video": video, "calls": calls}))
 
 
 def logged_calls(folder: Path) -> Counter[tuple[str, str]]:
@@ -455,16 +458,24 @@ class ChatClient:
             return response
 
     def _tracer(self, key: RequestKey) -> Callable[[str, dict], None]:
-        """httpx's `trace` callback for one request: counts the call once its body is sent."""
+        """httpx's `trace` callback for one request: logs the call before its headers are sent (the server
+        cannot have it before the line is on disk), logs it back out when sending fails, and counts it
+        once its body is sent."""
 
         def trace(event: str, info: dict) -> None:
-            if event.endswith("send_request_body.complete"):
+            if event.endswith("send_request_headers.started"):
+                self._log_call(key, 1)
+            elif event.endswith(("send_request_headers.failed", "send_request_body.failed")):
+                self._log_call(key, -1)
+            elif event.endswith("send_request_body.complete"):
                 self._reached = True
                 self.stats.add("calls", (key.stage, key.video))
-                if self.call_log is not None:
-                    self.call_log.record(key.stage, key.video)
 
         return trace
+
+    def _log_call(self, key: RequestKey, calls: int) -> None:
+        if self.call_log is not None:
+            self.call_log.record(key.stage, key.video, calls)
 
     def _stop(self, reason: str) -> EndpointError:
         """Stop the client (its other requests are not sent); the error to raise."""
