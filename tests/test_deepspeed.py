@@ -5,7 +5,7 @@ least once (fp32: `--trainer.precision 32-true`, so runs can be compared exactly
 in bf16-mixed):
 
 - quick-start x ZeRO-3: fit, a `last.ckpt/` directory, `convert-checkpoint`, `test` under
-  DeepSpeed on the directory = `test` under DDP on the converted file (every score), resume of the epoch-0
+  DeepSpeed on the directory = `test` in one process on the converted file (every score), resume of the epoch-0
   directory with `--ckpt_path newest` = the uninterrupted run's weights;
 - grid's conversion of that directory for `uvrb` (once);
 - quick-start x ZeRO-3 as shipped (bf16-mixed): fp32 master weights in the checkpoint, `test` on the
@@ -137,6 +137,21 @@ def in_process(*args: str) -> None:
     main([*args, *FP32, "--trainer.devices", "1"])
 
 
+def plain_test(config: list[str], checkpoint: Path) -> None:
+    """`test` of a converted checkpoint without DeepSpeed, in this process on one rank (logged as version
+    `plain`): the reference for the scores of a DeepSpeed run's `test`."""
+    in_process(
+        "test",
+        *config,
+        "--trainer.strategy",
+        "auto",
+        "--trainer.logger.init_args.version",
+        "plain",
+        "--ckpt_path",
+        str(checkpoint),
+    )
+
+
 def test_quickstart_zero3_checkpoint_converts_and_tests_as_without_deepspeed(zero3_quickstart, corpus, tmp_path):
     run = zero3_quickstart
     last = run / "checkpoints" / "last.ckpt"
@@ -154,12 +169,10 @@ def test_quickstart_zero3_checkpoint_converts_and_tests_as_without_deepspeed(zer
         "--ckpt_path",
         str(last),
     )
-    # the same 2 ranks under DDP: each rank embeds the same videos in the same batches as under ZeRO-3
-    ddp = ["--trainer.strategy", "ddp", *FP32, "--trainer.logger.init_args.version", "plain"]
-    cli("test", *config, *ddp, "--ckpt_path", str(tmp_path / "last.ckpt"))
+    plain_test(config, tmp_path / "last.ckpt")
     # every score, not the metrics (scores 0.03-0.09). Before the sequential gathers on CPU
     # (lit_retrieval/strategies.py) one or two tensors kept their initial values, differently from run
-    # to run: scores up to 0.07 off. The same weights under 2 DDP ranks and ZeRO-3 sum in other orders.
+    # to run: scores up to 0.07 off. The same weights in one process and under ZeRO-3 sum in other orders.
     deepspeed, plain = (np.load(next((run / "logs" / v).rglob("scores.npy"))) for v in ("ds", "plain"))
     assert deepspeed.shape == plain.shape == (7, 7)
     np.testing.assert_allclose(deepspeed, plain, atol=1e-5, rtol=0)
@@ -218,8 +231,7 @@ def test_quickstart_zero3_as_shipped_in_bf16_keeps_fp32_masters_and_tests_its_di
     config = [*quickstart(run, corpus, 1), "--model.init_args.evaluation.save_scores", "true"]
     directory = ["--ckpt_path", str(run / "checkpoints" / "last.ckpt")]
     cli("test", *config, *shipped, *KEEP_FROZEN, "--trainer.logger.init_args.version", "ds", *directory)
-    ddp = ["--trainer.strategy", "ddp", *FP32, "--trainer.logger.init_args.version", "plain"]
-    cli("test", *config, *ddp, "--ckpt_path", str(tmp_path / "last.ckpt"))
+    plain_test(config, tmp_path / "last.ckpt")
     deepspeed, plain = (np.load(next((run / "logs" / v).rglob("scores.npy"))) for v in ("ds", "plain"))
     assert deepspeed.dtype == np.float32 and deepspeed.shape == plain.shape == (7, 7)
     # bf16 weights and activations (8 bits of mantissa) against fp32: 2.0e-3 apart here (scores 0.03-0.09)
