@@ -2,7 +2,8 @@
 here without caching: the loss and every parameter's gradient, for the dual encoder with MEA (every
 head it accepts, both query modes, MeVTR's event loss), for GVE with hard negatives (LoRA, mixed
 text / image / video rows, nested gradient checkpointing), and on 2 gloo ranks with cross-device
-negatives; dropout draws the same masks in both passes; UATVR is refused.
+negatives (the dual encoder with MEA, GVE with hard negatives); dropout draws the same masks in both
+passes; UATVR is refused.
 
 Tolerance (fp32): losses to 1e-6 relative; each parameter's gradient to 5e-5 of its largest
 entry (+1e-6 for gradients that are zero in exact arithmetic, e.g. attention key biases). The
@@ -225,9 +226,9 @@ def gve_media(tmp_path_factory):
     return {"video": video, "image": str(image)}
 
 
-def gve_batch(module: GVERetrieval, media: dict) -> dict:
-    """4 queries (text, image, text+video, text) against their positives and one hard negative each:
-    the rows of a chunk hold 0, 1 or 2 images and videos."""
+def gve_batch(module: GVERetrieval, media: dict, rows: range = range(4)) -> dict:
+    """4 queries (text, image, text+video, text) against their positives and one hard negative each
+    (the rows of a chunk hold 0, 1 or 2 images and videos); `rows` of them, as one rank's share."""
     video, image = media["video"], media["image"]
     queries = [
         MediaItem(text="a red circle moves"),
@@ -241,16 +242,16 @@ def gve_batch(module: GVERetrieval, media: dict) -> dict:
     negatives += [MediaItem(text="no"), MediaItem(text="x")]
     process = module.embedder.process
     return {
-        "query": process(queries),
-        "target": process(positives + negatives),
+        "query": process([queries[i] for i in rows]),
+        "target": process([positives[i] for i in rows] + [negatives[i] for i in rows]),
         "num_negatives": 1,
-        "target_keys": torch.arange(4),
-        "ids": ["a", "b", "c", "d"],
+        "target_keys": torch.tensor(list(rows)),
+        "ids": ["abcd"[i] for i in rows],
         "task": "mixed",
     }
 
 
-def gve_module(tiny_qwen, grad_cache=None, checkpointing=False, dropout=0.0) -> GVERetrieval:
+def gve_module(tiny_qwen, grad_cache=None, checkpointing=False, dropout=0.0, cross_device=False) -> GVERetrieval:
     torch.manual_seed(0)
     config = EmbedderConfig(
         str(tiny_qwen),
@@ -260,7 +261,7 @@ def gve_module(tiny_qwen, grad_cache=None, checkpointing=False, dropout=0.0) -> 
         dtype="float32",
         attn_implementation="sdpa",
     )
-    module = GVERetrieval(config, temperature=0.05, cross_device=False, grad_cache=grad_cache)
+    module = GVERetrieval(config, temperature=0.05, cross_device=cross_device, grad_cache=grad_cache)
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():  # LoRA B starts at zero, which would leave every A without gradient
         for name, param in module.named_parameters():
@@ -326,6 +327,37 @@ def test_two_ranks_with_cross_device_negatives_give_the_one_process_full_batch_s
         assert values["loss_value"] == pytest.approx(want[0]["loss_value"], rel=1e-5)
         assert values["mea_theta"] == pytest.approx(want[0]["mea_theta"], rel=1e-5)
         assert grads.keys() == want[1].keys()
+        for name, grad in want[1].items():
+            assert_close_gradient(grads[name], grad, name, rel=1e-4)  # + all-reduce rounding
+
+
+def _gve_rank_worker(rank: int, world: int, init: str, out_dir: str, tiny_qwen: str, media: dict) -> None:
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    module = gve_module(tiny_qwen, GradCacheConfig(1, 1), cross_device=True)
+    values, grads = step(module, gve_batch(module, media, range(2 * rank, 2 * rank + 2)))
+    for grad in grads.values():  # DDP's averaging
+        dist.all_reduce(grad)
+        grad /= world
+    torch.save((values, grads), os.path.join(out_dir, f"rank{rank}.pt"))
+    dist.destroy_process_group()
+
+
+@pytest.mark.distributed
+def test_gve_on_two_ranks_with_cross_device_and_hard_negatives_gives_the_one_process_full_batch_step(
+    tmp_path, tiny_qwen, gve_media
+):
+    """GVE A.8's cross-device negatives under caching (chunks of 1 row): each rank holds 2 of the 4
+    queries with their positives and hard negatives; the gathered loss and the averaged LoRA gradients
+    are those of one process holding all 4."""
+    init = f"file://{tmp_path / 'rendezvous'}"
+    mp.spawn(_gve_rank_worker, args=(2, init, str(tmp_path), str(tiny_qwen), gve_media), nprocs=2, join=True)
+    plain = gve_module(tiny_qwen, cross_device=True)
+    want = step(plain, gve_batch(plain, gve_media))
+    for rank in range(2):
+        values, grads = torch.load(tmp_path / f"rank{rank}.pt")
+        assert values["loss_value"] == pytest.approx(want[0]["loss_value"], rel=1e-5)
+        assert values["margin"] == pytest.approx(want[0]["margin"], rel=1e-5)
+        assert grads.keys() == want[1].keys() and len(grads) > 10
         for name, grad in want[1].items():
             assert_close_gradient(grads[name], grad, name, rel=1e-4)  # + all-reduce rounding
 
