@@ -306,10 +306,18 @@ def cross_device_module(tiny_clip: str, grad_cache=None) -> DualEncoderRetrieval
     return module
 
 
-def _rank_worker(rank: int, world: int, init: str, out_dir: str, tiny_clip: str) -> None:
+def rank_module_and_batch(model: str, rank: int, media: dict | None):
+    """One rank's cached module and its share of the batch: the dual encoder + MEA with rows 4r..4r+3
+    of `video_batch` (`media` None), or GVE with queries 2r, 2r+1 of `gve_batch`."""
+    if media is None:
+        return cross_device_module(model, GradCacheConfig(1, 3)), video_batch(list(range(rank * 4, rank * 4 + 4)))
+    module = gve_module(model, GradCacheConfig(1, 1), cross_device=True)
+    return module, gve_batch(module, media, range(2 * rank, 2 * rank + 2))
+
+
+def _rank_worker(rank: int, world: int, init: str, out_dir: str, model: str, media: dict | None) -> None:
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
-    module = cross_device_module(tiny_clip, GradCacheConfig(1, 3))
-    values, grads = step(module, video_batch(list(range(rank * 4, rank * 4 + 4))))
+    values, grads = step(*rank_module_and_batch(model, rank, media))
     for grad in grads.values():  # DDP's averaging
         dist.all_reduce(grad)
         grad /= world
@@ -317,29 +325,23 @@ def _rank_worker(rank: int, world: int, init: str, out_dir: str, tiny_clip: str)
     dist.destroy_process_group()
 
 
-@pytest.mark.distributed
-def test_two_ranks_with_cross_device_negatives_give_the_one_process_full_batch_step(tmp_path, tiny_clip):
+def assert_two_ranks_give(tmp_path, model: str, media: dict | None, want, stat: str) -> None:
+    """Runs `_rank_worker` on 2 gloo ranks: each rank's loss, `stat` and averaged gradients equal `want`."""
     init = f"file://{tmp_path / 'rendezvous'}"
-    mp.spawn(_rank_worker, args=(2, init, str(tmp_path), str(tiny_clip)), nprocs=2, join=True)
-    want = step(cross_device_module(str(tiny_clip)), video_batch(list(range(8))))
+    mp.spawn(_rank_worker, args=(2, init, str(tmp_path), model, media), nprocs=2, join=True)
     for rank in range(2):
         values, grads = torch.load(tmp_path / f"rank{rank}.pt")
         assert values["loss_value"] == pytest.approx(want[0]["loss_value"], rel=1e-5)
-        assert values["mea_theta"] == pytest.approx(want[0]["mea_theta"], rel=1e-5)
-        assert grads.keys() == want[1].keys()
+        assert values[stat] == pytest.approx(want[0][stat], rel=1e-5)
+        assert grads.keys() == want[1].keys() and len(grads) > 10
         for name, grad in want[1].items():
             assert_close_gradient(grads[name], grad, name, rel=1e-4)  # + all-reduce rounding
 
 
-def _gve_rank_worker(rank: int, world: int, init: str, out_dir: str, tiny_qwen: str, media: dict) -> None:
-    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
-    module = gve_module(tiny_qwen, GradCacheConfig(1, 1), cross_device=True)
-    values, grads = step(module, gve_batch(module, media, range(2 * rank, 2 * rank + 2)))
-    for grad in grads.values():  # DDP's averaging
-        dist.all_reduce(grad)
-        grad /= world
-    torch.save((values, grads), os.path.join(out_dir, f"rank{rank}.pt"))
-    dist.destroy_process_group()
+@pytest.mark.distributed
+def test_two_ranks_with_cross_device_negatives_give_the_one_process_full_batch_step(tmp_path, tiny_clip):
+    want = step(cross_device_module(str(tiny_clip)), video_batch(list(range(8))))
+    assert_two_ranks_give(tmp_path, str(tiny_clip), None, want, "mea_theta")
 
 
 @pytest.mark.distributed
@@ -349,17 +351,9 @@ def test_gve_on_two_ranks_with_cross_device_and_hard_negatives_gives_the_one_pro
     """GVE A.8's cross-device negatives under caching (chunks of 1 row): each rank holds 2 of the 4
     queries with their positives and hard negatives; the gathered loss and the averaged LoRA gradients
     are those of one process holding all 4."""
-    init = f"file://{tmp_path / 'rendezvous'}"
-    mp.spawn(_gve_rank_worker, args=(2, init, str(tmp_path), str(tiny_qwen), gve_media), nprocs=2, join=True)
     plain = gve_module(tiny_qwen, cross_device=True)
     want = step(plain, gve_batch(plain, gve_media))
-    for rank in range(2):
-        values, grads = torch.load(tmp_path / f"rank{rank}.pt")
-        assert values["loss_value"] == pytest.approx(want[0]["loss_value"], rel=1e-5)
-        assert values["margin"] == pytest.approx(want[0]["margin"], rel=1e-5)
-        assert grads.keys() == want[1].keys() and len(grads) > 10
-        for name, grad in want[1].items():
-            assert_close_gradient(grads[name], grad, name, rel=1e-4)  # + all-reduce rounding
+    assert_two_ranks_give(tmp_path, str(tiny_qwen), gve_media, want, "margin")
 
 
 def test_a_batch_other_than_the_recipes_warns_once(tiny_clip, caplog):
