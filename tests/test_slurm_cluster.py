@@ -9,7 +9,8 @@ them with `sbatch` and drives the jobs as a cluster would, on CPU with gloo:
 - `scancel` (SIGTERM to every process of the step, DataLoader workers included) writes the
   on-signal checkpoint, and the next submission resumes from it: no step lost;
 - `cache-frames`, `shots` and `index --embed-only` as 2-shard arrays (`slurm/array.sbatch`) whose
-  outputs merge into what a 1-shard run writes.
+  outputs merge into what a 1-shard run writes; each `cache-frames` task's Slurm `.out` reads as plain
+  periodic progress lines naming its shard.
 
 Jobs are polled with `scontrol show job` (the test cluster keeps no accounting), with bounded
 waits. The node has 2 CPUs: jobs of other tests may queue before these start.
@@ -18,6 +19,7 @@ waits. The node has 2 CPUs: jobs of other tests may queue before these start.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -31,6 +33,7 @@ import yaml
 from fit_configs import clean_launch_env, clip_fit_config
 from lit_retrieval.cli import main
 from test_interruptions import assert_same_logs, assert_same_state, final_state, write_config
+from test_progress import ESCAPE
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -270,6 +273,24 @@ def test_scancel_sigterm_to_every_process_writes_a_checkpoint_and_the_next_submi
                       "wall_s": round(time.monotonic() - started, 1)}))  # fmt: skip
 
 
+def cache_frames_progress(logs: Path, task: int) -> int:
+    """Array task `task`'s `.out` as Slurm wrote it: no control sequences, and `cache-frames`' lines for its
+    shard from 0 to all of its videos, at least one between (every 25 %); the shard's video count."""
+    (out,) = logs.glob(f"*_{task}.out")
+    text = out.read_text()
+    assert not ESCAPE.search(text), text[-2000:]
+    counts = [
+        tuple(map(int, m)) for m in re.findall(rf"^shard {task}/2: caching frames (\d+)/(\d+) videos", text, re.M)
+    ]
+    total = counts[0][1]
+    assert counts[0][0] == 0 and counts[-1] == (total, total) and len(counts) >= 3, text[-2000:]
+    assert [done for done, _ in counts] == sorted(done for done, _ in counts) and {n for _, n in counts} == {total}
+    assert re.search(
+        rf"{total}/{total} videos \(100%\), done in \d+ s; cached 0, decoded {total}, failed 0$", text, re.M
+    )
+    return total
+
+
 def test_cache_frames_shots_and_index_arrays_merge_into_the_one_shard_outputs(
     slurm_cluster, tmp_path, tiny_clip, corpus
 ):
@@ -288,7 +309,7 @@ def test_cache_frames_shots_and_index_arrays_merge_into_the_one_shard_outputs(
     videos = corpus / "videos"
     arrays = tmp_path / "arrays"
     commands = {
-        "frames": f"cache-frames --config {config} --out {arrays / 'frames'}",
+        "frames": f"cache-frames --config {config} --out {arrays / 'frames'} --progress-every 25%",
         "shots": f"shots --dir {videos} --cache {arrays / 'shots'}",
         "index": f"index --config {config} --videos {videos} --out {arrays / 'index'} --embed-only",
     }
@@ -307,6 +328,8 @@ def test_cache_frames_shots_and_index_arrays_merge_into_the_one_shard_outputs(
         for task in (0, 1):
             info = wait_for_end(f"{job_id}_{task}")
             assert info["JobState"] == "COMPLETED", (name, "".join(p.read_text() for p in logs.glob("*.out"))[-3000:])
+
+    assert sum(cache_frames_progress(logs, task) for name, _, logs in jobs if name == "frames" for task in (0, 1)) == 24
 
     frames = sorted(p.name for p in (arrays / "frames").glob("*.index.jsonl"))
     assert frames == ["shard-00000-of-00002.index.jsonl", "shard-00001-of-00002.index.jsonl"]
