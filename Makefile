@@ -47,7 +47,7 @@ quickstart-gve: $(STAMP)
 
 # two pytest processes (pytest-xdist): the suite's subprocess and DDP tests are independent. One OpenMP thread
 # per process (torch, faiss, and every fit, rank and job the tests start inherit it): 2 workers with 2 spinning
-# threads each, plus their subprocesses' ranks, oversubscribed the 2 cores (a sample of 83 tests: 173 s vs 100 s).
+# threads each, plus their subprocesses' ranks, oversubscribed the 2 cores (83 tests timed by hand: 173 s vs 100 s).
 # The 25 slowest tests are listed at the end, to keep the suite within its 20 minutes on 2 cores.
 test: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --durations=25
