@@ -52,6 +52,7 @@ import torch
 
 from lit_retrieval.callbacks.prober import epoch_prober, first_prober_path
 from lit_retrieval.data.batching.samplers import size_weights
+from lit_retrieval.errors import ConfigError
 from lit_retrieval.models.gve.embedder import GVEEmbedder
 
 
@@ -134,9 +135,9 @@ class ModalityPyramid(L.Callback):
         filename: str = "modality_pyramid",
     ) -> None:
         if num_probe_pairs < 1 or not 0 < sigma_min <= sigma_max:
-            raise ValueError("num_probe_pairs >= 1 and 0 < sigma_min <= sigma_max are required")
+            raise ConfigError("num_probe_pairs >= 1 and 0 < sigma_min <= sigma_max are required")
         if not np.isfinite(size_exponent) or (max_passes is not None and not max_passes > 0):
-            raise ValueError(f"size_exponent must be finite and max_passes > 0, got {size_exponent}, {max_passes}")
+            raise ConfigError(f"size_exponent must be finite and max_passes > 0, got {size_exponent}, {max_passes}")
         self.num_probe_pairs = num_probe_pairs
         self.sigma_min = sigma_min
         self.sigma_max = sigma_max

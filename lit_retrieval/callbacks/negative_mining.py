@@ -30,6 +30,7 @@ from lit_retrieval.data.items import MediaItem, parse_format
 from lit_retrieval.data.gve.multitask import TaskData
 from lit_retrieval.data.gve.negatives import candidate_targets, hardest_negatives, read_corpus
 from lit_retrieval.distributed import gather_variable
+from lit_retrieval.errors import ConfigError
 from lit_retrieval.models.gve.embedder import GVEEmbedder
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ class HardNegativeMining(L.Callback):
 
     def __init__(self, batch_size: int = 8) -> None:
         if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+            raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
         self.batch_size = batch_size
 
     def setup(self, trainer: L.Trainer, module: L.LightningModule, stage: str) -> None:

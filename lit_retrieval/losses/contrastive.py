@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lit_retrieval.distributed import distributed_world, gather_global
+from lit_retrieval.errors import ConfigError
 
 HardNegatives = Literal["own", "shared"]
 
@@ -43,9 +44,9 @@ class MultimodalInfoNCE(nn.Module):
     ) -> None:
         super().__init__()
         if temperature <= 0:
-            raise ValueError(f"temperature must be positive, got {temperature}")
+            raise ConfigError(f"temperature must be positive, got {temperature}")
         if hard_negatives not in ("own", "shared"):
-            raise ValueError(f"hard_negatives must be 'own' or 'shared', got {hard_negatives!r}")
+            raise ConfigError(f"hard_negatives must be 'own' or 'shared', got {hard_negatives!r}")
         self.temperature = temperature
         self.hard_negatives = hard_negatives
         self.cross_device = cross_device

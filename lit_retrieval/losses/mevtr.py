@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lit_retrieval.errors import ConfigError
+
 
 class MeVTRLoss(nn.Module):
     def __init__(
@@ -29,7 +31,7 @@ class MeVTRLoss(nn.Module):
     ) -> None:
         super().__init__()
         if v2t not in ("balanced", "disjoint"):
-            raise ValueError(f"v2t must be 'balanced' or 'disjoint', got {v2t!r}")
+            raise ConfigError(f"v2t must be 'balanced' or 'disjoint', got {v2t!r}")
         self.v2t = v2t
         self.alpha = alpha
         self.dynamic_alpha = dynamic_alpha

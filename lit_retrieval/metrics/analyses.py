@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from lit_retrieval.data.text.queries import EventOrder, QueryMode
+from lit_retrieval.errors import ConfigError
 from lit_retrieval.metrics.ranking import summarize_ranks
 
 
@@ -48,9 +49,11 @@ class AnalysesConfig:
     def __post_init__(self) -> None:
         unknown = set(self.stages) - {"val", "test"}
         if unknown:
-            raise ValueError(f"analyses.stages may hold val and test, got {sorted(unknown)}")
+            raise ConfigError(f"analyses.stages may hold val and test, got {sorted(unknown)}")
         if list(self.length_edges) != sorted(set(self.length_edges)) or any(e <= 0 for e in self.length_edges):
-            raise ValueError(f"analyses.length_edges must be positive and strictly increasing, got {self.length_edges}")
+            raise ConfigError(
+                f"analyses.length_edges must be positive and strictly increasing, got {self.length_edges}"
+            )
 
 
 # the name before the config-naming convention; checkpoints pickled it in their hyper-parameters

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from lit_retrieval.errors import ConfigError
 from lit_retrieval.metrics.blockwise import Relevance, blockwise_search
 from lit_retrieval.metrics.ranking import Ties, row_slices, summarize_ranks, tie_rank
 
@@ -37,7 +38,7 @@ class RerankConfig:
 
     def __post_init__(self) -> None:
         if self.k < 1:
-            raise ValueError(f"evaluation.rerank.k must be >= 1, got {self.k}")
+            raise ConfigError(f"evaluation.rerank.k must be >= 1, got {self.k}")
 
 
 @dataclass

@@ -27,10 +27,12 @@ so a 10^5 x 10^5 evaluation holds no second matrix. Arithmetic is float64.
 from __future__ import annotations
 
 from collections.abc import Iterable
+import math
 from dataclasses import dataclass
 
 import torch
 
+from lit_retrieval.errors import ConfigError
 from lit_retrieval.metrics.ranking import (
     V2T_PREFIX,
     ScoreRows,
@@ -48,8 +50,10 @@ CHUNK = 4096
 
 
 def positive(name: str, value: float) -> None:
-    if not value > 0:
-        raise ValueError(f"{name} must be > 0, got {value}")
+    """A temperature must be finite and > 0: `inf` ties every score, and one so small that
+    `S / T` overflows leaves NaN; either would be ranked as if it were a result."""
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"{name} must be a finite number > 0, got {value}")
 
 
 @dataclass
@@ -84,7 +88,7 @@ class QBNorm:
     def __post_init__(self) -> None:
         positive("rescore.qbnorm.temperature", self.temperature)
         if self.k < 1 or self.bank_size < 1:
-            raise ValueError(f"rescore.qbnorm.k and bank_size must be >= 1, got {self.k} and {self.bank_size}")
+            raise ConfigError(f"rescore.qbnorm.k and bank_size must be >= 1, got {self.k} and {self.bank_size}")
 
 
 @dataclass

@@ -99,7 +99,7 @@ class DualEncoderRetrieval(L.LightningModule):
         super().__init__()
         self.save_hyperparameters(ignore=["encoder", "head", "event_loss"])
         if query_mode not in ("concat", "events"):
-            raise ValueError(f"query_mode must be 'concat' or 'events', got {query_mode!r}")
+            raise ConfigError(f"query_mode must be 'concat' or 'events', got {query_mode!r}")
         self.encoder, self.head, self.query_mode = encoder, head, query_mode
         self.head.bind(encoder)
         self.optim = optim or OptimConfig()

@@ -57,7 +57,7 @@ import torch
 from lit_retrieval.data.text.queries import QueryMode, concat_query, reorder_events
 from lit_retrieval.data.text.spans import SpanSplitter
 from lit_retrieval.distributed import distributed_world, gather_objects, gather_variable
-from lit_retrieval.errors import InputError
+from lit_retrieval.errors import ConfigError, InputError
 from lit_retrieval.metrics.analyses import AnalysesConfig, avg_event_hits, avg_event_metrics, sliced_metrics
 from lit_retrieval.metrics.ranking import Ties, V2TRule, retrieval_metrics, text_to_video_ranks
 from lit_retrieval.metrics.relational import RelationalConfig, relational_metrics
@@ -123,7 +123,7 @@ class EvaluationConfig:
 
     def __post_init__(self) -> None:
         if self.query_rows < 1 or self.memory_mb < 1:
-            raise ValueError(f"query_rows and memory_mb must be >= 1, got {self.query_rows} and {self.memory_mb}")
+            raise ConfigError(f"query_rows and memory_mb must be >= 1, got {self.query_rows} and {self.memory_mb}")
         if self.rerank is not None and not self.rerank.full_scoring:
             needs_matrix = {
                 "analyses": self.analyses is not None and "test" in self.analyses.stages,
@@ -133,7 +133,7 @@ class EvaluationConfig:
             }
             if any(needs_matrix.values()):
                 names = ", ".join(f"evaluation.{name}" for name, on in needs_matrix.items() if on)
-                raise ValueError(f"evaluation.rerank.full_scoring: false leaves no test score matrix for {names}")
+                raise ConfigError(f"evaluation.rerank.full_scoring: false leaves no test score matrix for {names}")
 
     @property
     def budget_bytes(self) -> int:

@@ -28,6 +28,7 @@ from lit_retrieval.data.media import identity
 from lit_retrieval.data.media.normalize import NormalizeFrames
 from lit_retrieval.data.media.shots import Shots, frame_shot_index
 from lit_retrieval.data.media.video import Sampling, SamplingSpec, sample_video
+from lit_retrieval.errors import ConfigError
 from lit_retrieval.models.gve import GVEEmbedder
 from lit_retrieval.models.heads.base import cat_reps, map_rep
 
@@ -149,7 +150,7 @@ class DualEncoderEmbedder(HeadItemEncoder):
         self, module, identity: Any, num_frames: int, image_size: int, mean=None, std=None, sampling: Sampling = "exact"
     ) -> None:
         if not module.head.indexable:
-            raise ValueError(
+            raise ConfigError(
                 f"{type(module.head).__name__} is not indexable (its score is not a dot product of one vector per side)"
             )
         super().__init__(module, identity, num_frames, image_size, mean, std, sampling)

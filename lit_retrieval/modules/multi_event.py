@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lit_retrieval.data.text.queries import PartialSource
+from lit_retrieval.errors import ConfigError
 
 
 @dataclass
@@ -40,4 +41,4 @@ class MEAConfig:
 
     def __post_init__(self) -> None:
         if self.weight < 0:
-            raise ValueError(f"mea.weight (lambda) must be >= 0, got {self.weight}")
+            raise ConfigError(f"mea.weight (lambda) must be >= 0, got {self.weight}")

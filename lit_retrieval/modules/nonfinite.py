@@ -12,6 +12,8 @@ from typing import Literal
 import lightning as L
 import torch
 
+from lit_retrieval.errors import ConfigError
+
 log = logging.getLogger(__name__)
 
 
@@ -24,7 +26,7 @@ class NonFinitePolicy:
 
     def __post_init__(self) -> None:
         if self.action not in ("skip", "raise") or self.max_skipped < 0:
-            raise ValueError(f"nonfinite.action must be 'skip' or 'raise' and max_skipped >= 0, got {self}")
+            raise ConfigError(f"nonfinite.action must be 'skip' or 'raise' and max_skipped >= 0, got {self}")
 
 
 class NonFiniteGuard:

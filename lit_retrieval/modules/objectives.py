@@ -23,6 +23,7 @@ from torch import nn
 
 from lit_retrieval.data.text.queries import PartialBatch, PartialQuerySampler
 from lit_retrieval.distributed import distributed_world, gather_global
+from lit_retrieval.errors import ConfigError
 from lit_retrieval.losses.infonce import SymmetricInfoNCE
 from lit_retrieval.losses.mea import MEALoss
 from lit_retrieval.losses.mevtr import MeVTRLoss
@@ -184,21 +185,21 @@ class TrainingObjectives(nn.Module):
         super().__init__()
         if event_loss is not None:
             if mea is not None:
-                raise ValueError("event_loss (MeVTR) and mea are exclusive: MeVTR trains with its own loss only")
+                raise ConfigError("event_loss (MeVTR) and mea are exclusive: MeVTR trains with its own loss only")
             if cross_device:
-                raise ValueError(
+                raise ConfigError(
                     "event_loss (MeVTR) is computed per process: cross_device applies to InfoNCE and MEA only"
                 )
             if average_directions:
-                raise ValueError(
+                raise ConfigError(
                     "average_directions scales InfoNCE, which event_loss (MeVTR) replaces: drop one of them"
                 )
             if has_auxiliary_losses(head):
-                raise ValueError(
+                raise ConfigError(
                     f"event_loss (MeVTR) trains with its own loss only; {type(head).__name__} adds auxiliary losses"
                 )
         if cross_device and not head.indexable:
-            raise ValueError(
+            raise ConfigError(
                 f"cross_device needs an indexable head (one vector per text and video); {type(head).__name__} is not"
             )
         self.cross_device = cross_device

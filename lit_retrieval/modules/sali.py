@@ -24,6 +24,7 @@ import torch
 
 from lit_retrieval.data.text.queries import QueryMode, concat_query
 from lit_retrieval.data.text.spans import QuerySpans
+from lit_retrieval.errors import ConfigError
 from lit_retrieval.metrics.relational import RelationalConfig
 from lit_retrieval.models.encoders.base import VideoTextEncoder
 from lit_retrieval.models.heads.sali import SALIHead, SpanTextFeatures
@@ -49,9 +50,9 @@ class SALIRetrieval(DualEncoderRetrieval):
         **kwargs: Any,
     ) -> None:
         if not isinstance(head, SALIHead):
-            raise TypeError(f"SALIRetrieval needs a SALIHead, got {type(head).__name__}")
+            raise ConfigError(f"SALIRetrieval needs a SALIHead, got {type(head).__name__}")
         if kwargs.get("query_mode", "concat") != "concat":
-            raise ValueError("SALIRetrieval encodes whole queries (query_mode: concat)")
+            raise ConfigError("SALIRetrieval encodes whole queries (query_mode: concat)")
         evaluation = kwargs.get("evaluation") or EvaluationConfig()
         if evaluation.relational is None:
             evaluation = dataclasses.replace(evaluation, relational=RelationalConfig())

@@ -32,7 +32,7 @@ import numpy as np
 from lit_retrieval.data.items import ItemError, MediaItem
 from lit_retrieval.data.reading import read_json, read_text
 from lit_retrieval.data.media.video import VideoDecodeError
-from lit_retrieval.errors import InputError, UsageError
+from lit_retrieval.errors import ConfigError, InputError, UsageError
 from lit_retrieval.progress import Progress
 from lit_retrieval.search.embedders import ItemEmbedder
 from lit_retrieval.search.loading import ModelSpec
@@ -55,7 +55,7 @@ class IndexConfig:
 
     def __post_init__(self) -> None:
         if self.kind not in ("flat", "ivf", "hnsw"):
-            raise ValueError(f"index kind must be flat, ivf or hnsw, got {self.kind!r}")
+            raise ConfigError(f"index kind must be flat, ivf or hnsw, got {self.kind!r}")
 
 
 def list_videos(source: str | Path) -> list[str]:

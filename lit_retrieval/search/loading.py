@@ -11,7 +11,7 @@ from typing import Callable
 
 from lit_retrieval.checkpoint_io import read_checkpoint
 from lit_retrieval.data.media.shots import ShotConfig, ShotDetectorConfig, Shots, detect_many
-from lit_retrieval.errors import UsageError
+from lit_retrieval.errors import ConfigError, UsageError
 from lit_retrieval.models.gve import GVEEmbedder, InputConfig
 from lit_retrieval.models.gve.processing import scaled_inputs
 from lit_retrieval.search.embedders import FrameInput, GVEItemEmbedder, HeadItemEncoder, ItemEmbedder, file_identity
@@ -29,9 +29,9 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         if (self.model is None) == (self.config is None):
-            raise ValueError("give exactly one of --model (a model directory) or --config (a training config)")
+            raise ConfigError("give exactly one of --model (a model directory) or --config (a training config)")
         if self.ckpt is not None and self.config is None:
-            raise ValueError("a checkpoint needs the training config it was trained with (--config)")
+            raise ConfigError("a checkpoint needs the training config it was trained with (--config)")
 
     def resolved(self) -> ModelSpec:
         """Absolute paths, so an index remembers its model wherever search runs from."""

@@ -18,6 +18,7 @@ from pathlib import Path
 from lit_retrieval.data.items import ItemError, MediaItem, item_from_json
 from lit_retrieval.data.records import AnnotationError, finite_number, record_id
 from lit_retrieval.data.reading import read_json_lines
+from lit_retrieval.errors import ConfigError
 from lit_retrieval.uvrb.datasets import UVRB_DATASETS
 
 
@@ -55,7 +56,7 @@ class RetrievalTaskSpec:
         self.prompt = self.prompt if self.prompt is not None else (known.prompt if known else None)
         self.metric = self.metric or (known.metric if known else "R@1")
         if self.metric not in ("R@1", "R@5", "R@10", "P@1"):
-            raise ValueError(f"task {self.name!r}: metric must be R@1, R@5, R@10 or P@1, got {self.metric!r}")
+            raise ConfigError(f"task {self.name!r}: metric must be R@1, R@5, R@10 or P@1, got {self.metric!r}")
 
     def paths(self) -> tuple[Path, Path, Path]:
         root = Path(self.dir)

@@ -27,6 +27,8 @@ import numpy as np
 import torch
 from torch.utils.data import DistributedSampler
 
+from lit_retrieval.errors import ConfigError
+
 Sampling = Literal["equal_passes", "proportional", "uniform"]
 SAMPLINGS: tuple[str, ...] = get_args(Sampling)
 
@@ -121,10 +123,10 @@ class TaskBatchSampler(DistributedSampler):
         world_size: int = 1,
     ) -> None:
         if len(sizes) != len(batch_sizes) or not sizes:
-            raise ValueError("one size and one batch size per task are required")
+            raise ConfigError("one size and one batch size per task are required")
         small = [k for k, (n, b) in enumerate(zip(sizes, batch_sizes)) if n < b * world_size]
         if small:
-            raise ValueError(
+            raise ConfigError(
                 f"task(s) {small} have fewer records than one global batch (batch size x {world_size} ranks)"
             )
         if not 0 <= rank < world_size:

@@ -41,8 +41,8 @@ from typing import Any, Literal
 from lit_retrieval.data.bad_records import RecordCollector
 from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, checked_interval
 from lit_retrieval.data.reading import read_json
-from lit_retrieval.errors import ConfigError
 from lit_retrieval.data.batching.datamodule import SplitFilesDataModule
+from lit_retrieval.errors import ConfigError
 
 CHUNK_SECONDS = 5.0
 FileNames = Literal["full", "stem"]
@@ -85,7 +85,7 @@ class DiDeMoParser:
         video_root: str | Path | None = None,
     ) -> None:
         if window_seconds is not None and not window_seconds > 0:
-            raise ValueError(f"window_seconds must be positive, got {window_seconds}")
+            raise ConfigError(f"window_seconds must be positive, got {window_seconds}")
         if file_names not in ("full", "stem"):
             raise ConfigError(f"data.file_names must be 'full' or 'stem', got {file_names!r}")
         if file_names == "stem" and not video_ext:

@@ -33,7 +33,6 @@ from lit_retrieval.data.reading import read_csv, read_json
 from lit_retrieval.data.batching.datamodule import VideoTextDataModule
 from lit_retrieval.errors import ConfigError
 
-
 TestCaptions = Literal["csv", "all"]
 
 
@@ -42,7 +41,7 @@ class MSRVTTParser:
 
     def __init__(self, video_ext: str = ".mp4", val_fraction: float = 0.1, val_seed: int = 0) -> None:
         if not 0 <= val_fraction < 1:
-            raise ValueError(f"val_fraction must lie in [0, 1), got {val_fraction}")
+            raise ConfigError(f"val_fraction must lie in [0, 1), got {val_fraction}")
         self.video_ext = video_ext
         self.val_fraction = val_fraction
         self.val_seed = val_seed

@@ -35,6 +35,7 @@ from typing import Any
 from lit_retrieval.data.bad_records import RecordCollector, listed_once
 from lit_retrieval.data.batching.datamodule import VideoTextDataModule
 from lit_retrieval.data.records import AnnotationError, Event, VideoRecord
+from lit_retrieval.errors import ConfigError
 
 CLIP_NAME = re.compile(r"(?P<source>.+)_(?P<start>\d+)_(?P<end>\d+)")
 SPLIT_FILES = {"train": "train_list.txt", "val": "val_list.txt", "test": "test_list.txt"}
@@ -94,7 +95,7 @@ class MSVDParser:
 
     def __init__(self, video_root: str | Path = ".", video_exts: tuple[str, ...] = (".avi", ".mp4")) -> None:
         if not video_exts:
-            raise ValueError("video_exts needs at least one extension")
+            raise ConfigError("video_exts needs at least one extension")
         self.video_root = Path(video_root)
         self.video_exts = tuple(video_exts)
 

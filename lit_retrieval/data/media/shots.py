@@ -31,6 +31,7 @@ import numpy as np
 
 from lit_retrieval.data.media.identity import file_identity, file_path
 from lit_retrieval.data.media.video import VideoDecodeError
+from lit_retrieval.errors import ConfigError
 from lit_retrieval.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -60,11 +61,11 @@ class ShotDetectorConfig:
 
     def __post_init__(self) -> None:
         if self.detector not in ("adaptive", "content"):
-            raise ValueError(f"shot detector must be 'adaptive' or 'content', got {self.detector!r}")
+            raise ConfigError(f"shot detector must be 'adaptive' or 'content', got {self.detector!r}")
         if self.downscale is not None and self.downscale < 1:
-            raise ValueError(f"downscale must be >= 1 or None (auto), got {self.downscale}")
+            raise ConfigError(f"downscale must be >= 1 or None (auto), got {self.downscale}")
         if self.min_scene_len < 0:
-            raise ValueError(f"min_scene_len must be >= 0 seconds, got {self.min_scene_len}")
+            raise ConfigError(f"min_scene_len must be >= 0 seconds, got {self.min_scene_len}")
 
     def key(self) -> str:
         """A short digest of the settings, part of every cache entry's name."""

@@ -43,7 +43,7 @@ from typing import Literal
 import av
 import numpy as np
 
-from lit_retrieval.errors import InputError
+from lit_retrieval.errors import ConfigError, InputError
 
 Targets = Literal["bin_centres", "linspace_frames"]
 Sampling = Literal["exact", "keyframe"]
@@ -81,15 +81,15 @@ class SamplingSpec:
 
     def __post_init__(self) -> None:
         if self.num_frames < 1:
-            raise ValueError(f"num_frames must be >= 1, got {self.num_frames}")
+            raise ConfigError(f"num_frames must be >= 1, got {self.num_frames}")
         if self.size is not None and self.size < 1:
-            raise ValueError(f"size must be >= 1, got {self.size}")
+            raise ConfigError(f"size must be >= 1, got {self.size}")
         if self.targets not in ("bin_centres", "linspace_frames"):
-            raise ValueError(f"targets must be 'bin_centres' or 'linspace_frames', got {self.targets!r}")
+            raise ConfigError(f"targets must be 'bin_centres' or 'linspace_frames', got {self.targets!r}")
         if self.sampling not in ("exact", "keyframe"):
-            raise ValueError(f"sampling must be 'exact' or 'keyframe', got {self.sampling!r}")
+            raise ConfigError(f"sampling must be 'exact' or 'keyframe', got {self.sampling!r}")
         if self.frame_multiple < 1:
-            raise ValueError(f"frame_multiple must be >= 1, got {self.frame_multiple}")
+            raise ConfigError(f"frame_multiple must be >= 1, got {self.frame_multiple}")
 
 
 @dataclass

@@ -14,6 +14,8 @@ from typing import Literal
 
 import numpy as np
 
+from lit_retrieval.errors import ConfigError
+
 QueryMode = Literal["concat", "events"]
 PartialSource = Literal["drop_events", "replace_words", "shuffle_events"]
 EventOrder = Literal["reversed", "shuffled"]
@@ -94,13 +96,13 @@ class PartialQuerySampler:
         seed: int = 0,
     ) -> None:
         if num_partial < 1:
-            raise ValueError(f"num_partial (L) must be >= 1, got {num_partial}")
+            raise ConfigError(f"num_partial (L) must be >= 1, got {num_partial}")
         if source not in ("drop_events", "replace_words", "shuffle_events"):
-            raise ValueError(
+            raise ConfigError(
                 f"unknown partial-query source {source!r}; choose drop_events, replace_words or shuffle_events"
             )
         if not 0.0 < replace_prob <= 1.0:
-            raise ValueError(f"replace_prob must be in (0, 1], got {replace_prob}")
+            raise ConfigError(f"replace_prob must be in (0, 1], got {replace_prob}")
         partial_subsets(3, drop)  # validates drop
         self.drop = drop
         self.num_partial = num_partial

@@ -49,6 +49,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
+from lit_retrieval.errors import ConfigError
+
 DEFAULT_VERBS: tuple[str, ...] = (
     # the paper's three (Sec. 3)
     r"confront(?:s|ed|ing)?",
@@ -162,14 +164,14 @@ class SpanSplitter:
 
     def __post_init__(self) -> None:
         if not self.verbs:
-            raise ValueError("SpanSplitter needs at least one verb pattern")
+            raise ConfigError("SpanSplitter needs at least one verb pattern")
         if self.scope not in ("query", "sentence"):
-            raise ValueError(f"scope must be 'query' or 'sentence', got {self.scope!r}")
+            raise ConfigError(f"scope must be 'query' or 'sentence', got {self.scope!r}")
         for pattern in self.verbs:
             try:
                 re.compile(pattern)
             except re.error as err:
-                raise ValueError(f"verb pattern {pattern!r} is not a valid regular expression: {err}") from None
+                raise ConfigError(f"verb pattern {pattern!r} is not a valid regular expression: {err}") from None
         self._verb = re.compile(r"\b(?:" + "|".join(f"(?:{p})" for p in self.verbs) + r")\b", re.IGNORECASE)
         self._people = {w.lower() for w in (*self.person_words, *self.extra_person_words)}
         self._not_names = {w.lower() for w in self.initial_stop_words}

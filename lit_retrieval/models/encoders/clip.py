@@ -72,7 +72,7 @@ class CLIPEncoder(VideoTextEncoder):
     ) -> None:
         super().__init__()
         if (pretrained is None) == (config is None):
-            raise ValueError("give exactly one of `pretrained` (a checkpoint) or `config` (a CLIPConfig dict)")
+            raise ConfigError("give exactly one of `pretrained` (a checkpoint) or `config` (a CLIPConfig dict)")
         self.pretrained = pretrained is not None
         if pretrained is not None and Path(pretrained).suffix in {".pt", ".pth", ".bin"} and Path(pretrained).is_file():
             clip = load_longclip_checkpoint(pretrained)

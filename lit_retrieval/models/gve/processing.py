@@ -37,6 +37,7 @@ from transformers.video_utils import VideoMetadata
 from lit_retrieval.data.media.frame_cache import FrameCache, cached_or_sampled
 from lit_retrieval.data.items import ItemError, MediaItem
 from lit_retrieval.data.media.video import FrameSample, VideoDecodeError, sample_frames, video_duration
+from lit_retrieval.errors import ConfigError
 
 END_OF_TEXT = "<|endoftext|>"
 
@@ -74,7 +75,7 @@ class InputConfig:
 
     def __post_init__(self) -> None:
         if self.fps <= 0 or self.max_frames < 1 or self.min_frames < 1 or self.max_tokens < 16:
-            raise ValueError(
+            raise ConfigError(
                 f"impossible input settings: fps {self.fps}, max_frames {self.max_frames}, "
                 f"min_frames {self.min_frames}, max_tokens {self.max_tokens}"
             )
@@ -82,11 +83,11 @@ class InputConfig:
             not 0 < self.video_min_pixels <= self.video_max_pixels
             or not 0 < self.image_min_pixels <= self.image_max_pixels
         ):
-            raise ValueError("pixel bounds must satisfy 0 < min_pixels <= max_pixels")
+            raise ConfigError("pixel bounds must satisfy 0 < min_pixels <= max_pixels")
         if self.padding_side not in ("left", "right"):
-            raise ValueError(f"padding_side must be 'left' or 'right', got {self.padding_side!r}")
+            raise ConfigError(f"padding_side must be 'left' or 'right', got {self.padding_side!r}")
         if self.sampling not in ("exact", "keyframe"):
-            raise ValueError(f"sampling must be 'exact' or 'keyframe', got {self.sampling!r}")
+            raise ConfigError(f"sampling must be 'exact' or 'keyframe', got {self.sampling!r}")
 
 
 def clip_frame_count(seconds: float, config: InputConfig, temporal_patch: int) -> int:

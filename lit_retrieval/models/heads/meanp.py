@@ -7,6 +7,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
+from lit_retrieval.errors import ConfigError
 from lit_retrieval.models.features import TextFeatures, VideoFeatures
 from lit_retrieval.models.heads.base import SimilarityHead
 
@@ -46,7 +47,7 @@ class MeanPHead(SimilarityHead):
     def __init__(self, pooling: Literal["frames", "shots"] = "frames", **kwargs) -> None:
         super().__init__(**kwargs)
         if pooling not in ("frames", "shots"):
-            raise ValueError(f"pooling must be 'frames' or 'shots', got {pooling!r}")
+            raise ConfigError(f"pooling must be 'frames' or 'shots', got {pooling!r}")
         self.pooling = pooling
 
     def encode_text(self, text: TextFeatures) -> torch.Tensor:

@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lit_retrieval.errors import ConfigError
 from lit_retrieval.models.encoders.base import VideoTextEncoder
 from lit_retrieval.models.features import TextFeatures, VideoFeatures
 from lit_retrieval.models.heads.base import RetrievalMetricsFn, SimilarityHead
@@ -107,7 +108,7 @@ class PAUHead(SimilarityHead):
         super().__init__(**kwargs)
         self.layer_norm_eps = layer_norm_eps
         if rerank not in ("none", "fixed", "fit"):  # not "off": YAML reads a bare off as false
-            raise ValueError(f"rerank must be 'none', 'fixed' or 'fit', got {rerank!r}")
+            raise ConfigError(f"rerank must be 'none', 'fixed' or 'fit', got {rerank!r}")
         self.num_prototypes = prototypes
         self.evidence_temperature = evidence_temperature
         self.uncertainty_weight = uncertainty_weight

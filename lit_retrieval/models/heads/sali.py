@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lit_retrieval.errors import ConfigError
 from lit_retrieval.models.encoders.base import VideoTextEncoder
 from lit_retrieval.models.features import VideoFeatures
 from lit_retrieval.models.heads.base import SimilarityHead
@@ -97,13 +98,13 @@ class SALIHead(SimilarityHead):
         super().__init__(logit_scale_init, learn_logit_scale)
         for name, value in (("train_operator", train_operator), ("eval_operator", eval_operator)):
             if value not in ("max", "ot"):
-                raise ValueError(f"{name} must be 'max' or 'ot', got {value!r}")
+                raise ConfigError(f"{name} must be 'max' or 'ot', got {value!r}")
         if not 0.1 < capacity_init < 1.0:
-            raise ValueError(f"capacity_init must lie in (0.1, 1), got {capacity_init}")
+            raise ConfigError(f"capacity_init must lie in (0.1, 1), got {capacity_init}")
         if eps_init <= 0 or not 0 < gate_init < 1:
-            raise ValueError(f"eps_init must be > 0 and gate_init in (0, 1), got {eps_init}, {gate_init}")
+            raise ConfigError(f"eps_init must be > 0 and gate_init in (0, 1), got {eps_init}, {gate_init}")
         if gate_by not in ("verb", "relational"):
-            raise ValueError(f"gate_by must be 'verb' or 'relational', got {gate_by!r}")
+            raise ConfigError(f"gate_by must be 'verb' or 'relational', got {gate_by!r}")
         self.train_operator, self.eval_operator = train_operator, eval_operator
         self.train_penalty, self.eval_penalty = train_penalty, eval_penalty
         self.sinkhorn_iters = sinkhorn_iters

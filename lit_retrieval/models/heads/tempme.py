@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from peft import LoraConfig, inject_adapter_in_model
 from torch import nn
 
+from lit_retrieval.errors import ConfigError
 from lit_retrieval.models.encoders.base import VideoTextEncoder
 from lit_retrieval.models.features import TextFeatures, VideoFeatures
 from lit_retrieval.models.heads.base import SimilarityHead
@@ -127,11 +128,11 @@ class TokenMerging(nn.Module):
     ) -> None:
         super().__init__()
         if len(merge_layers) != len(merge_frames) or list(merge_layers) != sorted(set(merge_layers)):
-            raise ValueError(f"merge_layers {merge_layers} must be increasing and match merge_frames {merge_frames}")
+            raise ConfigError(f"merge_layers {merge_layers} must be increasing and match merge_frames {merge_frames}")
         if any(not 0 <= layer < layers for layer in merge_layers):
-            raise ValueError(f"merge_layers {merge_layers} must lie in the encoder's {layers} blocks")
+            raise ConfigError(f"merge_layers {merge_layers} must lie in the encoder's {layers} blocks")
         if num_frames % math.prod(merge_frames):
-            raise ValueError(f"num_frames {num_frames} is not divisible by the product of merge_frames {merge_frames}")
+            raise ConfigError(f"num_frames {num_frames} is not divisible by the product of merge_frames {merge_frames}")
         self.num_frames, self.layers = num_frames, layers
         self.image_r, self.cross_ratio, self.intra_ratio = image_r, cross_ratio, intra_ratio
         self.merge_frames = dict(zip(merge_layers, merge_frames))
