@@ -28,7 +28,7 @@ from lit_retrieval.callbacks.resume_checkpoint import ResumeCheckpoint
 from lit_retrieval.callbacks.trained_config import TrainedModelConfig, trained_model_config
 from lit_retrieval.checkpoint_io import SafeCheckpointIO, checkpoint_metadata, newest_resume_checkpoint
 from lit_retrieval.config_errors import ExplainingArgumentParser
-from lit_retrieval.errors import UsageError
+from lit_retrieval.errors import UsageError, check_at_least
 
 
 class RetrievalCLI(LightningCLI):
@@ -109,8 +109,11 @@ class RetrievalCLI(LightningCLI):
 
     def instantiate_trainer(self, **kwargs) -> L.Trainer:
         """The configured trainer, with `SafeCheckpointIO` wherever the strategy uses Lightning's
-        default checkpoint IO (atomic writes, clear errors for corrupt files)."""
+        default checkpoint IO (atomic writes, clear errors for corrupt files); an
+        `accumulate_grad_batches` below 1 is refused in one line."""
         trainer = super().instantiate_trainer(**kwargs)
+        # Lightning accepts 0 and divides by it when a module counts its schedule's steps
+        check_at_least("trainer", 1, accumulate_grad_batches=trainer.accumulate_grad_batches)
         trainer.callbacks.append(TrainedModelConfig(self._model_section()))
         strategy = trainer.strategy
         if type(getattr(strategy, "checkpoint_io", None)) is TorchCheckpointIO:
@@ -165,8 +168,10 @@ def refuse_reshaping_options(
     model: L.LightningModule, ckpt_path: str, trained: dict[str, Any], given: dict[str, Any]
 ) -> None:
     """A `UsageError` naming the options that differ from the checkpoint's config when the model
-    they build has a weight of another shape than the checkpoint's (a DeepSpeed directory is left
-    to DeepSpeed's own check: ZeRO-3 shards hold no shapes)."""
+    they build has a weight of another shape than the checkpoint's, or adds or removes weights (a
+    layer more or less): Lightning's strict load would fail on them with a traceback. A module that
+    loads non-strictly (GVE: trainable weights only) checks the names itself; a DeepSpeed directory
+    is left to DeepSpeed's own check (ZeRO-3 shards hold no shapes)."""
     if not Path(ckpt_path).is_file():
         return
     stored = torch.load(ckpt_path, map_location="cpu", mmap=True, weights_only=False).get("state_dict", {})
@@ -176,11 +181,29 @@ def refuse_reshaping_options(
         for key in stored
         if key in built and stored[key].shape != built[key].shape
     ]
-    if not reshaped:
+    if reshaped:
+        raise UsageError(
+            ckpt_path, f"{_changed_options(trained, given)} changes the weights' shapes ({_few(reshaped)})"
+        )
+    if not getattr(model, "strict_loading", True):
         return
+    # the weights Lightning loads next, through the module's own key renames (older checkpoints' names)
+    keys = model.load_state_dict(stored, strict=False)
+    if keys.missing_keys or keys.unexpected_keys:
+        added = f"adds {len(keys.missing_keys)} weights ({_few(keys.missing_keys)})" if keys.missing_keys else ""
+        removed = f"removes {len(keys.unexpected_keys)} ({_few(keys.unexpected_keys)})" if keys.unexpected_keys else ""
+        raise UsageError(
+            ckpt_path, f"{_changed_options(trained, given)} {' and '.join(filter(None, (added, removed)))}"
+        )
+
+
+def _changed_options(trained: dict[str, Any], given: dict[str, Any]) -> str:
     changed = [f"--{key} {new!r} (trained: {old!r})" for key, old, new in option_changes(trained, given, "model")]
-    options = "; ".join(changed) if changed else "the model config differs from the one trained"
-    raise UsageError(ckpt_path, f"{options} changes the weights' shapes ({', '.join(reshaped[:3])}); drop it")
+    return "; ".join(changed) if changed else "the model config differs from the one trained: it"
+
+
+def _few(names: list[str], shown: int = 3) -> str:
+    return ", ".join(names[:shown]) + (", ..." if len(names) > shown else "")
 
 
 def option_changes(trained: Any, given: Any, prefix: str) -> list[tuple[str, Any, Any]]:

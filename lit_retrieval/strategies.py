@@ -1,4 +1,5 @@
-"""`DeepSpeedStrategy`: Lightning's DeepSpeed strategy (same arguments) that also runs on CPU.
+"""`DeepSpeedStrategy`: Lightning's DeepSpeed strategy (same arguments) that also runs on CPU, and
+`DDPStrategy`: Lightning's DDP strategy with typed `DistributedDataParallel` options.
 
 With `trainer.accelerator: cpu` it starts the real DeepSpeed engine on DeepSpeed's CPU
 accelerator (DeepSpeed's choice when no GPU is visible, or `DS_ACCELERATOR=cpu`) over gloo: to
@@ -46,7 +47,7 @@ from typing import Any
 
 import torch
 from lightning.pytorch.accelerators import CPUAccelerator
-from lightning.pytorch.strategies import DDPStrategy
+from lightning.pytorch.strategies import DDPStrategy as LightningDDPStrategy
 from lightning.pytorch.strategies import DeepSpeedStrategy as LightningDeepSpeedStrategy
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.fabric.utilities.seed import reset_seed
@@ -64,6 +65,7 @@ class DeepSpeedStrategy(LightningDeepSpeedStrategy):
     """
 
     def __init__(self, *args: Any, param_persistence_threshold: int | None = None, **kwargs: Any) -> None:
+        check_deepspeed_installed()
         super().__init__(*args, **kwargs)
         self.param_persistence_threshold = param_persistence_threshold
 
@@ -75,7 +77,7 @@ class DeepSpeedStrategy(LightningDeepSpeedStrategy):
         if not self.on_cpu:
             return super().setup_environment()
         check_deepspeed_accelerator()
-        DDPStrategy.setup_environment(self)  # Lightning's DeepSpeed override only adds the CUDA check
+        LightningDDPStrategy.setup_environment(self)  # Lightning's DeepSpeed override only adds the CUDA check
 
     def setup_distributed(self) -> None:
         if not self.on_cpu:
@@ -162,6 +164,41 @@ class DeepSpeedStrategy(LightningDeepSpeedStrategy):
             if sampler is not None:
                 return sampler.batch_size
         return 1
+
+
+def check_deepspeed_installed() -> None:
+    """Refuse, in one line naming the extra, a DeepSpeed strategy without the `deepspeed` package
+    (Lightning's own check raises while jsonargparse builds the strategy: a chained traceback)."""
+    try:
+        import deepspeed  # noqa: F401
+    except ImportError as err:
+        raise ConfigError(
+            f"trainer.strategy: DeepSpeedStrategy needs the deepspeed package ({err}); install the project's "
+            "deepspeed extra: pip install 'lit-retrieval[deepspeed]' (or make install EXTRAS=dev,deepspeed)"
+        ) from None
+
+
+class DDPStrategy(LightningDDPStrategy):
+    """Lightning's DDP strategy with the `DistributedDataParallel` options our configs set typed
+    (Lightning passes them on through `**kwargs`, which the config parser cannot check: a
+    `find_unused_parameters: maybe` reached torch as a TypeError). Other DDP options still pass
+    through `**kwargs` as in Lightning's."""
+
+    def __init__(
+        self,
+        *args: Any,
+        find_unused_parameters: bool = False,
+        gradient_as_bucket_view: bool = False,
+        static_graph: bool = False,
+        broadcast_buffers: bool = True,
+        bucket_cap_mb: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        ddp = dict(find_unused_parameters=find_unused_parameters, gradient_as_bucket_view=gradient_as_bucket_view)
+        ddp.update(static_graph=static_graph, broadcast_buffers=broadcast_buffers)
+        if bucket_cap_mb is not None:
+            ddp["bucket_cap_mb"] = bucket_cap_mb
+        super().__init__(*args, **ddp, **kwargs)
 
 
 def check_deepspeed_accelerator() -> None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -160,8 +161,8 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--bank-k", type=int, default=1, help="QB-Norm's top-k of each bank query (default 1)")
     args = parser.parse_args(argv)
     rescoring = args.rescore or []
-    if args.temperature is not None and not args.temperature > 0:
-        parser.error("--temperature must be > 0")
+    if args.temperature is not None and not (math.isfinite(args.temperature) and args.temperature > 0):
+        parser.error("--temperature must be a finite number > 0")
     if args.bank_k < 1:
         parser.error("--bank-k must be >= 1")
     if ("qbnorm" in rescoring) != (args.bank is not None):

@@ -26,7 +26,7 @@ so a 10^5 x 10^5 evaluation holds no second matrix. Arithmetic is float64.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 import math
 from dataclasses import dataclass
 
@@ -131,6 +131,22 @@ class QueryBank:
         return cls(log_norm, activated)
 
 
+def finite_rows(rows: Callable[[slice | torch.Tensor], torch.Tensor], method: str, temperature: float):
+    """`rows` that refuses a block holding NaN or an infinity: a temperature small enough that
+    `S / T` overflows (1e-320) leaves NaN, which would rank as ties and report R@1 100."""
+
+    def checked(index: slice | torch.Tensor) -> torch.Tensor:
+        block = rows(index)
+        if not torch.isfinite(block).all():
+            raise ConfigError(
+                f"rescore.{method}.temperature {temperature:g}: the re-scored matrix holds non-finite values "
+                "(S / T overflows); give a larger temperature"
+            )
+        return block
+
+    return checked
+
+
 def column_logsumexp(scores: Scores, temperature: float, chunk: int = CHUNK) -> torch.Tensor:
     """`log sum_i exp(S_ij / T)` per column, accumulated over blocks of rows."""
     total = None
@@ -149,7 +165,7 @@ def dual_softmax(scores: Scores, config: DualSoftmax, chunk: int = CHUNK) -> Sco
         raw = take_rows(scores, index).double()
         return raw * torch.exp(raw / config.temperature - log_norm)
 
-    return ScoreRows(tuple(scores.shape), rows)
+    return ScoreRows(tuple(scores.shape), finite_rows(rows, "dsl", config.temperature))
 
 
 def inverted_softmax_t2v(scores: Scores, config: InvertedSoftmax, chunk: int = CHUNK) -> ScoreRows:
@@ -159,7 +175,7 @@ def inverted_softmax_t2v(scores: Scores, config: InvertedSoftmax, chunk: int = C
     def rows(index: slice | torch.Tensor) -> torch.Tensor:
         return torch.exp(take_rows(scores, index).double() / config.temperature - log_norm)
 
-    return ScoreRows(tuple(scores.shape), rows)
+    return ScoreRows(tuple(scores.shape), finite_rows(rows, "inverted_softmax", config.temperature))
 
 
 def inverted_softmax_v2t(scores: Scores, config: InvertedSoftmax) -> ScoreRows:
@@ -168,7 +184,7 @@ def inverted_softmax_v2t(scores: Scores, config: InvertedSoftmax) -> ScoreRows:
     def rows(index: slice | torch.Tensor) -> torch.Tensor:
         return torch.softmax(take_rows(scores, index).double() / config.temperature, dim=1)
 
-    return ScoreRows(tuple(scores.shape), rows)
+    return ScoreRows(tuple(scores.shape), finite_rows(rows, "inverted_softmax", config.temperature))
 
 
 def qb_norm(scores: Scores, bank: QueryBank, config: QBNorm) -> ScoreRows:
@@ -183,7 +199,7 @@ def qb_norm(scores: Scores, bank: QueryBank, config: QBNorm) -> ScoreRows:
         normalised = activated[raw.argmax(1)]
         return torch.where(normalised[:, None], torch.exp(raw / config.temperature - log_norm), raw)
 
-    return ScoreRows(tuple(scores.shape), rows)
+    return ScoreRows(tuple(scores.shape), finite_rows(rows, "qbnorm", config.temperature))
 
 
 def direction_metrics(

@@ -25,6 +25,37 @@ from lit_retrieval.models.features import TextFeatures, VideoFeatures
 LONGCLIP_MAX_LEN = 248
 
 
+def typed_clip_config(config: dict[str, Any], defaults: dict[str, Any] | None = None, where: str = "config") -> dict:
+    """`config` with each string value that stands for a number or a boolean of `CLIPConfig`
+    converted to the type of its default: a dotted flag into the dict option (`--model...config.
+    vision_config.num_hidden_layers 2`) arrives as the string '2' (jsonargparse keeps `Any` values
+    as typed), which transformers' strict config check refuses. A value of the wrong kind is a
+    `ConfigError` naming its key."""
+    defaults = CLIPConfig().to_dict() if defaults is None else defaults
+    typed = {}
+    for key, value in config.items():
+        default = defaults.get(key)
+        if isinstance(value, dict) and isinstance(default, dict):
+            value = typed_clip_config(value, default, f"{where}.{key}")
+        elif isinstance(value, str) and isinstance(default, (bool, int, float)):
+            value = _as_type_of(default, value, f"{where}.{key}")
+        typed[key] = value
+    return typed
+
+
+def _as_type_of(default: bool | int | float, value: str, where: str) -> bool | int | float:
+    kind = type(default)
+    if kind is bool:
+        if value.lower() not in ("true", "false"):
+            raise ConfigError(f"encoder {where} must be true or false, got {value!r}")
+        return value.lower() == "true"
+    try:
+        return kind(value)
+    except ValueError:
+        expected = "an integer" if kind is int else "a number"
+        raise ConfigError(f"encoder {where} must be {expected}, got {value!r}") from None
+
+
 def extend_text_positions(clip: CLIPModel, max_len: int, keep: int = 20) -> None:
     """Give CLIP's text tower `max_len` positions by Long-CLIP stretching (77 -> up to 248)."""
     embeddings = clip.text_model.embeddings
@@ -79,7 +110,7 @@ class CLIPEncoder(VideoTextEncoder):
         elif pretrained is not None:
             clip = CLIPModel.from_pretrained(pretrained).train()  # from_pretrained returns eval mode
         else:
-            clip = CLIPModel(CLIPConfig(**config))
+            clip = CLIPModel(CLIPConfig(**typed_clip_config(config)))
         if gradient_checkpointing:
             clip.gradient_checkpointing_enable()
         self.embed_dim = clip.config.projection_dim

@@ -26,6 +26,7 @@ from torch import nn
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
 from lit_retrieval.data.items import MediaItem
+from lit_retrieval.errors import ConfigError
 from lit_retrieval.models.gve.export import save_release
 from lit_retrieval.models.gve.positions import MRopeLayout, release_mrope_positions
 from lit_retrieval.models.gve.processing import GVEProcessing, InputConfig
@@ -106,8 +107,9 @@ class GVEEmbedder(nn.Module):
         super().__init__()
         path = Path(model_path)
         if not (path / "config.json").is_file():
-            raise FileNotFoundError(
-                f"{model_path}: not a model directory (no config.json); give a local Qwen2.5-VL or GVE path"
+            raise ConfigError(
+                f"embedder.model_path: {model_path} is not a model directory (no config.json); "
+                "give a local Qwen2.5-VL or GVE path"
             )
         model = AutoModelForImageTextToText.from_pretrained(
             str(path), dtype=resolve_dtype(dtype), attn_implementation=resolve_attention(attn_implementation)
