@@ -3,30 +3,36 @@
 # processor needs torchvision). On this project's machines both resolve to local files; a GPU
 # cluster user runs e.g.
 #   make install TORCH='torch==2.6.0 torchvision==0.21.0' EXTRAS='dev,gpu'
-# EXTRAS with `gpu` also installs flash-attn (FLASH_ATTN) in a step of its own, --no-build-isolation: its
-# build imports the torch installed first, which pip's build isolation would hide (pyproject.toml says why).
+# faiss: EXTRAS without `gpu` get the `cpu` extra (faiss-cpu) added; with `gpu`, faiss-gpu-cu12 only (the two
+# share one faiss/ folder and break each other). flash-attn is opt-in, `make install-flash-attn` (after install):
+# --no-build-isolation, since its build imports the torch installed first; it needs a prebuilt wheel for that
+# torch/CUDA/Python or nvcc and MAX_JOBS parallel compiles (README, "flash-attn"). pyproject.toml says why.
 PYTHON ?= python3
 VENV ?= .venv
 TORCH ?= torch==2.14.1 torchvision==0.29.1
 EXTRAS ?= dev,deepspeed
 FLASH_ATTN ?= flash-attn>=2.7,<3
+MAX_JOBS ?= 4
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 comma := ,
+FAISS_EXTRA := $(if $(filter gpu,$(subst $(comma), ,$(EXTRAS))),,$(comma)cpu)
 
-.PHONY: install quickstart quickstart-mea quickstart-gve test lint bench mea-comparison sali-comparison clean
+.PHONY: install install-flash-attn quickstart quickstart-mea quickstart-gve test lint bench mea-comparison sali-comparison clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet $(TORCH)
-	DS_BUILD_OPS=0 $(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
-ifneq ($(filter gpu,$(subst $(comma), ,$(EXTRAS))),)
-	$(PY) -m pip install --quiet setuptools wheel packaging psutil ninja
-	$(PY) -m pip install --quiet --no-build-isolation '$(FLASH_ATTN)'
-endif
+	DS_BUILD_OPS=0 $(PY) -m pip install --quiet -e '.[$(EXTRAS)$(FAISS_EXTRA)]'
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# GPU nodes only (CUDA torch installed by `install`): a prebuilt wheel if flash-attn publishes one for this
+# torch/CUDA/Python, else an nvcc build of MAX_JOBS parallel jobs (each takes several GB of memory)
+install-flash-attn: $(STAMP)
+	$(PY) -m pip install --quiet setuptools wheel packaging psutil ninja
+	MAX_JOBS=$(MAX_JOBS) $(PY) -m pip install --no-build-isolation '$(FLASH_ATTN)'
 
 quickstart: $(STAMP)
 	$(VENV)/bin/lit-retrieval fit --config configs/quickstart.yaml

@@ -16,7 +16,8 @@ project's design card uses (`lightning_main`); the `lightning` package itself in
 `lightning` command (only `fabric`), so this project's console script provides it.
 
 A subcommand's module is imported only when it is dispatched (`commands.COMMANDS`), so `fit` does
-not import faiss, PySceneDetect or the HTTP stack.
+not import faiss, PySceneDetect or the HTTP stack, and Lightning only for the trainer commands:
+`lit-retrieval --help` is this module's own list of commands (`lit-retrieval fit --help` is LightningCLI's).
 """
 
 from __future__ import annotations
@@ -34,6 +35,16 @@ def _usage() -> str:
     return f"usage: lit-retrieval {{{names}}} ...\n(`lit-retrieval fit --help` for the trainer commands' options)"
 
 
+def _help() -> str:
+    return (
+        "usage: lit-retrieval COMMAND ...\n\n"
+        f"trainer commands (LightningCLI, --config FILE.yaml): {', '.join(TRAINER_COMMANDS)}\n"
+        f"other commands (`lit-retrieval COMMAND --help`): {', '.join(COMMANDS)}\n"
+        "shipped configs: `lit-retrieval configs list`, `lit-retrieval configs copy [NAME ...] --to DIR`\n"
+        "bad input ends as one line on stderr with exit status 2; --debug shows the traceback"
+    )
+
+
 def _config_files(argv: list[str]) -> list[str]:
     """The config files named on a trainer command line (`--config X`, `-c X`, `--config=X`)."""
     found = [value for flag, value in zip(argv, argv[1:]) if flag in ("--config", "-c")]
@@ -41,9 +52,15 @@ def _config_files(argv: list[str]) -> list[str]:
 
 
 def _dispatch(argv: list[str]) -> int | None:
-    if argv and argv[0] in COMMANDS:
+    if not argv:
+        print(_usage(), file=sys.stderr)
+        return 2
+    if argv[0] in ("-h", "--help"):
+        print(_help())
+        return 0
+    if argv[0] in COMMANDS:
         return run_command(argv[0], argv[1:])
-    if argv and not argv[0].startswith("-") and argv[0] not in TRAINER_COMMANDS:
+    if not argv[0].startswith("-") and argv[0] not in TRAINER_COMMANDS:
         print(f"lit-retrieval: unknown command {argv[0]!r}\n{_usage()}", file=sys.stderr)
         return 2
     from lit_retrieval.retrieval_cli import RetrievalCLI

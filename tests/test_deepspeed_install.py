@@ -1,5 +1,6 @@
 """The install as the README prints it, up to what needs CUDA to build (pyproject.toml's extras,
-the Makefile's steps), and the CPU DeepSpeed strategy's refusal of a GPU accelerator.
+the Makefile's steps; the `gpu` extra's single faiss: test_packaging.py), and the CPU DeepSpeed
+strategy's refusal of a GPU accelerator.
 
 What cannot run here: installing the `gpu` extra itself (faiss-gpu-cu12 pulls about 600 MB of
 nvidia-* wheels, which pip downloads even for `--dry-run` where the index serves no metadata
@@ -34,18 +35,26 @@ def flash_attn_pin() -> str:
     return re.search(r"^FLASH_ATTN \?= (.+)$", (ROOT / "Makefile").read_text(), re.M).group(1)
 
 
-def test_gpu_install_puts_torch_first_and_builds_flash_attn_against_it(tmp_path):
+def test_gpu_install_puts_torch_first_and_never_builds_flash_attn(tmp_path):
     steps = make_install(tmp_path, TORCH="torch==2.6.0 torchvision==0.21.0", EXTRAS="dev,gpu")
     assert steps[0].endswith("pip install --quiet torch==2.6.0 torchvision==0.21.0")
-    assert steps[1].startswith("DS_BUILD_OPS=0 ") and steps[1].endswith("-e '.[dev,gpu]'")
-    assert steps[-1].endswith(f"--no-build-isolation '{flash_attn_pin()}'")
+    assert steps[1].startswith("DS_BUILD_OPS=0 ") and steps[1].endswith("-e '.[dev,gpu]'")  # no `cpu`: one faiss
+    assert len(steps) == 2  # flash-attn is opt-in: `make install-flash-attn`
     assert not any("flash-attn" in req for reqs in EXTRAS.values() for req in reqs)  # never under build isolation
 
 
-def test_default_install_has_deepspeed_and_no_flash_attn(tmp_path):
+def test_flash_attn_is_built_against_the_installed_torch_on_request(tmp_path):
+    args = [f"VENV={tmp_path / 'venv'}", "MAX_JOBS=2"]
+    out = subprocess.run(["make", "-n", "install-flash-attn", *args], cwd=ROOT, capture_output=True, text=True)
+    step = [line for line in out.stdout.splitlines() if "flash" in line]
+    assert step == [f"MAX_JOBS=2 {tmp_path}/venv/bin/python -m pip install --no-build-isolation '{flash_attn_pin()}'"]
+
+
+def test_default_install_has_deepspeed_faiss_cpu_and_no_flash_attn(tmp_path):
     steps = make_install(tmp_path)
-    assert steps[-1].endswith("-e '.[dev,deepspeed]'") and not any("flash" in step for step in steps)
+    assert steps[-1].endswith("-e '.[dev,deepspeed,cpu]'") and not any("flash" in step for step in steps)
     assert any(Requirement(r).name == "deepspeed" for r in EXTRAS["deepspeed"])
+    assert [Requirement(r).name for r in EXTRAS["cpu"]] == ["faiss-cpu"]
     assert "lit-retrieval[deepspeed]" in EXTRAS["gpu"]
 
 
@@ -64,7 +73,7 @@ def test_default_extras_resolve_with_the_installed_torch(tmp_path):
     # the public version: `==2.14.1` matches the installed 2.14.1+cu130 (a local label) as the Makefile's pin does
     pins = [f"{m.__name__}=={m.__version__.split('+')[0]}" for m in (torch, torchvision)]
     report = tmp_path / "report.json"
-    done = pip("install", "--dry-run", "--quiet", "--report", str(report), *pins, "-e", ".[dev,deepspeed]")
+    done = pip("install", "--dry-run", "--quiet", "--report", str(report), *pins, "-e", ".[dev,deepspeed,cpu]")
     assert done.returncode == 0, done.stderr[-2000:]
     planned = {item["metadata"]["name"].lower() for item in json.loads(report.read_text())["install"]}
     assert not planned & {"torch", "torchvision"}, planned

@@ -28,6 +28,8 @@ LAYERS: dict[str, int] = {
     "strategies": 1,  # DeepSpeedStrategy that also runs on CPU (a YAML class_path)
     "precision": 1,  # float32 scoring whatever the training precision (autocast off, weights cast up)
     "progress": 1,  # progress of long commands: rich bar in a terminal, plain periodic lines otherwise
+    "shipped": 1,  # the configs and Slurm templates shipped as package data
+    "faiss_library": 1,  # `import faiss` with a one-line error when it is missing or two are installed
     "data": 2,  # records, formats, media items, video decoding, data modules
     "models": 3,  # encoders, heads, GVE embedder
     "losses": 4,

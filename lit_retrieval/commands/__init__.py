@@ -16,6 +16,7 @@ COMMANDS = {
     "index": "lit_retrieval.commands.index",
     "search": "lit_retrieval.commands.search",
     "slurm": "lit_retrieval.commands.slurm",
+    "configs": "lit_retrieval.commands.configs",
     "convert-checkpoint": "lit_retrieval.commands.convert_checkpoint",
     "validate-melon": "lit_retrieval.commands.validate_melon",
     "build-melon": "lit_retrieval.commands.build_melon",

@@ -36,8 +36,9 @@ from lit_retrieval.grid.runs import execute, prepare, row_config, status, write_
 from lit_retrieval.grid.slurm import Resources, record_submission, resources, submitted_and_queued
 from lit_retrieval.locking import OutputLocked
 from lit_retrieval.progress import Progress, add_progress_arguments, configure_from
+from lit_retrieval.shipped import shipped_templates
 
-TEMPLATE = Path(__file__).resolve().parents[2] / "slurm" / "grid.sbatch"
+TEMPLATE = shipped_templates()["grid.sbatch"]  # slurm/grid.sbatch, shipped as package data
 SUBMITTED = re.compile(r"Submitted batch job (\d+)")
 
 

@@ -1,5 +1,6 @@
 """`lit-retrieval slurm`: render an sbatch template of `slurm/` with your account, partition,
-nodes, GPUs, time and config.
+nodes, GPUs, time and config. A template path that names no file is the shipped template of that file
+name (`lit_retrieval.shipped`), so the command below also runs outside a checkout.
 
     lit-retrieval slurm slurm/fit.sbatch --set CONFIG=configs/gve/train.yaml ACCOUNT=proj PARTITION=a100 \
         RUN_DIR=/scratch/runs/gve3b NODES=4 GPUS=8 --out gve3b.sbatch && sbatch gve3b.sbatch
@@ -20,6 +21,8 @@ import re
 import stat
 import sys
 from pathlib import Path
+
+from lit_retrieval.shipped import template_text
 
 DECLARATION = re.compile(r"^#@\s+([A-Z][A-Z0-9_]*)(?:=([^#]*))?(?:\s+#.*)?$")
 PLACEHOLDER = re.compile(r"\{\{([A-Z][A-Z0-9_]*)\}\}")
@@ -137,7 +140,7 @@ def run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="lit-retrieval slurm", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("template", help="an sbatch template, e.g. slurm/fit.sbatch")
+    parser.add_argument("template", help="an sbatch template, e.g. slurm/fit.sbatch (shipped: fit, eval, grid, array)")
     parser.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE", help="template variables")
     parser.add_argument("--out", help="write the job script here (default: print it)")
     args = parser.parse_args(argv)
@@ -147,10 +150,11 @@ def run(argv: list[str]) -> int:
         if not sep:
             parser.error(f"--set takes NAME=VALUE, got {item!r}")
         values[name] = value
+    where, text = template_text(args.template)
     try:
-        script = render_template(Path(args.template).read_text(), values)
+        script = render_template(text, values)
     except ValueError as err:
-        parser.error(f"{args.template}: {err}")
+        parser.error(f"{where}: {err}")
     for folder in log_folders(script, Path.cwd()):
         folder.mkdir(parents=True, exist_ok=True)
     if args.out:

@@ -26,7 +26,6 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import faiss
 import numpy as np
 
 from lit_retrieval.data.items import ItemError, MediaItem
@@ -35,6 +34,7 @@ from lit_retrieval.data.media.video import VideoDecodeError
 from lit_retrieval.errors import ConfigError, InputError, UsageError
 from lit_retrieval.progress import Progress
 from lit_retrieval.search.embedders import ItemEmbedder
+from lit_retrieval.faiss_library import faiss
 from lit_retrieval.search.loading import ModelSpec
 
 VIDEO_SUFFIXES = {".mp4", ".mkv", ".avi", ".mov", ".webm", ".m4v", ".mpg", ".mpeg"}

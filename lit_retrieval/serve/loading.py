@@ -30,8 +30,9 @@ def load_service(
     the cache folder for thumbnails and moment embeddings. `threads`: CPU threads of torch and faiss
     in this process (None: their defaults)."""
     if threads:
-        import faiss
         import torch
+
+        from lit_retrieval.faiss_library import faiss
 
         torch.set_num_threads(threads)
         faiss.omp_set_num_threads(threads)

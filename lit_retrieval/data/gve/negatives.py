@@ -26,7 +26,7 @@ def hardest_negatives(
     queries: np.ndarray, candidates: np.ndarray, positives: list[set[int]], k: int
 ) -> list[list[int]]:
     """Indices of the `k` highest-scoring candidate rows per query, skipping its positive rows."""
-    import faiss  # imported here: the training path loads faiss only when it mines (tests/test_layers.py)
+    from lit_retrieval.faiss_library import faiss  # here: the training path loads faiss only when it mines
 
     index = faiss.IndexFlatIP(candidates.shape[1])
     index.add(np.ascontiguousarray(candidates, dtype=np.float32))

@@ -1,0 +1,89 @@
+"""The configs and Slurm templates the package ships (package data, found through `importlib.resources`).
+
+In git each file exists once, at the repository root (`configs/`, `slurm/*.sbatch`, the paths the docs
+and tests name); `lit_retrieval/configs` and `lit_retrieval/slurm` are symbolic links to those folders,
+so a checkout (editable install) and an installed wheel (which holds copies, pyproject.toml's
+package-data) read them through the same `files("lit_retrieval")` path.
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+from lit_retrieval.errors import UsageError
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
+
+CONFIG_SUFFIXES = (".yaml", ".md")
+TEMPLATE_SUFFIX = ".sbatch"
+
+
+def _configs_root() -> Traversable:
+    return files("lit_retrieval") / "configs"
+
+
+def _walk(folder: Traversable, prefix: PurePosixPath) -> list[tuple[str, Traversable]]:
+    found = []
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.is_dir():
+            found += _walk(entry, prefix / entry.name)
+        elif entry.name.endswith(CONFIG_SUFFIXES):
+            found.append((str(prefix / entry.name), entry))
+    return found
+
+
+def shipped_configs() -> dict[str, Traversable]:
+    """Every shipped config by its name under `configs/` (e.g. `plans/melon_tab2.yaml`), sorted."""
+    return dict(_walk(_configs_root(), PurePosixPath()))
+
+
+def shipped_templates() -> dict[str, Traversable]:
+    """The Slurm templates by file name (`fit.sbatch`, ...)."""
+    folder = files("lit_retrieval") / "slurm"
+    return {e.name: e for e in sorted(folder.iterdir(), key=lambda e: e.name) if e.name.endswith(TEMPLATE_SUFFIX)}
+
+
+def template_text(name: str) -> tuple[str, str]:
+    """(where, text) of a Slurm template: the file `name` if it exists, else the shipped template of that
+    file name (`slurm/fit.sbatch` and `fit.sbatch` both name the shipped `fit.sbatch`, so the command
+    the docs print works outside a checkout too)."""
+    path = Path(name)
+    if path.is_file():
+        return name, path.read_text()
+    shipped = shipped_templates()
+    if path.name not in shipped:
+        raise UsageError(name, f"no such file, and no shipped template of that name (shipped: {', '.join(shipped)})")
+    return f"{path.name} (shipped)", shipped[path.name].read_text()
+
+
+def _chosen(names: list[str]) -> dict[str, Traversable]:
+    """The shipped configs that `names` select (a file name or a folder under configs/; none: all)."""
+    available = shipped_configs()
+    if not names:
+        return available
+    chosen = {}
+    for name in names:
+        key = str(PurePosixPath(name.removeprefix("configs/")))
+        selected = {k: v for k, v in available.items() if k == key or k.startswith(key.rstrip("/") + "/")}
+        if not selected:
+            raise UsageError(name, "no shipped config or folder of that name (`lit-retrieval configs list`)")
+        chosen.update(selected)
+    return chosen
+
+
+def copy_configs(names: list[str], destination: Path, overwrite: bool = False) -> list[Path]:
+    """Copy the chosen shipped configs to `destination/configs/NAME` (the relative paths the plans and the
+    docs use, so commands run from `destination` find them); an existing file is refused unless
+    `overwrite`. The files written."""
+    chosen = _chosen(names)
+    targets = {destination / "configs" / key: source for key, source in chosen.items()}
+    existing = [str(t) for t in targets if t.exists()]
+    if existing and not overwrite:
+        raise UsageError(existing[0], f"exists ({len(existing)} of the files would be overwritten; --force replaces)")
+    for target, source in targets.items():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(source.read_bytes())
+    return list(targets)
