@@ -106,6 +106,15 @@ def configure_from(args: argparse.Namespace, shard: tuple[int, int] | None = Non
     current_every()  # a bad LIT_RETRIEVAL_PROGRESS_EVERY is refused before the job starts
 
 
+def quiet_library_bars() -> None:
+    """Turn off the progress bars that libraries draw on stderr while loading a model (transformers'
+    `Loading weights`, huggingface_hub's): a command shows its own progress, on stdout, and keeps stderr
+    for its one-line error."""
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # huggingface_hub's bars too
+
+
 def format_count(n: int) -> str:
     return f"{n:,}"
 

@@ -64,9 +64,10 @@ def image_urls(body: dict[str, Any]) -> list[str]:
 
 
 class FakeChatEndpoint:
-    """The server; `hold_s` keeps every request in flight that long (to observe concurrency)."""
+    """The server; `hold_s` keeps every request in flight that long (to observe concurrency); `port`
+    0 takes a free one (give one that a closed server used to restart it there)."""
 
-    def __init__(self, responder: Responder, hold_s: float = 0.0) -> None:
+    def __init__(self, responder: Responder, hold_s: float = 0.0, port: int = 0) -> None:
         self.responder = responder
         self.hold_s = hold_s
         self.requests: list[dict[str, Any]] = []
@@ -76,7 +77,7 @@ class FakeChatEndpoint:
         self._in_flight = 0
         self._scripts: list[tuple[str, list[Reply]]] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True)
 

@@ -244,16 +244,43 @@ def test_an_endpoint_nothing_answers_on_stops_the_client_at_once(tmp_path):
         assert client.stats.summary() == {}  # a refused connection is no call
 
 
-def test_a_connection_lost_after_an_answer_is_retried(tmp_path):
+def test_a_connection_lost_after_an_answer_is_retried_then_stops_the_client(tmp_path):
+    """The server answered, then is gone: the request is retried (a restart would be survived); when its
+    last attempt still finds nothing listening, the client stops, so later requests are not each retried."""
     log = CallLog(tmp_path / "llm-calls" / "shard-0-of-1.jsonl")
     with FakeChatEndpoint(echo) as server:
         client = ChatClient(config(server, max_retries=1), tmp_path / "cache", call_log=log)
         assert client.complete_json(ask("first"), SCHEMA, KEY)["word"] == "first"
-    with client, pytest.raises(ChatFailure, match="no valid answer after 2 attempt.*connection"):
-        client.complete_json(ask("the server has gone"), SCHEMA, KEY)  # a transient outage: retried
+    gone = r"stopped accepting connections \(summarise: video vid1: connection: ConnectError.*after 2 attempt"
+    with client, pytest.raises(EndpointError, match=gone):
+        client.complete_json(ask("the server has gone"), SCHEMA, KEY)
+    with pytest.raises(EndpointError, match="stopped accepting connections"):
+        client.complete_json(ask("and the next request"), SCHEMA, RequestKey("summarise", "vid2"))
     summary = client.stats.summary()["summarise"]
-    assert summary["retries"] == {"connection": 1} and summary["calls"] == 1 and summary["failures"] == 1
+    assert summary["retries"] == {"connection": 1} and summary["calls"] == 1
     assert logged_calls(log.path.parent) == {("summarise", "vid1"): 1}  # the log counts as the server did
+
+
+def test_a_server_back_within_the_retries_is_not_given_up(tmp_path):
+    """A connection refused after the server was reached, then the server listening again on the same
+    port before the retry (a restart): the request is answered."""
+    with FakeChatEndpoint(echo) as server:
+        port = server.url.rsplit(":", 1)[1].split("/")[0]
+        client = ChatClient(config(server, max_retries=2, backoff_s=1.0), tmp_path)
+        assert client.complete_json(ask("first"), SCHEMA, KEY)["word"] == "first"
+    restarted: list[FakeChatEndpoint] = []
+
+    def restart() -> None:  # after the first attempt was refused, during its backoff (0.5-1 s)
+        while not client.stats.summary().get("summarise", {}).get("retries"):
+            time.sleep(0.01)
+        restarted.append(FakeChatEndpoint(echo, port=int(port)).__enter__())
+
+    with ThreadPoolExecutor(1) as pool, client:
+        pending = pool.submit(restart)
+        assert client.complete_json(ask("second try"), SCHEMA, KEY)["word"] == "try"
+        pending.result()
+    restarted[0].__exit__()
+    assert client.stats.summary()["summarise"]["retries"] == {"connection": 1}
 
 
 def test_every_request_is_in_the_call_log_before_the_server_has_it(tmp_path):

@@ -33,7 +33,7 @@ from lit_retrieval.errors import UsageError
 from lit_retrieval.locking import OutputLock
 from lit_retrieval.melon_build.config import load_config
 from lit_retrieval.melon_build.pipeline import STAGES, Build, dump
-from lit_retrieval.progress import add_progress_arguments, configure_from
+from lit_retrieval.progress import add_progress_arguments, configure_from, quiet_library_bars
 
 
 def shard_argument(text: str) -> tuple[int, int]:
@@ -58,6 +58,7 @@ def run(argv: list[str]) -> int:
     # progress on stdout beside the summary; stderr holds only an error (one line, exit 2)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
+    quiet_library_bars()  # the T2T and V2T models' loading bars would go to stderr
     shard, shards = args.shard
     last = args.stage or ("write" if shards == 1 else "judge")
     if shards > 1 and last == "write":

@@ -18,8 +18,11 @@ open, chosen here (docs/melon.md, "The chat endpoint"):
   (temperature 0) can correct itself. Exhausted retries raise `ChatFailure` naming the stage, video
   and last reason; the answer is never used. HTTP 401/403/404 (key, URL or model wrong), and a
   connection refused (or timed out) while no request of this client has reached the server yet
-  (a wrong URL, a server not up), raise `EndpointError` at once: no video can succeed. The client
-  then stops: its other requests, waiting for a slot or a retry, raise it too without being sent.
+  (a wrong URL, a server not up), raise `EndpointError` at once: no video can succeed. A connection
+  lost after a request has reached the server (a server restarting) is retried; when the last attempt
+  still finds nothing listening, the server is gone (killed, its job ended) and `EndpointError` is
+  raised too, instead of failing every later request after its own retries. The client then stops:
+  its other requests, waiting for a slot or a retry, raise it too without being sent.
   Other 4xx (e.g. a prompt longer than the model's context) raise `ChatFailure` for that request
   without retrying.
 - calls: a request counts as a call once its body is sent (httpx's `trace` extension), so a refused
@@ -163,10 +166,11 @@ class EndpointError(ConfigError):
 
 
 class _Retryable(Exception):
-    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+    def __init__(self, reason: str, retry_after: float | None = None, unreachable: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
         self.retry_after = retry_after
+        self.unreachable = unreachable  # nothing accepted the connection
 
 
 class _BadAnswer(Exception):
@@ -350,11 +354,12 @@ class ChatClient:
         attempts = 1 + self.config.max_retries
         conversation = list(messages)
         for attempt in range(attempts):
+            unreachable = False
             try:
                 content = self._post(conversation, schema, key)
                 answer = _parsed(content, validator, check)
             except _Retryable as err:
-                reason, wait_at_least = err.reason, err.retry_after
+                reason, wait_at_least, unreachable = err.reason, err.retry_after, err.unreachable
             except ChatFailure:
                 self.stats.add("failures", key.stage)
                 raise
@@ -374,6 +379,9 @@ class ChatClient:
             if attempt + 1 < attempts:
                 self.stats.add("retries", (key.stage, reason.split(":")[0]))
                 self._stopped.wait(self._backoff(attempt, wait_at_least))  # ends early when the client stops
+        if unreachable:  # the server answered before and now accepts no connection: no later request can succeed
+            gone = f"the server stopped accepting connections ({key}: {reason}, after {attempts} attempt(s))"
+            raise self._stop(f"{self.config.endpoint}: {gone}; answers received so far are cached: rerun when it is up")
         self.stats.add("failures", key.stage)
         raise ChatFailure(key, f"no valid answer after {attempts} attempt(s); last: {reason}")
 
@@ -447,7 +455,7 @@ class ChatClient:
                 if not self._reached:
                     reason = f"cannot connect ({type(err).__name__}: {err}) and no request has reached it yet"
                     raise self._stop(f"{c.endpoint}: {reason}: check the URL and that the server is up") from None
-                raise _Retryable(f"connection: {type(err).__name__}: {err}") from None
+                raise _Retryable(f"connection: {type(err).__name__}: {err}", unreachable=True) from None
             except httpx.TimeoutException:
                 raise _Retryable(f"timeout: no answer within {c.timeout_s:g} s") from None
             except httpx.TransportError as err:

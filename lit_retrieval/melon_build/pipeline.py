@@ -115,7 +115,11 @@ class Build:
         return StageCache(self.out, stage, self.shard, self.shards)
 
     def client(self, role: str = "text") -> ChatClient:
-        """The chat client of `role` (`text`: qa-to-caption and summarise; `judge`), made on first use."""
+        """The chat client of `role` (`text`: qa-to-caption and summarise; `judge`), made on first use;
+        one client per endpoint (the judge shares `text`'s without its own `judge_chat`), so the
+        endpoint has one concurrency limit and one record of having been reached."""
+        if self.endpoints[role] == self.endpoints["text"]:
+            role = "text"
         with self._lock:
             if role not in self._clients:
                 config = self.endpoints[role]
