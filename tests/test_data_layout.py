@@ -25,7 +25,7 @@ def pre_move_checkpoint(path: Path, spans: SpanSplitter) -> Path:
 
 
 def test_a_checkpoint_pickled_before_the_move_loads(tmp_path):
-    spans = SpanSplitter(extra_person_words=["circle", "square"], scope="sentence")
+    spans = SpanSplitter(extra_person_words=["circle", "square"], initial_names=False)
     path = pre_move_checkpoint(tmp_path / "old.ckpt", spans)
     assert b"lit_retrieval.data.spans\nSpanSplitter" in path.read_bytes()
     loaded = read_checkpoint(path)["hyper_parameters"]["spans"]

@@ -1,10 +1,13 @@
 """Subject/object span splitting and relational queries (SALI Sec. 2-3).
 
-Expected flags are worked by hand from the paper's rule: relational = one of the 11 interpersonal
-verbs plus two person nouns or pronouns (Sec. 2), names being capitalised tokens (Sec. 4 names the
-non-initial ones; a sentence-initial capital counts unless it is a function word such as "The"),
-each sentence having its own initial token. The verbs beyond the paper's three, reflexives (one
-person) and reciprocals (two) are the calibrated choices of `lit_retrieval/data/text/spans.py`."""
+Expected flags are worked by hand from the paper's rule read as in `lit_retrieval/data/text/spans.py`:
+relational = one of the 11 interpersonal verbs relating two people (Sec. 2), names being
+capitalised tokens (Sec. 4 names the non-initial ones; a sentence-initial capital counts unless it
+is a function word such as "The"), each sentence having its own initial token. The labelled set
+`tests/fixtures/sali_relational/labels.jsonl` was written from the definition before the rule."""
+
+import json
+from pathlib import Path
 
 import pytest
 
@@ -14,23 +17,18 @@ from lit_retrieval.data.datasets.synthetic import CHARACTER_WORDS, RELATIONAL_VE
 TABLE = [
     # query, subject, object, verb, relational
     ("The woman confronts Mark about the ledger.", "The woman", "Mark about the ledger", "confronts", True),
-    # "Anna" (a name opening the sentence), "her" and "father": three mentions
     ("Anna talks to her father in the kitchen", "Anna", "her father in the kitchen", "talks to", True),
     ("Then Anna talks to her father", "Then Anna", "her father", "talks to", True),
     ("He looked at the stranger, then left.", "He", "the stranger, then left", "looked at", True),
     ("A boy is hugging his sister", "A boy is", "his sister", "hugging", True),
-    # "detective" is no person word: Sam is the only mention
-    ("The detective argues with Sam", "The detective", "Sam", "argues with", False),
-    # "tells" is not among the 11 (it alone flagged 3.2 % of Condensed Movies): no verb, not relational
-    ("She told Jake the truth", None, None, None, False),
+    ("The detective argues with Sam", "The detective", "Sam", "argues with", True),
+    ("She told Jake the truth", "She", "Jake the truth", "told", True),
     ("The dog looks at the ball", "The dog", "the ball", "looks at", False),  # verb, but no people
     ("A man rides a horse across the field", None, None, None, False),  # no verb: spans = full
     ("Confronts him at the door", None, "him at the door", "Confronts", False),  # empty subject -> full; 1 person
-    # empty object -> full; the paper's rule asks for two persons anywhere, not one on each side
+    # empty object -> full; a symmetric verb with two people as its subject
     ("The man and the woman kiss.", "The man and the woman", None, "kiss", True),
-    # Anna (initial name), Mark (non-initial capital) and she: three mentions
     ("Anna kisses Mark before she leaves", "Anna", "Mark before she leaves", "kisses", True),
-    # "The" is initial and "waiter" is no person word, but Anna and Mark are two names
     ("The waiter talks to Anna and Mark", "The waiter", "Anna and Mark", "talks to", True),
 ]
 
@@ -64,39 +62,90 @@ def test_sentence_initial_names_count_but_function_words_do_not(query, relationa
     assert SpanSplitter(initial_names=False).split(query).relational is False
 
 
-# The issue's examples and the calibrated choices (spans.py notes), each worked by hand
-CALIBRATION = [
-    # query, verb found, relational
-    # a reflexive refers to its clause's subject: "She" is the only person
-    ("She talks to herself in the mirror.", "talks to", False),
-    ("She talks to her sister in the mirror.", "talks to", True),  # She, her, sister
-    # a reciprocal denotes two persons: "two men" (1) + "each other" (2)
-    ("two men are talking to each other", "talking to", True),
-    ("two men are talking about cars", "talking", False),  # "men" is one mention: no second person
-    # intransitive "talking" / "speaking" and "talks with" (MSR-VTT's commonest two-person verbs)
-    ("a man and a woman are talking in a car", "talking", True),
-    ("a woman is speaking to a man", "speaking to", True),
-    ("a man is talking with his friends on a video game", "talking with", True),  # man, his, friends
-    ("a woman is talking", "talking", False),  # one person
-    ("a man talks to someone and also the camera", "talks to", True),  # "someone": an indefinite pronoun
-    ("a man speaks to children in a classroom", "speaks to", True),
-    # pronouns count as written: a mention and its possessive pronoun make two (the paper's wording)
-    ("a man is talking about his car", "talking", True),
-    # CM's over-flaggers are no longer verbs: tells, fights, asks
-    ("Forrest tells Jenny about the war.", None, False),
-    ("Rocky fights Apollo in the ring.", None, False),
-    ("Bond asks Vesper to trust him.", None, False),
-    ("Rocky argues with Adrian.", "argues with", True),
-    ("Adrian and Rocky argue.", "argue", True),
-    ("The reporter interviews Rocky about the fight.", "interviews", False),  # "reporter" is no person word
-    ("Johnny threatens Daniel at the party.", "threatens", True),
-]
+LABELS = [json.loads(line) for line in (Path(__file__).parent / "fixtures" / "sali_relational" / "labels.jsonl").open()]
+# The rule's known misses on the labelled set (docs/sali.md): verbs outside the 11 and a place name
+KNOWN_MISSES = {
+    "A man slaps another man.",  # slaps: a kind of fighting, not among the 11
+    "A journalist interviews an actor on stage.",  # interviews: a kind of asking, not among the 11
+    "Anna looks at the Eiffel Tower.",  # the paper's capital rule takes a place name for a person
+}
 
 
-@pytest.mark.parametrize("query, verb, relational", CALIBRATION)
-def test_calibrated_rule(query, verb, relational):
-    spans = SpanSplitter().split(query)
-    assert (spans.verb, spans.relational) == (verb, relational)
+def test_labelled_set_accuracy():
+    """72 captions labelled from the definition before the rule was written: 69 right (95.8 %),
+    asserted at >= 90 %; the misses are exactly the known ones."""
+    assert len(LABELS) >= 40
+    wrong = {row["caption"] for row in LABELS if SpanSplitter().split(row["caption"]).relational != row["relational"]}
+    assert wrong == KNOWN_MISSES
+    assert 1 - len(wrong) / len(LABELS) >= 0.90
+
+
+@pytest.mark.parametrize(
+    "query, relational",
+    [
+        ("A man is talking about his car.", False),  # his: a possessive, never a second person
+        ("A man looks at his phone.", False),
+        ("He looks at her phone.", False),  # her before a noun is a possessive
+        ("He hugs her.", True),  # her as the object pronoun
+        ("He kisses her gently.", True),
+        ("He tells her the truth.", True),
+        ("The man's wife talks to the camera.", False),  # a possessive noun names no party
+        ("Anna's brother argues with the landlord.", True),
+        ("Her brother talks to Mark.", True),  # sentence-initial possessive: brother + Mark
+        ("A woman is talking about a baby stroller.", False),  # baby modifies stroller
+        ("A woman looks at a baby stroller.", False),
+        ("A mother kisses her baby.", True),
+    ],
+)
+def test_possessives_and_modifiers_are_no_persons(query, relational):
+    assert SpanSplitter().split(query).relational is relational
+
+
+@pytest.mark.parametrize(
+    "query, relational",
+    [
+        ("They argue.", True),  # a plural person subject is two people
+        ("Two boys argue about a toy.", True),
+        ("people are talking", True),
+        ("A couple kisses on the beach.", True),
+        ("two men are talking about cars", True),
+        ("They look at the painting.", False),  # plural subject, but the object is a thing
+        ("People are looking at the fireworks.", False),
+        ("They ask for directions.", False),  # asking is directed: its other party must be named
+        ("Two kids talk to the camera.", False),
+        ("a women is talking about her day", False),  # "a" + plural: one person (a caption's typo)
+        ("children are eating and a man is talking", False),  # "and" after a verb ends the clause
+        ("A man and a woman are talking.", True),  # "and" joining two nouns does not
+    ],
+)
+def test_plural_subjects_count_as_two_people(query, relational):
+    assert SpanSplitter().split(query).relational is relational
+
+
+def test_person_mentions_weigh_plurals_and_names():
+    splitter = SpanSplitter()
+    assert splitter.person_mentions("They hug each other") == 4  # They (2) + each other (2)
+    assert splitter.person_mentions("the women talk to one another") == 4
+    assert splitter.person_mentions("A couple talks to a man.") == 3
+    assert splitter.person_mentions("Mr. Smith looks at Harry Potter") == 2  # two runs of capitals
+    assert splitter.person_mentions("Officer Diaz talks to Anna's dog") == 1  # Anna's is a possessive
+    assert splitter.person_mentions("We see a man tell you a story") == 1  # we / you: the viewer
+
+
+@pytest.mark.parametrize(
+    "query, relational",
+    [
+        ("Forrest talks to Jenny on the bench.", True),  # names: initial and non-initial capitals
+        ("Then Rick confronts Ilsa at the bar.", True),
+        ("Mr. Smith speaks to Dr. Jones.", True),
+        ("A waiter talks to Anna.", True),
+        ("Anna talks to the camera.", False),
+        ("Anna walks in and talks to Mark.", True),  # the elided subject is the sentence's
+        ("Sammy meets a fast-talking hustler named Joey.", False),  # no verb inside a hyphenated word
+    ],
+)
+def test_names(query, relational):
+    assert SpanSplitter().split(query).relational is relational
 
 
 def test_talks_leaves_talks_to_to_the_papers_pattern():
@@ -112,11 +161,16 @@ def test_talks_leaves_talks_to_to_the_papers_pattern():
     ]
 
 
-def test_reflexive_and_reciprocal_pronouns_are_configurable():
-    assert SpanSplitter().person_mentions("They hug each other") == 3  # They + 2
-    assert SpanSplitter().person_mentions("the women talk to one another") == 3  # women + 2
+def test_reflexive_and_reciprocal_pronouns_and_word_lists_are_configurable():
+    assert not SpanSplitter().split("She talks to herself.").relational  # a reflexive is the subject again
     assert SpanSplitter(extra_person_words=["herself"]).split("She talks to herself.").relational
-    assert not SpanSplitter(reciprocals=[]).split("two men are talking to each other").relational
+    assert SpanSplitter().split("two men are talking to each other").relational
+    assert (
+        not SpanSplitter(reciprocals=[], plural_person_words=[]).split("two men are talking to each other").relational
+    )
+    assert not SpanSplitter(symmetric_verbs=[]).split("They argue.").relational
+    assert SpanSplitter(possessive_words=[], person_words=["man", "his"]).split("a man talks to his car").relational
+    assert SpanSplitter(modifier_person_words=[]).split("A woman looks at a baby stroller.").relational
 
 
 def test_synthetic_relational_scenes_use_the_default_verbs():
@@ -154,12 +208,10 @@ def test_later_sentence_starts_are_not_names():
     # sentence 1: man (1); sentence 2: "The" initial, camera and lake are no persons (0);
     # sentence 3: "Then" initial, "it" is no person pronoun of the list (0) -> one mention only
     assert SpanSplitter().split(PARAGRAPH).relational is False
-    # two persons in different sentences: the paper counts per query, `scope: sentence` per sentence
-    across = "A woman walks in. She talks to the camera."  # woman + She = 2; sentence 2 alone: She = 1
-    assert SpanSplitter().split(across).relational is True
-    assert SpanSplitter(scope="sentence").split(across).relational is False
-    within = "The room is dark. Then Anna talks to Mark."  # sentence 2: "Then" initial, Anna, Mark = 2
-    assert SpanSplitter(scope="sentence").split(within).relational is True
+    # the verb's two parties are sought in its own sentence: "She" (= the woman) talks to the camera
+    assert SpanSplitter().split("A woman walks in. She talks to the camera.").relational is False
+    assert SpanSplitter().split("The room is dark. Then Anna talks to Mark.").relational is True
+    assert SpanSplitter().split("A man talks to the camera while he cooks.").relational is False
 
 
 def test_sentences_and_name_runs():
@@ -175,13 +227,12 @@ def test_sentences_and_name_runs():
     assert SpanSplitter().split("Mr. Smith talks to the camera.").relational is False
 
 
-def test_bad_scope_is_refused_and_old_pickles_load():
-    with pytest.raises(ValueError, match="scope must be"):
-        SpanSplitter(scope="paragraph")
+def test_old_pickles_load_with_their_lists():
     restored = SpanSplitter.__new__(SpanSplitter)
     restored.__setstate__(
-        {"verbs": ["greet(?:s)?"], "person_words": ["man"], "extra_person_words": [], "initial_names": False}
-    )
-    assert restored.scope == "query" and restored.split("The man greets Ann").relational
-    assert restored.reciprocals == []  # an older checkpoint keeps its rule: no reciprocals
+        {"verbs": ["greet(?:s)?"], "person_words": ["man"], "extra_person_words": [], "initial_names": False,
+         "scope": "sentence"}
+    )  # fmt: skip
+    assert restored.split("The man greets Ann").relational  # the pickled verb and person lists are kept
     assert not restored.split("Bob greets Ann").relational  # the pickled initial_names=False is kept
+    assert restored.symmetric_verbs == SpanSplitter().symmetric_verbs and not hasattr(restored, "scope")

@@ -148,7 +148,7 @@ def _describe(rng: np.random.Generator, shape: str, colour: str, background: str
     return str(rng.choice(TEMPLATES)).format(**words)
 
 
-RELATIONAL_VERBS = ["confronts", "talks to", "looks at", "hugs", "argues with", "threatens", "slaps", "kisses"]
+RELATIONAL_VERBS = ["confronts", "talks to", "looks at", "hugs", "argues with", "fights", "speaks to", "kisses"]
 RELATIONAL_TEMPLATES = [
     "The {colour} {shape} {verb} the {colour2} {shape2} against a {bg} background.",
     "On a {bg} backdrop, the {colour} {shape} {verb} the {colour2} {shape2}.",
