@@ -26,6 +26,9 @@ import yaml
 
 from melon_build_fixture import write_colour_video
 
+# five build-melon processes, ~10 s each to start (45 s on a quiet 2-core machine, 80 s on a busy one)
+pytestmark = pytest.mark.slow
+
 TESTS = Path(__file__).resolve().parent
 SERVER = TESTS / "openai_wire_server.py"
 
