@@ -8,6 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import lightning.pytorch  # noqa: F401  (its log handler binds the real stderr, not a test's capture that closes)
 import pytest
 
 from lit_retrieval.data.datasets.synthetic import SynthConfig, generate_corpus

@@ -234,7 +234,10 @@ def test_metrics_command_rescores_a_saved_matrix(tmp_path, capsys):
     "argv,message",
     [
         (["--rescore", "qbnorm"], "--rescore qbnorm and --bank go together"),
-        (["--rescore", "dsl", "--temperature", "0"], "--temperature must be > 0"),
+        (["--rescore", "dsl", "--temperature", "0"], "--temperature must be a finite number > 0"),
+        (["--rescore", "is", "--temperature", "inf"], "--temperature must be a finite number > 0"),
+        (["--rescore", "dsl", "--temperature", "nan"], "--temperature must be a finite number > 0"),
+        (["--rescore", "dsl", "--temperature", "1e-320"], "holds non-finite values"),
         (["--rescore", "qbnorm", "--bank", "BANK4"], r"bank must be \[bank queries, 3 videos\], got shape \(2, 4\)"),
     ],
 )

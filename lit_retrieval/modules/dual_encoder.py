@@ -221,10 +221,14 @@ class DualEncoderRetrieval(L.LightningModule):
         checkpoint["rng_states"] = rng_states()
         record_head(checkpoint, self.head)
 
+    def refuse_checkpoint(self, checkpoint: dict[str, Any], path: str) -> None:
+        """Refuses a checkpoint of another head in one line (`checkpoint_head.check_head`): called by
+        the CLI before its generic weight-name check, so the message names both heads."""
+        check_head(checkpoint, self.head, path)
+
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Refuses a checkpoint of another head in one line (`checkpoint_head.check_head`), then
-        restores the random states."""
-        check_head(checkpoint, self.head, str(getattr(self._trainer, "ckpt_path", None) or "the checkpoint"))
+        """Refuses a checkpoint of another head (`refuse_checkpoint`), then restores the random states."""
+        self.refuse_checkpoint(checkpoint, str(getattr(self._trainer, "ckpt_path", None) or "the checkpoint"))
         if "rng_states" in checkpoint:  # dropout and sampling continue as in an uninterrupted run
             set_rng_states(checkpoint["rng_states"])
 
