@@ -7,6 +7,8 @@ library code that builds a module from a training config (search, UVRB) uses thi
 
 from __future__ import annotations
 
+import copy
+import json
 import signal
 import sys
 from pathlib import Path
@@ -30,6 +32,7 @@ from lit_retrieval.callbacks.trained_config import TrainedModelConfig, trained_m
 from lit_retrieval.checkpoint_io import SafeCheckpointIO, checkpoint_metadata, newest_resume_checkpoint
 from lit_retrieval.config_errors import ExplainingArgumentParser
 from lit_retrieval.errors import UsageError, check_at_least
+from lit_retrieval.strategies import check_deepspeed_installed
 
 
 class RetrievalCLI(LightningCLI):
@@ -84,6 +87,9 @@ class RetrievalCLI(LightningCLI):
         if self._trained_model is None and isinstance(given, (list, tuple)):  # so a `model:`-less config parses
             self._use_trained_model(*_subcommand_and_checkpoint(given, subcommands))
         self._given_args = args
+        if isinstance(given, (list, tuple)):
+            merged = merged_dict_flags(parser, list(given))
+            args = merged if merged != list(given) else args
         super().parse_arguments(parser, args)
 
     def _run_subcommand(self, subcommand: str) -> None:
@@ -140,6 +146,16 @@ class RetrievalCLI(LightningCLI):
         self._subcommand_parsers[subcommand].set_defaults(model=trained)
         self._trained_model = trained
         return True
+
+    def before_instantiate_classes(self) -> None:
+        """A DeepSpeed strategy without the `deepspeed` package is refused here, in one line naming the
+        extra: raised while jsonargparse builds the strategy, the error would be one alternative of its
+        union-type message (exit 1)."""
+        section = self.config[self.config.subcommand] if self.config.get("subcommand") else self.config
+        strategy = section.get("trainer.strategy")
+        name = strategy if isinstance(strategy, str) else getattr(strategy, "class_path", "") or ""
+        if "deepspeed" in name.lower():
+            check_deepspeed_installed()
 
     def after_instantiate_classes(self) -> None:
         if self._trained_model is not None:
@@ -204,6 +220,55 @@ def refuse_reshaping_options(
         raise UsageError(
             ckpt_path, f"{_changed_options(trained, given)} {' and '.join(filter(None, (added, removed)))}"
         )
+
+
+DICT_OPTIONS = ("model.init_args.encoder.init_args.config",)  # options typed `dict` (a CLIPConfig)
+
+
+def merged_dict_flags(parser, args: list[str]) -> list[str]:
+    """`args` with each dotted flag into a dict option (`--model.init_args.encoder.init_args.config.
+    vision_config.patch_size 8`) merged into that dict's value from the rest of the command line:
+    jsonargparse would replace the whole dict by `{"vision_config": {"patch_size": "8"}}`, silently
+    dropping every other key the config file set. Values are read as YAML scalars (the CLIP config
+    types them further: `typed_clip_config`)."""
+    deep: dict[str, list[tuple[list[str], str]]] = {}
+    rest: list[str] = []
+    at: dict[str, int] = {}
+    i = 0
+    while i < len(args):
+        flag, value, step = _flag_and_value(args, i)
+        option = next((o for o in DICT_OPTIONS if flag is not None and flag.startswith(f"--{o}.")), None)
+        if option is None or value is None:
+            rest.append(args[i])
+            i += 1
+            continue
+        deep.setdefault(option, []).append((flag[len(option) + 3 :].split("."), value))
+        at.setdefault(option, len(rest))
+        i += step
+    if not deep:
+        return args
+    parsed = parser.parse_args(rest)
+    prefix = f"{parsed.subcommand}." if parsed.get("subcommand") else ""
+    for option in sorted(deep, key=lambda o: at[o], reverse=True):
+        merged = copy.deepcopy(parsed.get(f"{prefix}{option}") or {})
+        for keys, value in deep[option]:
+            leaf = merged
+            for key in keys[:-1]:
+                leaf = leaf.setdefault(key, {})
+            leaf[keys[-1]] = yaml.safe_load(value)
+        rest[at[option] : at[option]] = [f"--{option}", json.dumps(merged)]
+    return rest
+
+
+def _flag_and_value(args: list[str], i: int) -> tuple[str | None, str | None, int]:
+    """(flag, value, number of args used) of `args[i]`: `--k=v` or `--k v`; (None, None, 1) otherwise."""
+    arg = args[i]
+    if not arg.startswith("--"):
+        return None, None, 1
+    if "=" in arg:
+        flag, value = arg.split("=", 1)
+        return flag, value, 1
+    return (arg, args[i + 1], 2) if i + 1 < len(args) else (arg, None, 1)
 
 
 def _changed_options(trained: dict[str, Any], given: dict[str, Any]) -> str:

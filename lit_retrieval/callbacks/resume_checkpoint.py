@@ -40,6 +40,8 @@ from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from lit_retrieval.errors import ConfigError
+
 log = logging.getLogger(__name__)
 
 
@@ -56,9 +58,9 @@ class ResumeCheckpoint(L.Callback):
         self, every_n_steps: int | None = None, every_n_minutes: float | None = 30.0, on_signal: bool = True
     ) -> None:
         if every_n_steps is not None and every_n_steps < 1:
-            raise ValueError(f"resume_checkpoint.every_n_steps must be >= 1 or null, got {every_n_steps}")
+            raise ConfigError(f"resume_checkpoint.every_n_steps must be >= 1 or null, got {every_n_steps}")
         if every_n_minutes is not None and every_n_minutes <= 0:
-            raise ValueError(f"resume_checkpoint.every_n_minutes must be > 0 or null, got {every_n_minutes}")
+            raise ConfigError(f"resume_checkpoint.every_n_minutes must be > 0 or null, got {every_n_minutes}")
         self.every_n_steps = every_n_steps
         self.every_n_minutes = every_n_minutes
         self.on_signal = on_signal
