@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import io
 import json
+import pickle
 import tempfile
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,10 +25,16 @@ import torch
 from media import write_noise_video
 
 from .files import (
+    CHARADES_HEADER,
     DIDEMO_SPLITS,
+    LSMDC_TEST_CLIP,
+    MSVD_CAPTIONS,
+    VATEX_LISTS,
     activitynet_dir,
     activitynet_video,
     cached_corpus,
+    charades_dir,
+    charades_row,
     canonical_file,
     canonical_video,
     cmd_dir,
@@ -35,9 +43,16 @@ from .files import (
     didemo_moment,
     fit_config,
     index_dir,
+    lsmdc_dir,
+    lsmdc_line,
     melon_record,
     msrvtt_data,
     msrvtt_dir,
+    msvd_dir,
+    vatex_clip,
+    vatex_dir,
+    youcook2_file,
+    youcook2_video,
 )
 
 
@@ -504,6 +519,311 @@ msrvtt_case(
 msrvtt_case(
     "video in train and test", "", "also in the training split", test=[TEST_HEADER, ["ret0", "msr0", "video0", "a cat"]]
 )
+
+# -- folder-of-release-files datasets: MSVD, VATEX, LSMDC, Charades ----------------------------------
+
+
+def folder_case(
+    entry: str, name: str, data_class: str, write: Callable[[Path], Path], file: str, reason: str, **init
+) -> None:
+    """A case on the release folder `write(root)` leaves (a valid one, broken one way), read by
+    `data_class` with `annotation_dir` and `init`; the error names `root / file` (`""`: the folder)."""
+
+    def build(tmp: Path) -> Expect:
+        root = write(tmp / "release")
+        return Expect(fit(tmp, data_class, {"annotation_dir": str(root), **init}), str(root / file), reason)
+
+    CASES.append(Case(entry, name, build))
+
+
+def without(write: Callable[[Path], Path], file: str) -> Callable[[Path], Path]:
+    """`write`, then the release file `file` removed."""
+
+    def broken(root: Path) -> Path:
+        write(root)
+        (root / file).unlink()
+        return root
+
+    return broken
+
+
+def replaced(write: Callable[[Path], Path], file: str, content: bytes) -> Callable[[Path], Path]:
+    """`write`, then the bytes of release file `file` replaced by `content`."""
+
+    def broken(root: Path) -> Path:
+        write(root)
+        (root / file).write_bytes(content)
+        return root
+
+    return broken
+
+
+# -- MSVD: raw-captions.pkl {clip: [token lists]}, {split}_list.txt (one clip name a line) ----------
+
+
+def msvd_case(name: str, file: str, reason: str, write: Callable[[Path], Path] | None = None, **files):
+    folder_case(
+        "annotations/msvd",
+        name,
+        "datasets.msvd.MSVDDataModule",
+        write or (lambda root: msvd_dir(root, **files)),
+        file,
+        reason,
+        val_split=None,
+    )
+
+
+MSVD_CLIP = "-4wsuPCjDBc_5_15"
+msvd_case(
+    "missing caption pickle", "raw-captions.pkl", "annotation file not found", without(msvd_dir, "raw-captions.pkl")
+)
+msvd_case(
+    "truncated pickle",
+    "raw-captions.pkl",
+    "not a pickle",
+    replaced(msvd_dir, "raw-captions.pkl", pickle.dumps(MSVD_CAPTIONS)[:30]),
+)
+msvd_case(
+    "pickle naming a class (nothing is run)",
+    "raw-captions.pkl",
+    "only dicts, lists and strings",
+    captions={MSVD_CLIP: [PurePosixPath("a man is cooking")]},
+)
+msvd_case("captions a list, not a dict", "raw-captions.pkl", "dict", captions=list(MSVD_CAPTIONS.values()))
+msvd_case("clip twice in a split file", "train_list.txt", "listed again", train=[MSVD_CLIP, "ab_cd_0_10", MSVD_CLIP])
+msvd_case("clip name without start and end", "train_list.txt", "{youtube id}_{start}_{end}", train=["-4wsuPCjDBc"])
+msvd_case(
+    "clip ends before it starts",
+    "train_list.txt",
+    "start < end",
+    captions={**MSVD_CAPTIONS, "ab_cd_10_0": [["a", "dog"]]},
+    train=["ab_cd_10_0"],
+)
+msvd_case("listed clip without captions", "raw-captions.pkl", "no captions", train=[MSVD_CLIP, "new_clip_0_5"])
+msvd_case("empty caption list", "raw-captions.pkl", "non-empty list", captions={**MSVD_CAPTIONS, MSVD_CLIP: []})
+msvd_case(
+    "caption of numbers",
+    "raw-captions.pkl",
+    "list of word strings or a string",
+    captions={**MSVD_CAPTIONS, MSVD_CLIP: [["a", "man"], [3, 4]]},
+)
+msvd_case("clip in train and test", "", "also in the training split", test=["ab_cd_0_10"])
+
+# -- VATEX: caption files [{videoID, enCap, chCap}], {split}_list.txt --------------------------------
+
+
+def vatex_case(name: str, file: str, reason: str, write: Callable[[Path], Path] | None = None, **files):
+    folder_case(
+        "annotations/vatex",
+        name,
+        "datasets.vatex.VATEXDataModule",
+        write or (lambda root: vatex_dir(root, **files)),
+        file,
+        reason,
+        val_split=None,
+    )
+
+
+VATEX_TRAIN = VATEX_LISTS["train"][0]
+VATEX_TRAINING = "vatex_training_v1.0.json"
+vatex_case("missing split list", "test_list.txt", "annotation file not found", without(vatex_dir, "test_list.txt"))
+vatex_case(
+    "truncated caption file",
+    VATEX_TRAINING,
+    "not valid JSON",
+    replaced(vatex_dir, VATEX_TRAINING, json.dumps([vatex_clip(VATEX_TRAIN)]).encode()[:50]),
+)
+vatex_case("caption file a string", VATEX_TRAINING, "expected a list of clips", training="clips")
+vatex_case(
+    "clip without videoID",
+    VATEX_TRAINING,
+    "videoID",
+    training=[{k: v for k, v in vatex_clip(VATEX_TRAIN).items() if k != "videoID"}],
+)
+vatex_case(
+    "videoID with five-digit seconds",
+    "train_list.txt",
+    "{start:06d}_{end:06d}",
+    training=[vatex_clip("Ptf_2VRj-V0_00122_00132")],
+    train=["Ptf_2VRj-V0_00122_00132"],
+)
+vatex_case(
+    "clip captioned in both files",
+    "vatex_validation_v1.0.json",
+    "captions given again",
+    validation=[vatex_clip(v) for v in [VATEX_TRAIN, *VATEX_LISTS["val"], *VATEX_LISTS["test"]]],
+)
+vatex_case("listed clip without captions", "test_list.txt", "no caption", test=["zzzzzzzzzzz_000000_000010"])
+vatex_case(
+    "enCap a string",
+    VATEX_TRAINING,
+    "'enCap' must be a non-empty list",
+    training=[vatex_clip(VATEX_TRAIN, enCap="A man.")],
+)
+vatex_case(
+    "empty English caption",
+    VATEX_TRAINING,
+    "non-empty string",
+    training=[vatex_clip(VATEX_TRAIN, enCap=["A man plays.", " "])],
+)
+vatex_case("clip twice in a split file", "val_list.txt", "listed again", val=VATEX_LISTS["val"] * 2)
+vatex_case("clip in train and test", "", "also in the training split", test=[VATEX_TRAIN])
+
+# -- LSMDC: tab-separated CLIP_ID, START/END_ALIGNED, START/END_EXTRACTED, SENTENCE --------------------
+
+
+def lsmdc_case(name: str, file: str, reason: str, write: Callable[[Path], Path] | None = None, **files):
+    folder_case(
+        "annotations/lsmdc",
+        name,
+        "datasets.lsmdc.LSMDCDataModule",
+        write or (lambda root: lsmdc_dir(root, **files)),
+        file,
+        reason,
+    )
+
+
+LSMDC_TRAIN, LSMDC_TEST = "LSMDC16_annos_training.csv", "LSMDC16_challenge_1000_publictect.csv"
+lsmdc_case("missing test file", LSMDC_TEST, "annotation file not found", without(lsmdc_dir, LSMDC_TEST))
+lsmdc_case(
+    "not UTF-8",
+    LSMDC_TRAIN,
+    "not UTF-8",
+    replaced(lsmdc_dir, LSMDC_TRAIN, lsmdc_line(sentence="Café.").encode("latin-1")),
+)
+lsmdc_case("five fields", LSMDC_TRAIN, "6 tab-separated fields", train=[lsmdc_line().rsplit("\t", 1)[0]])
+lsmdc_case("clip id without its span", LSMDC_TRAIN, "clip id", train=[lsmdc_line("0001_American_Beauty")])
+lsmdc_case(
+    "extracted time not HH.MM.SS.mmm", LSMDC_TRAIN, "HH.MM.SS.mmm", train=[lsmdc_line(extracted=("51.926", "54.530"))]
+)
+lsmdc_case(
+    "clip id's seconds past 59",
+    LSMDC_TRAIN,
+    "not HH.MM.SS.mmm",
+    train=[lsmdc_line("0001_American_Beauty_00.00.75.000-00.00.78.000", ("00.00.51.926", "00.00.54.530"))],
+)
+lsmdc_case(
+    "extracted span ends before it starts",
+    LSMDC_TRAIN,
+    "at or before it starts",
+    train=[lsmdc_line(extracted=("00.00.54.530", "00.00.51.926"))],
+)
+lsmdc_case("empty sentence", LSMDC_TRAIN, "empty sentence", train=[lsmdc_line(sentence=" ")])
+lsmdc_case(
+    "test clip listed twice",
+    LSMDC_TEST,
+    "listed again",
+    test=[lsmdc_line(LSMDC_TEST_CLIP, ("00.10.01.625", "00.10.03.625"), s) for s in ("He smiles.", "He waves.")],
+)
+lsmdc_case("clip in train and test", "", "also in the training split", test=[lsmdc_line()])
+
+# -- Charades: charades_sta_{train,test}.txt (VIDEO START END##SENTENCE), Charades_v1_*.csv lengths -----
+
+
+def charades_case(name: str, file: str, reason: str, write: Callable[[Path], Path] | None = None, **files):
+    folder_case(
+        "annotations/charades",
+        name,
+        "datasets.charades.CharadesDataModule",
+        write or (lambda root: charades_dir(root, **files)),
+        file,
+        reason,
+    )
+
+
+STA_TRAIN, CHARADES_TRAIN_CSV = "charades_sta_train.txt", "Charades_v1_train.csv"
+charades_case(
+    "missing length file",
+    "Charades_v1_test.csv",
+    "annotation file not found",
+    without(charades_dir, "Charades_v1_test.csv"),
+)
+charades_case(
+    "no ## before the sentence", STA_TRAIN, "VIDEO START END##SENTENCE", train=["ZZXQF 0.0 8.2 a person walks."]
+)
+charades_case("start not a number", STA_TRAIN, "not a number", train=["ZZXQF zero 8.2##a person walks."])
+charades_case("start nan", STA_TRAIN, "not a finite number", train=["ZZXQF nan 8.2##a person walks."])
+charades_case("end nan", STA_TRAIN, "not a finite number", train=["ZZXQF 0.0 nan##a person walks."])
+charades_case("empty sentence", STA_TRAIN, "empty sentence", train=["ZZXQF 0.0 8.2##  "])
+charades_case("video without a length", STA_TRAIN, "no length", train=["NEW01 0.0 8.2##a person walks."])
+charades_case("end far past the length", STA_TRAIN, "past the duration", train=["ZZXQF 0.0 40.0##a person walks."])
+charades_case("start past the length", STA_TRAIN, "past the video's length", train=["ZZXQF 31.5 32.0##a person walks."])
+charades_case("end before start", STA_TRAIN, "0 <= start < end", train=["ZZXQF 8.2 1.0##a person walks."])
+charades_case(
+    "video listed twice in a length file",
+    CHARADES_TRAIN_CSV,
+    "listed again",
+    train_lengths=[CHARADES_HEADER, charades_row("ZZXQF", "30.96"), charades_row("ZZXQF", "31.00")],
+)
+charades_case(
+    "length not a number",
+    CHARADES_TRAIN_CSV,
+    "not a number",
+    train_lengths=[CHARADES_HEADER, charades_row("ZZXQF", "thirty")],
+)
+charades_case(
+    "short length row",
+    CHARADES_TRAIN_CSV,
+    "fewer fields",
+    train_lengths=[CHARADES_HEADER, charades_row("ZZXQF", "1")[:5]],
+)
+charades_case("video in train and test", "", "also in the training split", test=["ZZXQF 0.0 3.0##a person walks."])
+
+# -- YouCook2: youcookii_annotations_trainval.json {"database": {VIDEO: record}} --------------------------
+
+
+def youcook2_case(name: str, reason: str, database=None, raw: bytes | None = None, missing: bool = False):
+    def build(tmp: Path) -> Expect:
+        path = youcook2_file(tmp / "youcookii_annotations_trainval.json", database)
+        if raw is not None:
+            path.write_bytes(raw)
+        if missing:
+            path.unlink()
+        argv = fit(tmp, "datasets.youcook2.YouCook2DataModule", {"annotation": str(path)})
+        return Expect(argv, str(path), reason)
+
+    CASES.append(Case("annotations/youcook2", name, build))
+
+
+YC_VIDEO = "GLd3aX16zBg"
+
+
+def youcook2_segments(*segments: dict) -> dict:
+    """A database of one training video with these annotations (and one validation video)."""
+    return {
+        YC_VIDEO: youcook2_video(YC_VIDEO, annotations=list(segments)),
+        "xHr8X2Wpmno": youcook2_video("xHr8X2Wpmno", "validation"),
+    }
+
+
+def yc_segment(segment: tuple = (90, 102), k: Any = 0, sentence: Any = "spread margarine on the bread") -> dict:
+    """One entry of a video's `annotations`."""
+    return {"segment": list(segment), "id": k, "sentence": sentence}
+
+
+YC_RECORD = json.dumps(youcook2_video(YC_VIDEO))
+
+
+youcook2_case("missing file", "annotation file not found", missing=True)
+youcook2_case("no database object", "{'database'", raw=json.dumps({YC_VIDEO: youcook2_video(YC_VIDEO)}).encode())
+youcook2_case(
+    "video named twice",
+    f"duplicate key '{YC_VIDEO}'",
+    raw=f'{{"database": {{"{YC_VIDEO}": {YC_RECORD}, "{YC_VIDEO}": {YC_RECORD}}}}}'.encode(),
+)
+youcook2_case("record not an object", "list 'annotations'", database={YC_VIDEO: [youcook2_video(YC_VIDEO)]})
+youcook2_case("segment not a pair", "'segment' must be [start, end]", database=youcook2_segments(yc_segment((90,))))
+youcook2_case("segment past the video", "past the duration", database=youcook2_segments(yc_segment((200, 250))))
+youcook2_case("segment ends before it starts", "0 <= start < end", database=youcook2_segments(yc_segment((102, 90))))
+youcook2_case("segment time a string", "finite number", database=youcook2_segments(yc_segment(("90", 102))))
+youcook2_case(
+    "segment id repeated", "listed again", database=youcook2_segments(yc_segment(k=3), yc_segment((110, 120), k=3))
+)
+youcook2_case(
+    "empty sentence", "'sentence' must be a non-empty string", database=youcook2_segments(yc_segment(sentence=""))
+)
+youcook2_case("duration zero", "duration must be positive", database={YC_VIDEO: youcook2_video(YC_VIDEO, duration=0)})
+youcook2_case("subset not a string", "'subset' must be one of", database={YC_VIDEO: youcook2_video(YC_VIDEO, subset=1)})
 
 # -- configs ---------------------------------------------------------------------------------------------
 

@@ -260,3 +260,158 @@ def index_dir(
     fields.update(meta)
     (root / "meta.json").write_text(json.dumps({k: v for k, v in fields.items() if v is not None}))
     return root
+
+
+# -- MSVD (CLIP4Clip's msvd_data.zip) ------------------------------------------------------------
+
+MSVD_CAPTIONS = {
+    "-4wsuPCjDBc_5_15": [["a", "man", "is", "cooking"], ["someone", "cooks", "food"]],
+    "ab_cd_0_10": [["a", "dog", "runs"]],
+    "zz9_3_7": [["a", "cat", "sleeps"]],
+}
+MSVD_LISTS = {"train": ["-4wsuPCjDBc_5_15", "ab_cd_0_10"], "val": [], "test": ["zz9_3_7"]}
+
+
+def write_lines(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def msvd_dir(root: Path, captions: Any = None, **lists: list[str]) -> Path:
+    """`raw-captions.pkl` (`captions`, default `MSVD_CAPTIONS`, pickled) and `{split}_list.txt` of
+    each split (a keyword `train`/`val`/`test` replaces that list's clip names)."""
+    import pickle
+
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "raw-captions.pkl").write_bytes(pickle.dumps(MSVD_CAPTIONS if captions is None else captions))
+    for split, names in MSVD_LISTS.items():
+        write_lines(root / f"{split}_list.txt", lists.get(split, names))
+    return root
+
+
+# -- VATEX (the release's caption files, HGR's split lists) --------------------------------------
+
+
+def vatex_clip(video_id: str, **changes: Any) -> dict:
+    clip = {
+        "videoID": video_id,
+        "enCap": ["A man plays a guitar.", "Someone strums a guitar on a stage."],
+        "chCap": ["一个男人在弹吉他。", "有人在舞台上弹吉他。"],
+    }
+    clip.update(changes)
+    return clip
+
+
+VATEX_LISTS = {
+    "train": ["Ptf_2VRj-V0_000122_000132"],
+    "val": ["abcdefghijk_000000_000010"],
+    "test": ["0123456789A_000005_000015"],
+}
+
+
+def vatex_dir(root: Path, training: Any = None, validation: Any = None, **lists: list[str]) -> Path:
+    """`vatex_training_v1.0.json` / `vatex_validation_v1.0.json` (lists of clips; `training` or
+    `validation` replaces one) and the three split lists (`train`/`val`/`test` replaces one)."""
+    root.mkdir(parents=True, exist_ok=True)
+    default_training = [vatex_clip(v) for v in VATEX_LISTS["train"]]
+    default_validation = [vatex_clip(v) for v in VATEX_LISTS["val"] + VATEX_LISTS["test"]]
+    files = {"vatex_training_v1.0.json": training, "vatex_validation_v1.0.json": validation}
+    defaults = {"vatex_training_v1.0.json": default_training, "vatex_validation_v1.0.json": default_validation}
+    for name, data in files.items():
+        (root / name).write_text(json.dumps(defaults[name] if data is None else data, ensure_ascii=False))
+    for split, names in VATEX_LISTS.items():
+        write_lines(root / f"{split}_list.txt", lists.get(split, names))
+    return root
+
+
+# -- LSMDC 2016 (tab-separated, six fields, no header) -------------------------------------------
+
+
+def lsmdc_line(
+    clip: str = "0001_American_Beauty_00.00.51.926-00.00.54.530",
+    extracted: tuple[str, str] = ("00.00.51.926", "00.00.54.530"),
+    sentence: str = "SOMEONE opens the door.",
+) -> str:
+    """One line: CLIP_ID, START/END_ALIGNED (the clip id's stamps), START/END_EXTRACTED, SENTENCE."""
+    aligned = clip.rsplit("_", 1)[-1].split("-") if "-" in clip else ["", ""]
+    return "\t".join([clip, *aligned, *extracted, sentence])
+
+
+LSMDC_TEST_CLIP = "0002_Forrest_Gump_00.10.02.000-00.10.03.250"
+
+
+def lsmdc_dir(root: Path, train: list[str] | None = None, test: list[str] | None = None) -> Path:
+    """The training file and the 1,000-clip public test file (`train`/`test` replace their lines)."""
+    root.mkdir(parents=True, exist_ok=True)
+    default_train = [lsmdc_line(), lsmdc_line(sentence="He looks around.")]
+    default_test = [lsmdc_line(LSMDC_TEST_CLIP, ("00.10.01.625", "00.10.03.625"), "SOMEONE smiles.")]
+    write_lines(root / "LSMDC16_annos_training.csv", default_train if train is None else train)
+    write_lines(root / "LSMDC16_challenge_1000_publictect.csv", default_test if test is None else test)
+    return root
+
+
+# -- Charades (Charades-STA sentences, Charades' lengths) ----------------------------------------
+
+CHARADES_HEADER = ["id", "subject", "scene", "quality", "relevance", "verified", "script", "objects"]
+CHARADES_HEADER += ["descriptions", "actions", "length"]
+
+
+def charades_row(video: str, length: str) -> list[str]:
+    """One row of `Charades_v1_*.csv` (every column of the release; only `id` and `length` are read)."""
+    script = "A person walks in and sits on a chair."
+    return [video, "HR43", "Living room", "7", "7", "Yes", script, "chair", script, "c059 5.40 12.00", length]
+
+
+CHARADES_FILES = {
+    "charades_sta_train.txt": ["ZZXQF 0.0 8.2##a person walks into the room.", "ZZXQF 5.4 12.0##person sits down."],
+    "charades_sta_test.txt": ["AO8RW 0.0 6.9##a person is putting a book on a shelf."],
+}
+CHARADES_LENGTHS = {"Charades_v1_train.csv": [charades_row("ZZXQF", "30.96")]}
+CHARADES_LENGTHS["Charades_v1_test.csv"] = [charades_row("AO8RW", "33.67")]
+
+
+def charades_dir(
+    root: Path,
+    train: list[str] | None = None,
+    test: list[str] | None = None,
+    train_lengths: list[list[str]] | None = None,
+) -> Path:
+    """The two STA files (`train`/`test` replace their lines) and the two length CSVs
+    (`train_lengths` replaces the training CSV's rows, header included)."""
+    root.mkdir(parents=True, exist_ok=True)
+    lines = {"charades_sta_train.txt": train, "charades_sta_test.txt": test}
+    for name, default in CHARADES_FILES.items():
+        write_lines(root / name, default if lines[name] is None else lines[name])
+    lengths = {"Charades_v1_train.csv": train_lengths}
+    for name, rows in CHARADES_LENGTHS.items():
+        write_csv(root / name, lengths.get(name) or [CHARADES_HEADER, *rows])
+    return root
+
+
+# -- YouCook2 (youcookii_annotations_trainval.json) ----------------------------------------------
+
+
+def youcook2_video(video: str, subset: str = "training", **changes: Any) -> dict:
+    record = {
+        "duration": 241.62,
+        "subset": subset,
+        "recipe_type": "113",
+        "annotations": [
+            {"segment": [90, 102], "id": 0, "sentence": "spread margarine on two slices of white bread"},
+            {"segment": [114, 127], "id": 1, "sentence": "place a slice of cheese on the bread"},
+        ],
+        "video_url": f"https://www.youtube.com/watch?v={video}",
+    }
+    record.update(changes)
+    return record
+
+
+def youcook2_file(path: Path, database: Any = None) -> Path:
+    """The trainval file: `{"database": database}` (default one training, one validation video)."""
+    if database is None:
+        database = {
+            "GLd3aX16zBg": youcook2_video("GLd3aX16zBg"),
+            "xHr8X2Wpmno": youcook2_video("xHr8X2Wpmno", "validation"),
+        }
+    path.write_text(json.dumps({"database": database}))
+    return path

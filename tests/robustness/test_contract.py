@@ -6,24 +6,29 @@ with exit status 2 and no traceback: in-process through `cli.main` for every cas
 from __future__ import annotations
 
 import os
+import pkgutil
 import subprocess
 import sys
 
 import pytest
 
+import lit_retrieval.data.datasets
 from lit_retrieval.cli import main
 
 from .cases import CASES, Case, by_entry
 
 pytestmark = pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")  # in-process runs pass argv
+# dataset modules with no cases, and why: each other module of lit_retrieval/data/datasets/ reads a
+# release's files and is the case entry `annotations/<module>`
+NO_USER_FILE = {
+    "synthetic": "writes its own corpus from a seed, in the canonical format read by `canonical`",
+}
+DATASETS = sorted(
+    m.name for m in pkgutil.iter_modules(lit_retrieval.data.datasets.__path__) if m.name not in NO_USER_FILE
+)
 ENTRY_POINTS = {
     "media",
-    "annotations/canonical",
-    "annotations/melon",
-    "annotations/activitynet",
-    "annotations/didemo",
-    "annotations/condensed_movies",
-    "annotations/msrvtt",
+    *(f"annotations/{name}" for name in DATASETS),
     "configs",
     "checkpoints",
     "metrics",
@@ -52,6 +57,16 @@ def error_line(stderr: str, command: str) -> str:
 def check(line: str, path: str, reason: str) -> None:
     assert path in line, f"{path!r} not named in: {line}"
     assert reason.lower() in line.lower(), f"{reason!r} not in: {line}"
+
+
+def test_every_dataset_module_has_cases():
+    """A dataset module added to lit_retrieval/data/datasets/ without at least 4 cases fails here."""
+    listed = {m.name for m in pkgutil.iter_modules(lit_retrieval.data.datasets.__path__)}
+    assert set(NO_USER_FILE) <= listed, "an exempted module no longer exists"
+    assert {"canonical", "msrvtt", "msvd", "vatex", "lsmdc", "youcook2", "charades"} <= set(DATASETS)
+    counts = by_entry()
+    few = {name: counts.get(f"annotations/{name}", 0) for name in DATASETS}
+    assert all(count >= 4 for count in few.values()), few
 
 
 def test_every_entry_point_has_cases():

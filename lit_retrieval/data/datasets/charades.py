@@ -16,9 +16,10 @@ query per sentence; `VIDEO#k` per sentence in training).
 Files: each STA line is `VIDEO START END##SENTENCE` (seconds). Video lengths come from
 Charades' `Charades_v1_{train,test}.csv` (columns `id`, `length`; `probe_lengths: true` reads them
 from the video headers instead). Videos are `{VIDEO}{video_ext}` under the video root
-(`Charades_v1_480/` as released). A line that does not parse, an empty sentence, a moment
-outside its video (`0 <= start < end <= length`) or a video without a length is a bad record
-naming the file, the line and the video; in paragraph mode it drops its video. A video listed
+(`Charades_v1_480/` as released). A line that does not parse, a time or length that is not a
+finite number (`nan`, `inf`), an empty sentence, a moment outside its video
+(`0 <= start < end <= length`) or a video without a length is a bad record naming the file, the
+line and the video; in paragraph mode it drops its video. A video listed
 twice in a length file is a bad record too. STA's ends are rounded up past the video's length in
 2,367 of its 16,128 moments (by 0.92 s at the median, 1.54 s at most, measured on the release
 files), so an end up to `end_tolerance` seconds (2 by default) past the length is clipped to it;
@@ -27,6 +28,7 @@ one further past is a bad record, as are the 4 training moments that start past 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
@@ -58,10 +60,15 @@ def read_lengths(path: Path, collector: RecordCollector) -> dict[str, float]:
 
 
 def _number(text: str, source: str, where: str) -> float:
+    """A time or length written as text, as a finite float (`nan` and `inf` parse as floats but
+    would pass every interval comparison or none)."""
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         raise AnnotationError(source, where, f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise AnnotationError(source, where, f"{text!r} is not a finite number")
+    return value
 
 
 class CharadesParser:

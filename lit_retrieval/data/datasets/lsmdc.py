@@ -16,8 +16,8 @@ sentence each): there every line is a record of the clip (`CLIP_ID#k` in trainin
 its own training pair; the clip id in val, so the clip is one gallery video with one query per
 sentence). The 1,000-clip test file has one sentence per clip, so a clip listed again there is a
 bad record. A line without six fields, a clip id or extracted span without valid timestamps
-(`HH.MM.SS.mmm`, end after start) or an empty sentence is a bad record naming the file, line and
-clip.
+(`HH.MM.SS.mmm`, minutes and seconds below 60, end after start) or an empty sentence is a bad
+record naming the file, line and clip.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ SPLIT_FILES = {
 _CLIP = re.compile(r"^(?P<movie>.+)_(?P<start>\d+\.\d{2}\.\d{2}\.\d+)-(?P<end>\d+\.\d{2}\.\d{2}\.\d+)$")
 
 
-_STAMP = re.compile(r"^\d+\.\d{2}\.\d{2}\.\d+$")
+_STAMP = re.compile(r"^\d+\.[0-5]\d\.[0-5]\d\.\d+$")  # minutes and seconds below 60
 
 
 def clip_span(clip_id: str, source: str, record: str) -> tuple[str, float, float]:
