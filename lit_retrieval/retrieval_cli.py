@@ -26,6 +26,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from lit_retrieval import __version__
 from lit_retrieval.callbacks.metrics_report import MetricsReport
+from lit_retrieval.callbacks.requeue_signal import RequeueOnlyWhileTraining
 from lit_retrieval.callbacks.resume_checkpoint import ResumeCheckpoint
 from lit_retrieval.callbacks.trained_config import TrainedModelConfig, trained_model_config
 from lit_retrieval.checkpoint_io import SafeCheckpointIO, checkpoint_metadata, newest_resume_checkpoint
@@ -39,7 +40,9 @@ class RetrievalCLI(LightningCLI):
     report after evaluation, a saved config that may be overwritten (resumed/requeued runs), and
     `ResumeCheckpoint` in every run (`resume_checkpoint.every_n_steps / every_n_minutes /
     on_signal`): interval and on-signal last checkpoints, logs that continue on resume, and exit
-    status 128 + signal (143 for SIGTERM, 130 for SIGINT) for a run stopped by a signal.
+    status 128 + signal (143 for SIGTERM, 130 for SIGINT) for a run stopped by a signal. Slurm's
+    requeue signal saves and requeues only while a fit trains (`RequeueOnlyWhileTraining`): once
+    training ended, and in evaluation runs, it is ignored.
 
     `--ckpt_path newest` resumes the newest (by stored global step) of Lightning's Slurm
     `hpc_ckpt_*.ckpt` in `default_root_dir` and the `ModelCheckpoint`s' last checkpoints, or
@@ -121,6 +124,7 @@ class RetrievalCLI(LightningCLI):
         # Lightning accepts 0 and divides by it when a module counts its schedule's steps
         check_at_least("trainer", 1, accumulate_grad_batches=trainer.accumulate_grad_batches)
         trainer.callbacks.append(TrainedModelConfig(self._model_section()))
+        trainer.callbacks.insert(0, RequeueOnlyWhileTraining())  # first: before any callback's final checkpoint
         strategy = trainer.strategy
         if type(getattr(strategy, "checkpoint_io", None)) is TorchCheckpointIO:
             strategy.checkpoint_io = SafeCheckpointIO()

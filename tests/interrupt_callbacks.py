@@ -67,3 +67,75 @@ class RecordStartStep(L.Callback):
     def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         with open(self.path, "a") as handle:
             handle.write(f"{trainer.global_step}\n")
+
+
+class SignalSelfAtRunEnd(L.Callback):
+    """Sends SIGUSR1 to this process once training has ended: while the final checkpoints are written
+    (`on_train_end`, where Lightning's Slurm handler is still installed) and after Lightning's teardown
+    (the fit's `teardown` hook, where the disposition from before the run is back), and in a test run
+    (`on_test_start`). Each hook's name is appended to `record` after its signal was dealt with."""
+
+    def __init__(self, record: str) -> None:
+        self.record = record
+
+    def _signal(self, hook: str) -> None:
+        import os
+        import signal
+
+        os.kill(os.getpid(), signal.SIGUSR1)
+        time.sleep(0.2)  # a Python handler runs at the next bytecode; the default action kills at once
+        with open(self.record, "a") as handle:
+            handle.write(f"{hook}\n")
+
+    def on_train_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        self._signal("train_end")
+
+    def on_test_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        self._signal("test_start")
+
+    def teardown(self, trainer: L.Trainer, module: L.LightningModule, stage: str) -> None:
+        if stage == "fit":
+            self._signal("fit_teardown")
+
+
+WITNESS = """import pathlib, signal, sys, time
+signal.signal(signal.SIGUSR1, lambda *_: (pathlib.Path(sys.argv[1]).touch(), sys.exit(0)))
+pathlib.Path(sys.argv[2]).touch()
+time.sleep(300)
+"""
+
+
+class HoldForSignalAtRunEnd(L.Callback):
+    """Under a real Slurm: at each of the moments `SignalSelfAtRunEnd` signals itself, writes
+    `<folder>/<hook>.held` and waits (up to 2 minutes) until Slurm's signal has reached the step. A
+    witness child process (part of the step, so Slurm signals it too) writes `<hook>.signalled` when its
+    SIGUSR1 arrives; this rank itself may ignore the signal, so only the witness can tell."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = Path(folder)
+
+    def _hold(self, hook: str) -> None:
+        import subprocess
+        import sys
+
+        signalled, ready = self.folder / f"{hook}.signalled", self.folder / f"{hook}.ready"
+        witness = subprocess.Popen([sys.executable, "-c", WITNESS, str(signalled), str(ready)])
+        deadline = time.monotonic() + 120
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        (self.folder / f"{hook}.held").touch()
+        while not signalled.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.5)  # slurmstepd signals the step's processes one after another
+        witness.kill()
+        witness.wait()
+
+    def on_train_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        self._hold("train_end")
+
+    def on_test_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        self._hold("test_start")
+
+    def teardown(self, trainer: L.Trainer, module: L.LightningModule, stage: str) -> None:
+        if stage == "fit":
+            self._hold("fit_teardown")

@@ -212,8 +212,11 @@ class RecordStart(L.Callback):
 class SendRequeueSignal(L.Callback):
     """What Slurm does `--signal` seconds before the time limit."""
 
+    def __init__(self, step: int = 2) -> None:
+        self.step = step
+
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-        if trainer.global_step == 2 and not getattr(self, "sent", False):
+        if trainer.global_step == self.step and not getattr(self, "sent", False):
             self.sent = True
             os.kill(os.getpid(), signal.SIGUSR1)
 
@@ -260,5 +263,63 @@ def test_sigusr1_saves_an_hpc_checkpoint_requeues_and_the_requeued_job_resumes(
     start = tmp_path / "start.txt"
     config["trainer"]["callbacks"] = [{"class_path": "test_slurm.RecordStart", "init_args": {"path": str(start)}}]
     path.write_text(yaml.safe_dump(config))
-    main(["fit", "--config", str(path)])  # the requeued job: no --ckpt_path, Lightning finds the hpc checkpoint
+    # the requeued job: no --ckpt_path, Lightning finds the hpc checkpoint. The first fit's end made this
+    # process ignore SIGUSR1; this fit gets Lightning's handler again and requeues on it
+    config["trainer"]["callbacks"] += [{"class_path": "test_slurm.SendRequeueSignal", "init_args": {"step": 3}}]
+    path.write_text(yaml.safe_dump(config))
+    main(["fit", "--config", str(path)])
     assert start.read_text() == "2"
+    assert torch.load(run / "hpc_ckpt_2.ckpt", weights_only=False)["global_step"] == 3
+    assert (tmp_path / "scontrol.log").read_text().split() == ["requeue", "4242"] * 2
+
+
+SLURM_TASK = {
+    "SLURM_NTASKS": "1",
+    "SLURM_NTASKS_PER_NODE": "1",
+    "SLURM_PROCID": "0",
+    "SLURM_LOCALID": "0",
+    "SLURM_NODEID": "0",
+    "SLURM_NODELIST": "gpu01",
+    "SLURM_JOB_NAME": "lit-retrieval-fit",
+    "SLURM_JOB_ID": "4242",
+}
+
+
+@pytest.mark.slow
+def test_sigusr1_after_training_ended_and_during_a_test_neither_kills_nor_requeues(tmp_path, tiny_clip, corpus):
+    """Issue 45: SIGUSR1 while the final checkpoint is written, after Lightning's teardown (whose
+    default disposition killed the rank: srun then failed the job), and during `test`: each process
+    goes on and exits 0, writes no hpc checkpoint and calls no `scontrol requeue`."""
+    from fit_configs import clean_launch_env
+
+    env = {**clean_launch_env(str(ROOT / "tests")), **SLURM_TASK}
+    env["PATH"] = fake_tools(tmp_path)["PATH"]
+    run, log = tmp_path / "run", tmp_path / "signalled.txt"
+    trainer = {
+        "devices": 1,
+        "max_epochs": 1,
+        "limit_train_batches": 2,
+        "limit_val_batches": 0,
+        "default_root_dir": str(run),
+        "logger": False,
+        "enable_progress_bar": False,
+        "callbacks": [{"class_path": "interrupt_callbacks.SignalSelfAtRunEnd", "init_args": {"record": str(log)}}],
+    }
+    path = tmp_path / "fit.yaml"
+    path.write_text(yaml.safe_dump(clip_fit_config(tiny_clip, corpus, trainer, data={"num_frames": 2})))
+    printed = ""
+    for command in (["fit"], ["test", "--ckpt_path", "newest"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "lit_retrieval", *command, "--config", str(path)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, (command, done.returncode, done.stderr[-3000:])
+        printed += done.stdout + done.stderr
+    assert log.read_text().split() == ["train_end", "fit_teardown", "test_start"]
+    assert "training ended: SIGUSR1 (Slurm's requeue signal) is ignored from now on" in printed
+    assert not list(run.glob("hpc_ckpt_*")) and not (tmp_path / "scontrol.log").exists()
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 2

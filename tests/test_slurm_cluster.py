@@ -8,6 +8,8 @@ them with `sbatch` and drives the jobs as a cluster would, on CPU with gloo:
   start resumes and ends with the uninterrupted run's weights and `metrics.csv` rows;
 - `scancel` (SIGTERM to every process of the step, DataLoader workers included) writes the
   on-signal checkpoint, and the next submission resumes from it: no step lost;
+- SIGUSR1 once training has ended (final checkpoint, after Lightning's teardown, between the steps,
+  during the follow-on test step of `TEST=true`): the job ends COMPLETED, exit 0, not requeued (issue 45);
 - `cache-frames`, `shots` and `index --embed-only` as 2-shard arrays (`slurm/array.sbatch`) whose
   outputs merge into what a 1-shard run writes; each `cache-frames` task's Slurm `.out` reads as plain
   periodic progress lines naming its shard.
@@ -18,6 +20,7 @@ waits. The node has 2 CPUs: jobs of other tests may queue before these start.
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import subprocess
@@ -359,4 +362,64 @@ def test_cache_frames_shots_and_index_arrays_merge_into_the_one_shard_outputs(
     for video, vector in want.items():
         np.testing.assert_allclose(got[video], vector, atol=1e-5)
     print(json.dumps({"slurm_test": "arrays", "jobs": 3, "array_tasks": 6,
+                      "wall_s": round(time.monotonic() - started, 1)}))  # fmt: skip
+
+
+def test_sigusr1_after_training_between_the_steps_and_during_the_test_step_leaves_the_job_completed(
+    slurm_cluster, tmp_path, tiny_clip, corpus
+):
+    """Issue 45: `fit.sbatch` with its follow-on test step (TEST=true), SIGUSR1 as Slurm sends it at
+    three moments after training ended: to the step while the final checkpoint is written
+    (`on_train_end`: Lightning's handler would save and requeue the finished job), to the step and the
+    batch script (`scancel --full`) after Lightning's teardown (its default disposition killed the rank,
+    srun failed the job; the script's trap runs between the two steps) and during the test step (the
+    trap runs at the script's end). A witness process in the step tells when each signal has arrived.
+    The job ends COMPLETED, exit 0, not requeued, no hpc checkpoint, each step's metrics once."""
+    started = time.monotonic()
+    run, held = tmp_path / "run", tmp_path / "held"
+    held.mkdir()
+    trainer = {
+        "devices": 1,
+        "max_epochs": 1,
+        "limit_train_batches": 3,
+        "limit_val_batches": 0,
+        "log_every_n_steps": 1,
+        "enable_progress_bar": False,
+        "default_root_dir": str(run),
+        "logger": {
+            "class_path": "lightning.pytorch.loggers.CSVLogger",
+            "init_args": {"save_dir": str(run), "name": "logs", "version": "fit"},
+        },
+        "callbacks": [
+            {"class_path": "interrupt_callbacks.HoldForSignalAtRunEnd", "init_args": {"folder": str(held)}},
+            {
+                "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                "init_args": {"dirpath": str(run / "checkpoints"), "save_last": True, "save_top_k": 0},
+            },
+        ],
+    }
+    config = tmp_path / "fit.yaml"
+    config.write_text(yaml.safe_dump(clip_fit_config(tiny_clip, corpus, trainer)))
+    job_id = submit(fit_job(tmp_path, config, run, JOB_NAME="ended", TEST="true"))
+    for hook, full in (("train_end", []), ("fit_teardown", ["--full"]), ("test_start", ["--full"])):
+        wait_for(f"the job to hold at {hook}", (held / f"{hook}.held").exists, job_id)
+        subprocess.run(["scancel", "--signal=USR1", *full, job_id], check=True)
+    info = wait_for_end(job_id)
+    log = output(run)
+    assert (info["JobState"], info["ExitCode"], info["Restarts"]) == ("COMPLETED", "0:0", "0"), log[-3000:]
+    assert sorted(p.name for p in held.glob("*.signalled")) == [
+        "fit_teardown.signalled",
+        "test_start.signalled",
+        "train_end.signalled",
+    ]
+    assert log.count("restart 0") == 1 and "restart 1" not in log and "Handling auto-requeue" not in log, log[-3000:]
+    assert "User defined signal" not in log and log.count("batch script: SIGUSR1 noted") == 2, log[-3000:]
+    assert not list(run.glob("hpc_ckpt_*"))
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 3
+    with open(run / "logs" / "fit" / "metrics.csv") as handle:
+        steps = [row["step"] for row in csv.DictReader(handle)]
+    assert steps == ["0", "1", "2"]  # each step logged once: nothing trained again
+    with open(run / "logs" / "test" / "metrics.csv") as handle:
+        assert len(list(csv.DictReader(handle))) == 1  # one test, not repeated
+    print(json.dumps({"slurm_test": "signals_after_training", "jobs": 1, "signals": 3, "requeues": 0,
                       "wall_s": round(time.monotonic() - started, 1)}))  # fmt: skip
