@@ -15,7 +15,7 @@ import sys
 import time
 
 BASELINES = {"pass": "pass", "import torch": "import torch", "import lightning.pytorch": "import lightning.pytorch"}
-COMMANDS = ["", "metrics", "report", "slurm", "grid", "configs", "validate-melon", "sali-stats", "fit"]
+COMMANDS = ["", "metrics", "report", "slurm", "grid", "configs", "validate-melon", "sali-stats", "build-melon", "fit"]
 TARGET_S = 1.5  # over `import torch`
 
 

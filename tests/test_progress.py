@@ -330,3 +330,20 @@ def test_index_without_a_terminal_writes_periodic_plain_lines(corpus, tiny_qwen,
     assert re.fullmatch(r".* 2/2 videos \(100%\), done in \d+ s; done before 0, skipped 0, failed 1", lines[-1])
     again = progress_lines(run_to_file(argv, tmp_path / "log2", tmp_path), "embedding videos")
     assert again == ["shard 0/2: embedding videos 2/2 videos (100%), done in 0 s; done before 1, skipped 1, failed 0"]
+
+
+def test_quiet_library_bars_turns_off_transformers_bars_imported_later_or_before():
+    """transformers' (and huggingface_hub's) loading bars are off after `quiet_library_bars`, whether
+    transformers is imported after it (then the call itself does not import transformers) or before."""
+    after = (
+        "import sys\nfrom lit_retrieval.progress import quiet_library_bars\nquiet_library_bars()\n"
+        "imported = 'transformers' in sys.modules\nfrom transformers.utils import logging\n"
+        "from huggingface_hub.utils import are_progress_bars_disabled\n"
+        "print(imported, logging.is_progress_bar_enabled(), are_progress_bars_disabled())"
+    )
+    before = (
+        "from transformers.utils import logging\nfrom lit_retrieval.progress import quiet_library_bars\n"
+        "quiet_library_bars()\nprint(logging.is_progress_bar_enabled())"
+    )
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True) for code in (after, before)]
+    assert [r.stdout.split() for r in runs] == [["False", "False", "True"], ["False"]], [r.stderr[-500:] for r in runs]

@@ -27,7 +27,7 @@ import re
 import sys
 from pathlib import Path
 
-from lit_retrieval.data.datasets.melon import MelonRules
+from lit_retrieval.data.formats.melon import MelonRules
 from lit_retrieval.melon_build.validation import validate
 from lit_retrieval.errors import UsageError
 from lit_retrieval.locking import OutputLock

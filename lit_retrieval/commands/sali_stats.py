@@ -35,7 +35,6 @@ from typing import Any
 
 import numpy as np
 
-from lit_retrieval.commands.cache_frames import build_datamodule, load_config
 from lit_retrieval.data.text.queries import concat_query
 from lit_retrieval.data.reading import read_csv
 from lit_retrieval.data.text.spans import SpanSplitter
@@ -78,6 +77,14 @@ def _option(config: Any, *keys: str) -> Any:
     return node
 
 
+def training_config(path: str) -> Any:
+    """The training config at `path` as `fit` parses it: the trainer's parser, so Lightning is imported
+    only by the runs that read a config (`--captions` alone and `--help` do not)."""
+    from lit_retrieval.commands.cache_frames import load_config
+
+    return load_config([path])
+
+
 def spans_from_config(config: Any) -> SpanSplitter:
     spans = _option(config, "spans")
     return SpanSplitter(**spans.as_dict()) if spans is not None else SpanSplitter()
@@ -85,7 +92,9 @@ def spans_from_config(config: Any) -> SpanSplitter:
 
 def dataset_statistics(path: str, roles: list[str]) -> dict[str, dict[str, float]]:
     """Per configured split (role) of the training config at `path`: `split_statistics`."""
-    config = load_config([path])
+    from lit_retrieval.commands.cache_frames import build_datamodule
+
+    config = training_config(path)
     datamodule = build_datamodule(config)
     if getattr(datamodule, "shots", None) is None:
         raise ConfigError(f"{path}: no data.shots section: the statistics need each video's shots")
@@ -149,7 +158,7 @@ def run(argv: list[str]) -> int:
     if not args.configs and not args.captions:
         parser.error("give training configs or --captions FILE")
     results = {path: dataset_statistics(path, args.splits) for path in args.configs}
-    spans = spans_from_config(load_config([args.rule])) if args.rule else SpanSplitter()
+    spans = spans_from_config(training_config(args.rule)) if args.rule else SpanSplitter()
     results.update({path: {"captions": caption_statistics(path, spans)} for path in args.captions})
     if args.json:
         print(json.dumps(results))

@@ -3,7 +3,7 @@ annotation against the paper's construction rules and list every violation (noth
 
 Rules (MELON Sec. 3 and supp. C.1): each video has 3 to 5 events ("K ranges from 3 to 5") that do
 not overlap ("3 to 5 non-overlapping events"), and is at least 2 minutes long ("we strictly remove
-videos shorter than 2 minutes"). Records the parser (`lit_retrieval.data.datasets.melon`) refuses (missing
+videos shorter than 2 minutes"). Records the parser (`lit_retrieval.data.formats.melon`) refuses (missing
 timestamps, broken descriptions, duplicate ids) are listed too (supp. C.1 "annotation
 completeness"). With `--videos`, every video file must exist and its own length (container header)
 must also reach the minimum. Touching intervals (one ends where the next starts) do not overlap.
@@ -21,7 +21,7 @@ import argparse
 import json
 from pathlib import Path
 
-from lit_retrieval.data.datasets.melon import MelonRules, Violation
+from lit_retrieval.data.formats.melon import MelonRules, Violation
 from lit_retrieval.data.records import AnnotationError
 from lit_retrieval.melon_build.config import T2TConfig
 from lit_retrieval.melon_build.validation import validate

@@ -27,7 +27,7 @@ _EXPORTS = {
     "CondensedMoviesDataModule": "datasets.condensed_movies",
     "DiDeMoDataModule": "datasets.didemo",
     "MELONDataModule": "datasets.melon",
-    "MelonFields": "datasets.melon",
+    "MelonFields": "formats.melon",
     "MSRVTTDataModule": "datasets.msrvtt",
     "SynthConfig": "datasets.synthetic",
     "MultiTaskDataModule": "gve.multitask",

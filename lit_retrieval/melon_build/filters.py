@@ -14,15 +14,19 @@ from __future__ import annotations
 import functools
 import importlib
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from lit_retrieval.data.items import MediaItem
+from lit_retrieval.data.media.identity import digest, tree_identity
 from lit_retrieval.errors import ConfigError
 from lit_retrieval.melon_build.config import T2TConfig, V2TConfig
 from lit_retrieval.melon_build.sources import Segment
-from lit_retrieval.search.embedders import ItemEmbedder, digest, file_identity
+from lit_retrieval.shipped import resolve_model_path
+
+if TYPE_CHECKING:  # the embedders' module imports the models: only the V2T filter loads it (`load_embedder`)
+    from lit_retrieval.search.embedders import ItemEmbedder
 
 
 class SentenceEncoder:
@@ -31,12 +35,10 @@ class SentenceEncoder:
     def __init__(self, spec: str = T2TConfig.model, batch_size: int = 64) -> None:
         from sentence_transformers import SentenceTransformer
 
-        from lit_retrieval.models.encoders.text_towers import resolve_model_path
-
         path = resolve_model_path(spec)
         self.model = SentenceTransformer(path, device="cpu", local_files_only=True)
         self.batch_size = batch_size
-        self.identity = digest(file_identity(path))
+        self.identity = digest(tree_identity(path))
 
     def adjacent_similarities(self, texts: list[str]) -> list[float]:
         """cos(text_i, text_{i+1}) for every adjacent pair, in order (supp. C.2's T2T score)."""
@@ -74,7 +76,7 @@ def _import(class_path: str) -> Any:
 def v2t_identity(config: V2TConfig) -> str:
     """What the V2T similarities depend on: the model's files (or the embedder class and its
     arguments) and the frame sampling; the cache key of stage `v2t`."""
-    files = [file_identity(p) for p in (config.model, config.config, config.ckpt) if p is not None]
+    files = [tree_identity(p) for p in (config.model, config.config, config.ckpt) if p is not None]
     return digest(config.model, config.config, config.ckpt, config.embedder, config.sampling, files)
 
 

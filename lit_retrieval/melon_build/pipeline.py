@@ -31,7 +31,7 @@ from typing import Any
 
 from PIL import Image
 
-from lit_retrieval.data.media.identity import file_version
+from lit_retrieval.data.media.identity import file_version, tree_identity
 from lit_retrieval.data.media.video import SamplingSpec, VideoDecodeError, sample_video
 from lit_retrieval.melon_build import llm_stages, report
 from lit_retrieval.melon_build.chat import CallLog, ChatClient, ChatFailure, logged_calls
@@ -47,9 +47,8 @@ from lit_retrieval.melon_build.filters import (
 from lit_retrieval.melon_build.llm_stages import VideoRejected
 from lit_retrieval.melon_build.sources import Segment, SourceVideo, collect
 from lit_retrieval.melon_build.stage_cache import StageCache, stage_key
-from lit_retrieval.models.encoders.text_towers import resolve_model_path
 from lit_retrieval.progress import Progress
-from lit_retrieval.search.embedders import file_identity
+from lit_retrieval.shipped import resolve_model_path
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +240,7 @@ class Build:
 
     def t2t(self, state: BuildState) -> None:
         t2t = self.config.t2t
-        identity = [t2t.model, file_identity(resolve_model_path(t2t.model))]
+        identity = [t2t.model, tree_identity(resolve_model_path(t2t.model))]
         cache = self.cache("t2t")
         encoder: SentenceEncoder | None = None
         with self.progress("t2t", len(state.videos)) as bar:

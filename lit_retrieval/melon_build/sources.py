@@ -31,12 +31,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from lit_retrieval.data.datasets.activitynet import ActivityNetParser
+from lit_retrieval.data.formats.activitynet import ActivityNetParser
 from lit_retrieval.data.annotations import load_annotations
 from lit_retrieval.data.bad_records import RecordCollector
-from lit_retrieval.data.datasets.didemo import DiDeMoParser
-from lit_retrieval.data.datasets.melon import MelonParser
-from lit_retrieval.data.datasets.youcook2 import database, timed_sentences
+from lit_retrieval.data.formats.didemo import DiDeMoParser
+from lit_retrieval.data.formats.melon import MelonParser
+from lit_retrieval.data.formats.youcook2 import database, timed_sentences
 from lit_retrieval.data.records import (
     AnnotationError,
     VideoRecord,

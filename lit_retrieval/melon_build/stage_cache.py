@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from lit_retrieval.search.embedders import digest
+from lit_retrieval.data.media.identity import digest
 
 log = logging.getLogger(__name__)
 

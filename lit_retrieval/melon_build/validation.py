@@ -1,5 +1,5 @@
 """MELON's construction rules applied to a MELON-format annotation (`lit-retrieval validate-melon`,
-and `build-melon`'s final check): the per-video rules of `lit_retrieval.data.datasets.melon`
+and `build-melon`'s final check): the per-video rules of `lit_retrieval.data.formats.melon`
 (`MelonRules`, MELON Sec. 3 and supp. C.1), duplicate ids across files, records the parser refuses,
 and, with a threshold, supp. C.2's T2T similarity of adjacent descriptions (the filter
 `build-melon` applies, by the same function)."""
@@ -11,7 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from lit_retrieval.data.bad_records import RecordCollector
-from lit_retrieval.data.datasets.melon import MelonParser, MelonRules, Violation, video_violations
+from lit_retrieval.data.formats.melon import MelonParser, MelonRules, Violation, video_violations
 from lit_retrieval.data.media.video import video_duration
 from lit_retrieval.data.records import VideoRecord
 from lit_retrieval.melon_build.config import T2TConfig

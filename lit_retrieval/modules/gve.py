@@ -19,13 +19,14 @@ from typing import Any
 import lightning as L
 import torch
 
+from lit_retrieval.data.media.identity import tree_identity
 from lit_retrieval.distributed import distributed_world, gather_variable
 from lit_retrieval.losses.contrastive import HardNegatives, MultimodalInfoNCE
 from lit_retrieval.models.gve.embedder import GVEEmbedder, AdapterConfig
 from lit_retrieval.models.gve.processing import GVEProcessing, InputConfig
 from lit_retrieval.modules.evaluation import EvaluationConfig, RetrievalEvaluator
 from lit_retrieval.modules.grad_cache import GradCacheConfig, QwenRowSplitter, RecipeBatchCheck, cached_encode
-from lit_retrieval.modules.item_embedders import FrameInput, GVEItemEmbedder, ItemEmbedder, file_identity
+from lit_retrieval.modules.item_embedders import FrameInput, GVEItemEmbedder, ItemEmbedder
 from lit_retrieval.modules.nonfinite import NonFiniteGuard, NonFinitePolicy
 from lit_retrieval.modules.optim import OptimConfig, build_optimizer, build_scheduler, parameter_groups
 from lit_retrieval.modules.rng import rng_states, set_rng_states
@@ -115,7 +116,7 @@ class GVERetrieval(L.LightningModule):
         """The tuned embedder as the `ItemEmbedder` of index, search and UVRB (frames sampled by
         its own processing, with `frames.sampling`); the base model's files join the identity."""
         self.processing.config = replace(self.processing.config, sampling=frames.sampling)
-        return GVEItemEmbedder(self.embedder, [*identity, file_identity(self.embedder.model_path)])
+        return GVEItemEmbedder(self.embedder, [*identity, tree_identity(self.embedder.model_path)])
 
     # ---- training ----------------------------------------------------------------------------
     def embed_training(self, inputs: dict[str, torch.Tensor], chunk: int | None) -> torch.Tensor:

@@ -13,10 +13,7 @@ its preprocessing (caches and indexes are keyed by it), and the item `modalities
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any, Callable, Protocol
 
 import numpy as np
@@ -24,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from lit_retrieval.data.items import MediaItem
-from lit_retrieval.data.media import identity
+from lit_retrieval.data.media.identity import digest
 from lit_retrieval.data.media.normalize import NormalizeFrames
 from lit_retrieval.data.media.shots import Shots, frame_shot_index
 from lit_retrieval.data.media.video import Sampling, SamplingSpec, sample_video
@@ -51,17 +48,6 @@ class ItemEmbedder(Protocol):
     modalities: set[str]
 
     def embed(self, items: list[MediaItem], instruction: str | None = None, batch_size: int = 8) -> torch.Tensor: ...
-
-
-def digest(*parts: Any) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def file_identity(path: str | Path) -> list:
-    """(resolved path, size, mtime) of a file, or of every file in a directory."""
-    path = Path(path)
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    return [list(identity.file_identity(p).values()) for p in files]
 
 
 def check_modalities(embedder: ItemEmbedder, items: list[MediaItem]) -> None:

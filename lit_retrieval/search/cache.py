@@ -14,7 +14,8 @@ import numpy as np
 import torch
 
 from lit_retrieval.data.items import MediaItem
-from lit_retrieval.search.embedders import HeadItemEncoder, ItemEmbedder, digest, embed_tracked, file_identity
+from lit_retrieval.data.media.identity import digest, tree_identity
+from lit_retrieval.search.embedders import HeadItemEncoder, ItemEmbedder, embed_tracked
 
 Encoder = ItemEmbedder | HeadItemEncoder
 
@@ -22,7 +23,7 @@ Encoder = ItemEmbedder | HeadItemEncoder
 def items_identity(items: list[MediaItem]) -> str:
     """Content of the items, including size and mtime of every media file they name."""
     media = sorted({p for i in items for p in (i.image, i.video) if p})
-    return digest([i.key for i in items], [file_identity(p) if os.path.exists(p) else [p, "missing"] for p in media])
+    return digest([i.key for i in items], [tree_identity(p) if os.path.exists(p) else [p, "missing"] for p in media])
 
 
 def _embed_at_once(

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from PIL import Image
 
 from lit_retrieval.data.items import MediaItem
+from lit_retrieval.data.media.identity import digest
 from lit_retrieval.data.media.video import sample_frames
 from lit_retrieval.models.heads.base import cat_reps, rep_len
 from lit_retrieval.modules.item_embedders import (
@@ -30,8 +31,6 @@ from lit_retrieval.modules.item_embedders import (
     HeadItemEncoder,
     ItemEmbedder,
     check_modalities,
-    digest,
-    file_identity,
 )
 from lit_retrieval.progress import Progress
 
@@ -43,9 +42,7 @@ __all__ = [
     "ItemEmbedder",
     "MTEBEncoderEmbedder",
     "check_modalities",
-    "digest",
     "embed_tracked",
-    "file_identity",
 ]
 
 

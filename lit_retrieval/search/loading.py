@@ -14,7 +14,8 @@ from lit_retrieval.data.media.shots import ShotConfig, ShotDetectorConfig, Shots
 from lit_retrieval.errors import ConfigError, UsageError
 from lit_retrieval.models.gve import GVEEmbedder, InputConfig
 from lit_retrieval.models.gve.processing import scaled_inputs
-from lit_retrieval.search.embedders import FrameInput, GVEItemEmbedder, HeadItemEncoder, ItemEmbedder, file_identity
+from lit_retrieval.data.media.identity import tree_identity
+from lit_retrieval.search.embedders import FrameInput, GVEItemEmbedder, HeadItemEncoder, ItemEmbedder
 
 
 @dataclass(frozen=True)
@@ -68,10 +69,10 @@ def load_item_embedder(spec: ModelSpec, pairwise: bool = False) -> ItemEmbedder 
             raise FileNotFoundError(f"{spec.model}: not a model directory (no config.json)")
         inputs = scaled_inputs(InputConfig(sampling=spec.sampling), spec.frames, spec.frame_tokens)
         return GVEItemEmbedder(
-            GVEEmbedder(spec.model, lora=None, inputs=inputs).to(spec.device), file_identity(spec.model)
+            GVEEmbedder(spec.model, lora=None, inputs=inputs).to(spec.device), tree_identity(spec.model)
         )
     module = instantiate_module(spec.config)
-    identity = [Path(spec.config).read_text(), file_identity(spec.ckpt) if spec.ckpt else None]
+    identity = [Path(spec.config).read_text(), tree_identity(spec.ckpt) if spec.ckpt else None]
     if spec.ckpt:
         load_checkpoint_weights(module, spec.ckpt)
     data = _data_settings(spec.config)

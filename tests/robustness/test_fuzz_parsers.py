@@ -19,13 +19,13 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lit_retrieval.data.datasets.activitynet import ActivityNetParser
+from lit_retrieval.data.formats.activitynet import ActivityNetParser
 from lit_retrieval.data.annotations import load_annotations
 from lit_retrieval.data.bad_records import RecordCollector
 from lit_retrieval.data.datasets.condensed_movies import CondensedMoviesParser
-from lit_retrieval.data.datasets.didemo import DiDeMoParser
+from lit_retrieval.data.formats.didemo import DiDeMoParser
 from lit_retrieval.data.media.frame_cache import FrameCache, check_params, read_header
-from lit_retrieval.data.datasets.melon import MelonParser
+from lit_retrieval.data.formats.melon import MelonParser
 from lit_retrieval.data.datasets.msrvtt import MSRVTTParser
 from lit_retrieval.data.records import AnnotationError, VideoRecord
 from lit_retrieval.data.gve.tasks import TaskRecord, TaskSpec, read_task

@@ -5,12 +5,17 @@ A file's path identity is its absolute path with `.` and `..` removed and symbol
 (`Path.resolve`, non-strict: a file that does not exist yet has one too), so `videos/./a.mp4`,
 `videos/../videos/a.mp4` and a link to `videos/a.mp4` are one file. Its version is (size in bytes,
 mtime in ns): a cache entry made for another version of the file is stale.
+`tree_identity` extends it to a folder (a model directory: every file in it), and `digest` hashes
+such identities with the settings of a cache into its key.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 
 def file_path(path: str | Path) -> str:
@@ -33,3 +38,15 @@ def file_identity(path: str | Path) -> dict[str, object]:
     if version is None:
         raise FileNotFoundError(path)
     return {"path": file_path(path), "size": version[0], "mtime_ns": version[1]}
+
+
+def tree_identity(path: str | Path) -> list:
+    """(resolved path, size, mtime) of a file, or of every file in a directory."""
+    path = Path(path)
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    return [list(file_identity(p).values()) for p in files]
+
+
+def digest(*parts: Any) -> str:
+    """A 16-hex-digit key of JSON-ready `parts` (identities, settings; key order ignored)."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -18,7 +18,8 @@ from transformers import AutoTokenizer, CLIPConfig, CLIPModel
 from lit_retrieval.errors import ConfigError
 from lit_retrieval.models.encoders.base import VideoTextEncoder, VisionForward, VisionHook
 from lit_retrieval.models.encoders.longclip import load_longclip_checkpoint, stretch_position_embedding
-from lit_retrieval.models.encoders.text_towers import AutoTextTower, CLIPTextTower, resolve_model_path
+from lit_retrieval.models.encoders.text_towers import AutoTextTower, CLIPTextTower
+from lit_retrieval.shipped import resolve_model_path
 from lit_retrieval.models.encoders.tiny import char_clip_tokenizer
 from lit_retrieval.models.features import TextFeatures, VideoFeatures
 

