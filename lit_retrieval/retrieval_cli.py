@@ -192,13 +192,14 @@ def refuse_reshaping_options(
     layer more or less): Lightning's strict load would fail on them with a traceback. A module that
     loads non-strictly (GVE: trainable weights only) checks the names itself; a DeepSpeed directory
     is left to DeepSpeed's own check (ZeRO-3 shards hold no shapes). A module with a
-    `refuse_checkpoint(checkpoint, path)` method (the dual encoder: another head) refuses first, in its
-    own, more specific words."""
+    `refuse_checkpoint(checkpoint, path, other_class_only)` method (the dual encoder: a head of
+    another class) refuses first, in its own, more specific words; a head of the same class whose
+    settings reshape it is named here by the options that changed."""
     if not Path(ckpt_path).is_file():
         return
     checkpoint = torch.load(ckpt_path, map_location="cpu", mmap=True, weights_only=False)
     if hasattr(model, "refuse_checkpoint"):
-        model.refuse_checkpoint(checkpoint, ckpt_path)
+        model.refuse_checkpoint(checkpoint, ckpt_path, other_class_only=True)
     stored = checkpoint.get("state_dict", {})
     built = model.state_dict()
     reshaped = [

@@ -32,10 +32,12 @@ def _head_shapes(state_dict: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     return {k: tuple(v.shape) for k, v in state_dict.items() if k.startswith("head.")}
 
 
-def check_head(checkpoint: dict[str, Any], head: nn.Module, path: str) -> None:
+def check_head(checkpoint: dict[str, Any], head: nn.Module, path: str, other_class_only: bool = False) -> None:
     """Raise `UsageError` naming `path` and both heads when the checkpoint's head weights (names and
     shapes) are not those of `head`, the module's configured head. A checkpoint without a
-    `state_dict` (DeepSpeed's, whose engine loads the weights itself) is not compared."""
+    `state_dict` (DeepSpeed's, whose engine loads the weights itself) is not compared. With
+    `other_class_only`, a head of the configured class but other settings passes: the CLI names
+    the options that changed it instead (`retrieval_cli.refuse_reshaping_options`)."""
     if "state_dict" not in checkpoint:
         return
     stored = _head_shapes(checkpoint["state_dict"])
@@ -44,6 +46,8 @@ def check_head(checkpoint: dict[str, Any], head: nn.Module, path: str) -> None:
         return
     recorded = checkpoint.get(HEAD_CLASS_KEY)
     configured = type(head).__name__
+    if other_class_only and recorded == class_path(head):
+        return
     if recorded is None:
         theirs = "another (its class is not recorded in this older checkpoint)"
     elif recorded == class_path(head):

@@ -221,10 +221,10 @@ class DualEncoderRetrieval(L.LightningModule):
         checkpoint["rng_states"] = rng_states()
         record_head(checkpoint, self.head)
 
-    def refuse_checkpoint(self, checkpoint: dict[str, Any], path: str) -> None:
+    def refuse_checkpoint(self, checkpoint: dict[str, Any], path: str, other_class_only: bool = False) -> None:
         """Refuses a checkpoint of another head in one line (`checkpoint_head.check_head`): called by
-        the CLI before its generic weight-name check, so the message names both heads."""
-        check_head(checkpoint, self.head, path)
+        the CLI (`other_class_only`) before its generic weight check, so the message names both heads."""
+        check_head(checkpoint, self.head, path, other_class_only)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Refuses a checkpoint of another head (`refuse_checkpoint`), then restores the random states."""
