@@ -1,6 +1,8 @@
+import json
 from collections import Counter
 
 import numpy as np
+import pytest
 
 from lit_retrieval.data.annotations import load_annotations
 from lit_retrieval.data.datasets.synthetic import SynthConfig, generate_corpus
@@ -47,3 +49,32 @@ def test_deterministic_for_a_seed(tmp_path, corpus):
     a = sample_frames(tmp_path / first.path, 6).frames
     b = sample_frames(corpus / first.path, 6).frames
     assert np.array_equal(a, b)
+
+
+def test_occurrences_flag_deals_each_event_into_that_many_videos(tmp_path):
+    """`synth --occurrences 5 6`: 12 videos of 3 events are 36 slots, so the pool holds
+    ceil(36 / 5.5) = 7 events, each in about 5-6 videos (MELON's shared events, issue 41's corpus);
+    the default (3-6) spreads the same slots over more events."""
+    from lit_retrieval.commands.synth import run
+
+    found = {}
+    for name, extra in (("shared", ["--occurrences", "5", "6"]), ("default", [])):
+        out = tmp_path / name
+        argv = ["--out", str(out), "--num-videos", "12", "--events", "3", "3", "--size", "32", "--workers", "1"]
+        assert run([*argv, *extra, "--quiet"]) == 0
+        videos = json.loads((out / "annotations.json").read_text())["videos"]
+        ids = [[event["event_id"] for event in video["events"]] for video in videos]
+        assert all(len(set(v)) == len(v) == 3 for v in ids)
+        found[name] = Counter(e for v in ids for e in v)
+    assert len(found["shared"]) <= 7 and sum(found["shared"].values()) / len(found["shared"]) >= 36 / 7
+    assert len(found["default"]) > len(found["shared"])
+
+
+@pytest.mark.parametrize("flag", ["--events", "--occurrences"])
+def test_a_reversed_range_is_refused(flag, tmp_path, capsys):
+    from lit_retrieval.commands.synth import run
+
+    with pytest.raises(SystemExit) as refused:
+        run(["--out", str(tmp_path), flag, "6", "5"])
+    assert refused.value.code == 2
+    assert f"{flag} MIN MAX needs 1 <= MIN <= MAX, got 6 5" in capsys.readouterr().err

@@ -30,6 +30,14 @@ def run(argv: list[str]) -> int:
         metavar=("MIN", "MAX"),
         help="events per video",
     )
+    parser.add_argument(
+        "--occurrences",
+        type=int,
+        nargs=2,
+        default=SynthConfig.occurrences,
+        metavar=("MIN", "MAX"),
+        help="videos each pool event is dealt into (its ambiguity as a one-event query; the pool size follows)",
+    )
     parser.add_argument("--workers", type=int, default=None, help="encoding processes (default: all cores)")
     add_progress_arguments(parser)
     args = parser.parse_args(argv)
@@ -39,12 +47,16 @@ def run(argv: list[str]) -> int:
     start = time.perf_counter()
     if not 0 <= args.relational_fraction <= 1:
         parser.error("--relational-fraction must lie in [0, 1]")
+    for flag, (low, high) in (("--events", args.events), ("--occurrences", args.occurrences)):
+        if not 1 <= low <= high:
+            parser.error(f"{flag} MIN MAX needs 1 <= MIN <= MAX, got {low} {high}")
     cfg = SynthConfig(
         num_videos=args.num_videos,
         seed=args.seed,
         size=args.size,
         fps=args.fps,
         events_per_video=tuple(args.events),
+        occurrences=tuple(args.occurrences),
         relational_fraction=args.relational_fraction,
     )
     path = generate_corpus(args.out, cfg, workers=args.workers)
