@@ -95,6 +95,7 @@ LIGHT_COMMANDS = [
     ["--help"],
     ["metrics", "--help"],
     ["metrics", "{sim}"],
+    ["compare", "{sim}", "--against", "{sim}", "--permutations", "100", "--resamples", "100"],
     ["report", "--help"],
     ["report", "{runs}", "--plan", "configs/plans/synthetic_mea.yaml", "--out", "{tmp}/report"],
     ["slurm", "--help"],

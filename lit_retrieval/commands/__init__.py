@@ -6,6 +6,7 @@
 COMMANDS = {
     "synth": "lit_retrieval.commands.synth",
     "metrics": "lit_retrieval.commands.metrics",
+    "compare": "lit_retrieval.commands.compare",
     "curves": "lit_retrieval.commands.curves",
     "shots": "lit_retrieval.commands.shots",
     "sali-stats": "lit_retrieval.commands.sali_stats",

@@ -41,7 +41,14 @@ import torch
 from lit_retrieval.errors import InputError, UsageError
 from lit_retrieval.metrics.ranking import retrieval_metrics, text_to_video_ranks
 from lit_retrieval.metrics.relational import RelationalConfig, relational_metrics
-from lit_retrieval.metrics.score_files import ID_KEYS, RELATIONAL_KEYS, ids_file, load_array, load_matrix, load_targets
+from lit_retrieval.metrics.score_files import (
+    RELATIONAL_KEYS,
+    check_same_rows,
+    ids_file,
+    load_array,
+    load_matrix,
+    load_targets,
+)
 from lit_retrieval.metrics.rescoring import (
     DualSoftmax,
     InvertedSoftmax,
@@ -65,18 +72,8 @@ def ensemble(paths: list[Path], weights: list[float]) -> tuple[np.ndarray, dict[
     total = weights[0] * first.astype(np.float64)
     for path, weight in zip(paths[1:], weights[1:]):
         scores, ids = load_matrix(path)
-        if scores.shape != first.shape:
-            raise ValueError(f"{path} has shape {scores.shape}, {paths[0]} has {first.shape}")
-        if (ids is None) != (first_ids is None):
-            with_ids, without = (path, paths[0]) if ids is not None else (paths[0], path)
-            raise ValueError(f"{with_ids} has an ids file but {without} has none ({ids_file(without)})")
+        check_same_rows(paths[0], first.shape, first_ids, path, scores.shape, ids)
         if ids is not None:
-            for key in ID_KEYS:
-                if ids[key] != first_ids[key]:
-                    at = next(i for i, (a, b) in enumerate(zip(first_ids[key], ids[key])) if a != b)
-                    raise ValueError(
-                        f"{key} differ between {ids_file(paths[0])} and {ids_file(path)} (first at position {at})"
-                    )
             if first_ids.get("relational") is None:  # an older first member: the first flags found
                 first_ids = {**first_ids, **{k: ids.get(k) for k in (*RELATIONAL_KEYS, "min_shots")}}
             elif ids.get("relational") is not None:

@@ -102,3 +102,24 @@ def load_matrix(path: Path) -> tuple[np.ndarray, dict[str, list] | None]:
     if scores.ndim != 2:
         raise ValueError(f"{path}: scores must be [texts, videos], got shape {scores.shape}")
     return scores, load_ids(path, scores.shape)
+
+
+Shape = tuple[int, ...]
+
+
+def check_same_rows(
+    first: Path, first_shape: Shape, first_ids: dict | None, path: Path, shape: Shape, ids: dict | None
+) -> None:
+    """Refuse a matrix `path` whose queries and gallery are not `first`'s: another shape, an ids
+    file on one side only, or ids that differ (naming the first position where they do)."""
+    if tuple(shape) != tuple(first_shape):
+        raise ValueError(f"{path} has shape {tuple(shape)}, {first} has {tuple(first_shape)}")
+    if (ids is None) != (first_ids is None):
+        with_ids, without = (path, first) if ids is not None else (first, path)
+        raise ValueError(f"{with_ids} has an ids file but {without} has none ({ids_file(without)})")
+    if ids is not None:
+        for key in ID_KEYS:
+            if ids[key] != first_ids[key]:
+                at = next(i for i, (a, b) in enumerate(zip(first_ids[key], ids[key])) if a != b)
+                where = f"{ids_file(first)} and {ids_file(path)} (first at position {at})"
+                raise ValueError(f"{key} differ between {where}")
