@@ -27,7 +27,12 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from lit_retrieval import __version__
 from lit_retrieval.callbacks.metrics_report import MetricsReport
 from lit_retrieval.callbacks.requeue_signal import RequeueOnlyWhileTraining
-from lit_retrieval.callbacks.resume_checkpoint import ResumeCheckpoint
+from lit_retrieval.callbacks.resume_checkpoint import (
+    ResumeCheckpoint,
+    continue_wandb_runs,
+    has_wandb_logger,
+    recorded_wandb_ids,
+)
 from lit_retrieval.callbacks.trained_config import TrainedModelConfig, trained_model_config
 from lit_retrieval.checkpoint_io import SafeCheckpointIO, checkpoint_metadata, newest_resume_checkpoint
 from lit_retrieval.config_errors import ExplainingArgumentParser
@@ -39,7 +44,7 @@ class RetrievalCLI(LightningCLI):
     """LightningCLI with every LightningModule/DataModule selectable by `class_path`, a metrics
     report after evaluation, a saved config that may be overwritten (resumed/requeued runs), and
     `ResumeCheckpoint` in every run (`resume_checkpoint.every_n_steps / every_n_minutes /
-    on_signal`): interval and on-signal last checkpoints, logs that continue on resume, and exit
+    on_signal`): interval and on-signal last checkpoints, logs (and W&B runs) that continue on resume, and exit
     status 128 + signal (143 for SIGTERM, 130 for SIGINT) for a run stopped by a signal. Slurm's
     requeue signal saves and requeues only while a fit trains (`RequeueOnlyWhileTraining`): once
     training ended, and in evaluation runs, it is ignored.
@@ -114,6 +119,9 @@ class RetrievalCLI(LightningCLI):
                 raise UsageError(where, "--ckpt_path newest: no hpc_ckpt_*.ckpt or last checkpoint of this run")
             kwargs["ckpt_path"] = None if newest is None else str(newest)
             rank_zero_info(f"--ckpt_path newest: {newest or 'no checkpoint yet, starting afresh'}")
+        resumed = kwargs.get("ckpt_path")
+        if subcommand == "fit" and resumed and Path(resumed).exists() and has_wandb_logger(self.trainer):
+            continue_wandb_runs(self.trainer, recorded_wandb_ids(checkpoint_metadata(resumed)))
         return kwargs
 
     def instantiate_trainer(self, **kwargs) -> L.Trainer:

@@ -130,6 +130,11 @@ def test_saved_test_scores_equal_a_plain_torch_matrix(tmp_path, corpus, tiny_cli
     assert scores.dtype == np.float32 and scores.shape == (len(test_videos), len(test_videos))
     assert ids["video_ids"] == [v["video_id"] for v in test_videos] and ids["text_ids"] == ids["video_ids"]
     assert ids["targets"] == list(range(len(test_videos)))
+    # per query: its events, and its tokens under the tiny CLIP's character tokenizer counted by hand
+    # (one per non-space character of the joined query, plus start and end)
+    events = [[e["description"].strip() for e in v["events"]] for v in test_videos]
+    assert ids["num_events"] == [len(e) for e in events]
+    assert ids["query_tokens"] == [sum(not c.isspace() for c in " ".join(e)) + 2 for e in events]
     # meanP by hand (CLIP4Clip): cosine of the query's pooled feature and the mean of the L2-normalised frames
     module.eval()
     with torch.no_grad():

@@ -109,10 +109,12 @@ def plan_dir(tmp_path_factory, tiny_clip, corpus):
         "configs": ["base.yaml"],
         "metrics": METRICS,
         "published": "paper.yaml",
+        "overrides": {"model.init_args.evaluation.save_scores": True},
         "rows": [
             {"name": "meanp", "label": "meanP"},
             {"name": "meanp_mea", "label": "meanP + MEA", "overrides": {"model.init_args.mea": {"weight": 0.5}}},
         ],
+        "comparisons": [{"name": "mea", "a": "meanp_mea", "b": "meanp", "k": 5}],
     }
     (work / "plan.yaml").write_text(yaml.safe_dump(plan))
     (work / "paper.yaml").write_text(
@@ -180,6 +182,12 @@ def test_report_means_and_stds_equal_the_runs_metrics(local_grid, capsys):
     r1 = [m["t2v/R@1"] for m in (_test_metrics(runs / "meanp" / f"seed{s}") for s in (0, 1))]
     assert f"| meanP | 2/2 | {statistics.mean(r1):.2f} ± {statistics.stdev(r1):.2f} |" in text
     assert "Measured vs published" in text and (out / "report.png").stat().st_size > 0
+    # the paired test reads each seed's saved matrix: a side's R@5 is the mean of its runs' own test R@5
+    (compared,) = csv.DictReader((out / "comparisons.csv").open())
+    for side, row in (("a", "meanp_mea"), ("b", "meanp")):
+        r5 = [_test_metrics(runs / row / f"seed{s}")["t2v/R@5"] for s in (0, 1)]
+        assert float(compared[f"r_at_k_{side}"]) == pytest.approx(statistics.mean(r5), abs=1e-9)
+    assert compared["runs_a"] == compared["runs_b"] == "2" and 0 < float(compared["p_value"]) <= 1
 
 
 @pytest.mark.slow

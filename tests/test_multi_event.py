@@ -185,12 +185,26 @@ def brute_force_ranks(module, data, queries_of):
     return records, ranks
 
 
+def char_tokens(events: list[str]) -> int:
+    """The tiny CLIP's character tokenizer, counted by hand: one token per non-space character of
+    the joined query, plus the start and end tokens."""
+    return sum(not c.isspace() for c in " ".join(events)) + 2
+
+
 def test_analyses_match_brute_force(tmp_path, corpus, tiny_clip):
+    data = make_data(corpus, eval_batch_size=4)
+    data.setup("test")
+    lengths = np.array([char_tokens(r.descriptions) for r in data.datasets["test"].records])
+    edge = int(np.median(lengths))  # a query of exactly `edge` tokens belongs to the lower bucket
     analyses = AnalysesConfig(
-        avg_event=True, slices=True, length_edges=[20.0], event_orders=["reversed", "shuffled"], query_modes=["concat"]
+        avg_event=True,
+        slices=True,
+        length_edges=[20.0],
+        token_edges=[edge],
+        event_orders=["reversed", "shuffled"],
+        query_modes=["concat"],
     )
     module = make_module(tiny_clip, query_mode="events", evaluation=EvaluationConfig(analyses=analyses, query_rows=3))
-    data = make_data(corpus, eval_batch_size=4)
     L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False).test(module, data)
     results = module.eval_results["test"]
     module.eval()
@@ -209,6 +223,13 @@ def test_analyses_match_brute_force(tmp_path, corpus, tiny_clip):
     short = np.array([r.duration < 20.0 for r in records])
     assert results["slices/length_0-20s/n"] + results["slices/length_20s+/n"] == len(records)
     assert results["slices/length_0-20s/t2v/R@1"] == pytest.approx(100 * np.mean(full[short] == 1))
+    fits = lengths <= edge
+    assert 0 < fits.sum() < len(records)
+    assert (
+        results[f"slices/tokens_1-{edge}/n"] == fits.sum() and results[f"slices/tokens_{edge + 1}+/n"] == (~fits).sum()
+    )
+    assert results[f"slices/tokens_1-{edge}/t2v/R@1"] == pytest.approx(100 * np.mean(full[fits] == 1))
+    assert results[f"slices/tokens_{edge + 1}+/t2v/MnR"] == pytest.approx(np.mean(full[~fits]))
     # event pooling ignores the order of events: reordered queries score exactly the same
     for order in ("reversed", "shuffled"):
         assert results[f"order/{order}/t2v/R@1"] == pytest.approx(results["t2v/R@1"])
@@ -264,3 +285,5 @@ def test_shipped_mea_quickstart_config_runs_end_to_end(tmp_path, corpus):
         "query_mode/events/t2v/R@1",
     }
     assert expected <= set(test)
+    queries = sum(test[f"slices/events_{k}/n"] for k in (2, 3, 4, 5) if f"slices/events_{k}/n" in test)
+    assert test["slices/tokens_1-77/n"] + test["slices/tokens_78+/n"] == queries > 0

@@ -22,6 +22,11 @@
   logged after the checkpoint, which the resumed run logs again, are dropped). A TensorBoard log
   gets a session-start event at the resumed step, which makes TensorBoard discard the interrupted
   run's events from that step on (as `SummaryWriter(purge_step=...)` does).
+- **The same W&B run.** Lightning's `WandbLogger` starts a new W&B run on resume unless its `id`
+  is given. Each checkpoint records the run id of every `WandbLogger`; `RetrievalCLI` reads it from
+  the checkpoint a fit resumes (`recorded_wandb_ids`) and gives it back to the logger before
+  Lightning creates the run (its setup does, before any checkpoint state is restored), so the
+  curves continue in one W&B run (Lightning passes `resume="allow"`); an `id` the user set wins.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger, WandbLogger
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
@@ -46,7 +51,7 @@ log = logging.getLogger(__name__)
 
 
 class ResumeCheckpoint(L.Callback):
-    """Interval and on-signal last checkpoints, and CSV/TensorBoard logs continued on resume.
+    """Interval and on-signal last checkpoints, and CSV/TensorBoard logs and W&B runs continued on resume.
 
     Args:
         every_n_steps: write the last checkpoint every this many optimizer steps (None: off).
@@ -177,7 +182,8 @@ class ResumeCheckpoint(L.Callback):
                 with open(path, newline="") as handle:
                     rows = sum(1 for _ in csv.reader(handle)) - 1  # less the header
             counts[str(path)] = rows + _row_pending(trainer)
-        return {"csv_rows": counts}
+        wandb_ids = [logger.version for logger in _wandb_loggers(trainer)] if trainer is not None else []
+        return {"csv_rows": counts, "wandb_ids": wandb_ids}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._rows_at_checkpoint = dict(state_dict.get("csv_rows") or {})
@@ -201,6 +207,37 @@ class ResumeCheckpoint(L.Callback):
             for logger in trainer.loggers:
                 if isinstance(logger, TensorBoardLogger):
                     _purge_tensorboard_from(logger, trainer.global_step)
+
+
+def _wandb_loggers(trainer: L.Trainer) -> list[WandbLogger]:
+    return [logger for logger in trainer.loggers if isinstance(logger, WandbLogger)]
+
+
+def recorded_wandb_ids(checkpoint: dict[str, Any]) -> list[str | None]:
+    """The W&B run ids a checkpoint's `ResumeCheckpoint` state recorded (`[]` before it did)."""
+    states = checkpoint.get("callbacks") or {}
+    recorded = [state for key, state in states.items() if str(key).startswith(ResumeCheckpoint.__name__)]
+    return list(recorded[0].get("wandb_ids") or []) if recorded and isinstance(recorded[0], dict) else []
+
+
+def has_wandb_logger(trainer: L.Trainer) -> bool:
+    return bool(_wandb_loggers(trainer))
+
+
+def continue_wandb_runs(trainer: L.Trainer, run_ids: list[str | None]) -> None:
+    """Give each `WandbLogger` (in order) the W&B run id its checkpoint recorded, unless it already
+    has a run or an id of its own. Lightning has no public setter: the id goes into the arguments
+    the logger passes to `wandb.init` (`_wandb_init`, with its `resume="allow"`) and its `version`."""
+    for logger, run_id in zip(_wandb_loggers(trainer), run_ids):
+        if run_id is None or logger._experiment is not None:
+            continue
+        if logger.version is not None:
+            if logger.version != run_id:
+                log.info("W&B: the configured id %s wins over the checkpoint's run %s", logger.version, run_id)
+            continue
+        logger._wandb_init["id"] = run_id
+        logger._id = run_id
+        log.info("W&B: resuming run %s", run_id)
 
 
 def _row_pending(trainer: L.Trainer) -> int:

@@ -9,6 +9,11 @@ same order (ids, or shapes where no matrix has ids; then `--text-video` or the d
 targets). Output: R@k of each side, their difference with its 95 % bootstrap interval (percentage
 points) and the sign-flip p-value.
 
+`--min-tokens` / `--max-tokens` compare only the queries of that length (inclusive) in the text
+tower's tokens, read from the first file's `query_tokens` (MELON's truncation argument: queries
+over 77 tokens are those CLIP's positions cut). `--queries relational | non_relational | rel_multi`
+compares SALI's subsets (Sec. 4), from the first file's `relational`, `num_shots` and `min_shots`.
+
   lit-retrieval compare runs/mea/seed*/logs/test/scores.npy --against runs/base/seed*/logs/test/scores.npy
 """
 
@@ -18,26 +23,8 @@ import argparse
 import json
 from pathlib import Path
 
-import numpy as np
-import torch
-
 from lit_retrieval.errors import InputError, UsageError
-from lit_retrieval.metrics.paired import PairedResult, paired_comparison
-from lit_retrieval.metrics.ranking import text_to_video_ranks
-from lit_retrieval.metrics.score_files import check_same_rows, load_matrix, load_targets
-
-
-def side_hits(paths: list[Path], first: tuple[Path, tuple, dict | None], targets, k: int, ties: str) -> np.ndarray:
-    """[runs, queries]: 1 where a matrix of `paths` ranks the query's video within `k`."""
-    hits = []
-    for path in paths:
-        scores, ids = load_matrix(path)
-        check_same_rows(*first, path, scores.shape, ids)
-        if not np.isfinite(scores).all():
-            raise UsageError(str(path), f"{int((~np.isfinite(scores)).sum())} scores are infinite")
-        ranks = text_to_video_ranks(torch.from_numpy(scores).double(), targets, ties)
-        hits.append((ranks <= k).numpy().astype(np.float64))
-    return np.stack(hits)
+from lit_retrieval.metrics.paired_scores import QUERY_SUBSETS, TokenRange, compare_score_files
 
 
 def run(argv: list[str]) -> int:
@@ -48,7 +35,12 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--against", nargs="+", type=Path, required=True, metavar="NPY", help="system B's")
     parser.add_argument("--k", type=int, default=1, help="the recall compared, R@k (default 1)")
     parser.add_argument("--ties", choices=["optimistic", "pessimistic", "average"], default="optimistic")
-    parser.add_argument("--text-video", help=".npy int array: video column of each text row (no ids files)")
+    parser.add_argument("--text-video", type=Path, help=".npy int array: video column of each text row (no ids files)")
+    parser.add_argument("--min-tokens", type=int, help="only queries of at least this many tokens (query_tokens)")
+    parser.add_argument("--max-tokens", type=int, help="only queries of at most this many tokens")
+    parser.add_argument(
+        "--queries", choices=QUERY_SUBSETS, default="all", help="SALI's relational subsets (ids 'relational')"
+    )
     parser.add_argument("--permutations", type=int, default=10_000, help="random sign flips (default 10000)")
     parser.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (default 10000)")
     parser.add_argument("--seed", type=int, default=0, help="the test's random generator (default 0)")
@@ -56,27 +48,32 @@ def run(argv: list[str]) -> int:
     for flag in ("k", "permutations", "resamples"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag} must be >= 1")
+    tokens = None
+    if args.min_tokens is not None or args.max_tokens is not None:
+        try:
+            tokens = TokenRange(args.min_tokens, args.max_tokens)
+        except ValueError as err:
+            parser.error(f"--min-tokens/--max-tokens: {err}")
     try:
-        result = compare(args)
+        result = compare_score_files(
+            args.a,
+            args.against,
+            args.k,
+            args.ties,
+            args.text_video,
+            tokens=tokens,
+            queries=args.queries,
+            permutations=args.permutations,
+            resamples=args.resamples,
+            seed=args.seed,
+        )
     except ValueError as err:  # the score files' own checks name the file
         raise err if isinstance(err, UsageError) else InputError(str(err)) from None
-    print(json.dumps({"metric": f"t2v/R@{args.k}", "runs": [len(args.a), len(args.against)], **result.as_dict()}))
+    sliced = {} if tokens is None else {"tokens": [tokens.low, tokens.high]}
+    sliced.update({} if args.queries == "all" else {"queries_subset": args.queries})
+    print(
+        json.dumps(
+            {"metric": f"t2v/R@{args.k}", "runs": [len(args.a), len(args.against)], **sliced, **result.as_dict()}
+        )
+    )
     return 0
-
-
-def compare(args: argparse.Namespace) -> PairedResult:
-    first_scores, first_ids = load_matrix(args.a[0])
-    first = (args.a[0], first_scores.shape, first_ids)
-    if args.text_video:
-        targets = load_targets(Path(args.text_video))
-    elif first_ids is not None:
-        targets = torch.tensor(first_ids["targets"], dtype=torch.long)
-    else:
-        targets = torch.arange(first_scores.shape[0])
-    texts, videos = first_scores.shape
-    if len(targets) != texts or (texts and not 0 <= int(targets.min()) <= int(targets.max()) < videos):
-        source = args.text_video or args.a[0]
-        raise UsageError(str(source), f"needs {texts} targets, each a video column in [0, {videos}), for {args.a[0]}")
-    hits_a = side_hits(args.a, first, targets, args.k, args.ties)
-    hits_b = side_hits(args.against, first, targets, args.k, args.ties)
-    return paired_comparison(hits_a, hits_b, args.permutations, args.resamples, args.seed)

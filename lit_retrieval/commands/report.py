@@ -4,8 +4,10 @@
 
 Writes REPORT_DIR/report.md (measured table; measured vs published where the plan names the
 paper's numbers), report.csv (one line per row x metric with every seed's value) and report.png
-(bar chart with ± std error bars). The std is the sample standard deviation (ddof = 1). Rows with
-fewer finished seeds than planned are marked `incomplete`. (`lit-retrieval uvrb report` is a
+(bar chart with ± std error bars), and with the plan's `comparisons` their paired tests (a table in
+report.md, comparisons.csv: sign-flip p-value, Holm's correction, bootstrap interval). The std is
+the sample standard deviation (ddof = 1). Rows with fewer finished seeds than planned are marked
+`incomplete`. (`lit-retrieval uvrb report` is a
 different command: UVRB's ability table of one results.json.)
 """
 
@@ -14,9 +16,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lit_retrieval.errors import UsageError
+from lit_retrieval.errors import InputError, UsageError
 from lit_retrieval.grid.plan import load_plan
-from lit_retrieval.grid.report import collect, markdown, plot, write_csv
+from lit_retrieval.grid.report import (
+    collect,
+    compare_rows,
+    comparisons_markdown,
+    markdown,
+    plot,
+    write_comparisons_csv,
+    write_csv,
+)
 from lit_retrieval.grid.runs import read_object
 
 
@@ -46,8 +56,17 @@ def run(argv: list[str]) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     text = markdown(plan, rows, args.digits)
+    written = [out / "report.md", out / "report.csv", out / "report.png"]
+    if plan.comparisons:
+        try:
+            compared = compare_rows(plan, runs_dir)
+        except ValueError as err:  # the score files' own checks name the file
+            raise err if isinstance(err, UsageError) else InputError(str(err)) from None
+        text += comparisons_markdown(compared, args.digits)
+        write_comparisons_csv(compared, out / "comparisons.csv")
+        written.append(out / "comparisons.csv")
     (out / "report.md").write_text(text)
     write_csv(rows, plan.metrics, out / "report.csv")
     plot(plan, rows, out / "report.png")
-    print(text + f"\nwrote {out / 'report.md'}, {out / 'report.csv'}, {out / 'report.png'}")
+    print(text + f"\nwrote {', '.join(str(p) for p in written)}")
     return 0

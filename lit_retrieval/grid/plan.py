@@ -15,6 +15,13 @@ optionally, the paper's published numbers (`lit-retrieval grid` runs a plan, `re
          overrides: {...}, test_configs: [...], test_overrides: {...}}
       - {name: gve3b, label: GVE-3B, model: /models/GVE-3B}              # evaluate a model, no training
       - {name: clip4clip_pess, evaluates: clip4clip, test_overrides: {model.init_args.evaluation.ties: pessimistic}}
+    comparisons:                    # paired tests on the test queries, Holm-corrected together (`report`)
+      - {name: mea, a: clip4clip_mea, b: clip4clip, k: 1}                # k: R@k compared (default 1)
+      - {name: long_queries, a: longclip, b: clip, tokens: [78, null]}  # only queries of 78+ tokens
+      - {name: rel_multi, a: sali, b: meanp_longer, queries: rel_multi}  # or relational, non_relational
+
+A comparison needs its rows' test score matrices (`model.init_args.evaluation.save_scores: true`);
+`report` runs `lit-retrieval compare`'s test on each (docs/experiments.md, "Shared statistics").
 
 A row with `evaluates: ROW` trains nothing: it tests ROW's checkpoint of the same seed under its own
 `test_configs` / `test_overrides` (e.g. SALI Tab. 3's inference variants of one trained model, Sec. 3:
@@ -53,6 +60,7 @@ PLAN_KEYS = {
     "metrics",
     "published",
     "rows",
+    "comparisons",
 }
 ROW_KEYS = {"name", "label", "seeds", "configs", "overrides", "test_configs", "test_overrides", "model", "evaluates"}
 
@@ -74,6 +82,20 @@ class Row:
     @property
     def trains(self) -> bool:
         return self.model is None and self.evaluates is None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Row `a` against row `b` on the same test queries: R@`k`, over queries of `tokens` (both
+    bounds inclusive, `None` unbounded) when given, and of the relational subset `queries`."""
+
+    name: str
+    a: str
+    b: str
+    k: int = 1
+    tokens: tuple[int | None, int | None] | None = None
+    label: str = ""
+    queries: str = "all"  # or SALI's relational subsets: relational, non_relational, rel_multi
 
 
 @dataclass(frozen=True)
@@ -101,6 +123,7 @@ class Plan:
     uvrb_args: list[str] = field(default_factory=list)
     published: Path | None = None
     source: str = ""
+    comparisons: list[Comparison] = field(default_factory=list)
 
     def runs(self) -> list[Run]:
         pairs = [(row, seed) for row in self.rows for seed in row.seeds]
@@ -238,6 +261,13 @@ def load_plan(path: str | Path) -> Plan:
     if evaluate == "test" and any(r.model is not None for r in rows):
         raise UsageError(str(path), "a row with 'model' (no training) needs 'evaluate: uvrb'")
     published = raw.get("published")
+    comparisons_raw = raw.get("comparisons") or []
+    if not isinstance(comparisons_raw, list):
+        raise UsageError(str(path), f"'comparisons' must be a list, got {comparisons_raw!r}")
+    comparisons = [_comparison(c, i, rows, evaluate, path) for i, c in enumerate(comparisons_raw)]
+    repeated = sorted({c.name for c in comparisons if [d.name for d in comparisons].count(c.name) > 1})
+    if repeated:
+        raise UsageError(str(path), f"comparison names must be unique; repeated: {repeated}")
     return Plan(
         path=path,
         title=str(raw.get("title", path.stem)),
@@ -250,7 +280,50 @@ def load_plan(path: str | Path) -> Plan:
         uvrb_tasks=str(uvrb.get("tasks", "configs/uvrb/uvrb.yaml")),
         uvrb_args=_strings(uvrb.get("args"), "uvrb.args", path),
         published=None if published is None else path.parent / str(published),
+        comparisons=comparisons,
     )
+
+
+COMPARISON_KEYS = {"name", "label", "a", "b", "k", "tokens", "queries"}
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _comparison(raw: Any, number: int, rows: list[Row], evaluate: str, path: Path) -> Comparison:
+    where = f"comparisons[{number}]"
+    if not isinstance(raw, dict) or set(raw) - COMPARISON_KEYS:
+        raise UsageError(str(path), f"{where} must be a mapping of {sorted(COMPARISON_KEYS)}, got {raw!r}")
+    if evaluate != "test":
+        raise UsageError(str(path), f"{where}: comparisons test score matrices, which only 'evaluate: test' saves")
+    name = raw.get("name")
+    if not isinstance(name, str) or not NAME.match(name):
+        raise UsageError(str(path), f"{where}: 'name' must be a name (letters, digits, _ . -), got {name!r}")
+    names = [row.name for row in rows]
+    for side in ("a", "b"):
+        if raw.get(side) not in names:
+            raise UsageError(str(path), f"{where} ({name}): '{side}' must name a row ({names}), got {raw.get(side)!r}")
+    if raw["a"] == raw["b"]:
+        raise UsageError(str(path), f"{where} ({name}): 'a' and 'b' are the same row {raw['a']!r}")
+    k = raw.get("k", 1)
+    if not _count(k) or k < 1:
+        raise UsageError(str(path), f"{where} ({name}): 'k' must be an integer >= 1, got {k!r}")
+    tokens = raw.get("tokens")
+    if tokens is not None:
+        if not isinstance(tokens, list) or len(tokens) != 2 or not all(t is None or _count(t) for t in tokens):
+            raise UsageError(str(path), f"{where} ({name}): 'tokens' is [low, high] (counts or null), got {tokens!r}")
+        if None not in tokens and tokens[0] > tokens[1]:
+            raise UsageError(str(path), f"{where} ({name}): 'tokens' {tokens} is empty (reversed bounds)")
+        tokens = (tokens[0], tokens[1])
+    from lit_retrieval.metrics.paired_scores import QUERY_SUBSETS  # torch: only for a plan that compares
+
+    queries = raw.get("queries", "all")
+    if queries not in QUERY_SUBSETS:
+        raise UsageError(
+            str(path), f"{where} ({name}): 'queries' must be one of {list(QUERY_SUBSETS)}, got {queries!r}"
+        )
+    return Comparison(name, raw["a"], raw["b"], k, tokens, str(raw.get("label", name)), queries)
 
 
 def load_published(path: Path) -> dict[str, dict[str, float]]:

@@ -4,6 +4,10 @@ seeds found against the number planned, and the paper's published numbers with t
 
 A row with fewer finished seeds than planned is marked `incomplete` in every table (its mean is
 over the seeds found, and the seed count says how many); a row with one seed has no std (blank).
+
+A plan's `comparisons` are paired tests of two rows on the same test queries
+(`lit_retrieval.metrics.paired_scores`: every finished seed's score matrix a side, the sign-flip
+p-value and the bootstrap interval), their p-values Holm-corrected together.
 """
 
 from __future__ import annotations
@@ -14,8 +18,8 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from lit_retrieval.grid.plan import Plan, load_published
-from lit_retrieval.grid.runs import DONE, run_metrics
+from lit_retrieval.grid.plan import Comparison, Plan, load_published
+from lit_retrieval.grid.runs import DONE, read_done, run_metrics
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,98 @@ def collect(plan: Plan, runs_dir: Path) -> list[RowResult]:
             cells[metric] = Cell([m[metric] for m in per_seed])
         results.append(RowResult(row.name, row.label, found, list(row.seeds), cells, published.get(row.name, {})))
     return results
+
+
+@dataclass(frozen=True)
+class ComparisonResult:
+    """A plan comparison's paired test (`PairedResult.as_dict`, percentage points) and Holm's p-value."""
+
+    comparison: Comparison
+    runs: tuple[int, int]
+    complete: bool
+    result: dict
+    holm_p: float = math.nan
+
+
+def score_matrices(plan: Plan, runs_dir: Path, name: str) -> tuple[list[Path], bool]:
+    """The test score matrix of every finished seed of row `name` (beside its metrics.json), and
+    whether every planned seed finished; a run without one is a `UsageError` naming it."""
+    from lit_retrieval.errors import UsageError
+    from lit_retrieval.metrics.score_files import SCORES_FILE
+
+    row = plan.row(name)
+    assert row is not None
+    folders = [Path(runs_dir) / name / f"seed{s}" for s in row.seeds]
+    found = [f for f in folders if (f / DONE).exists()]
+    paths = []
+    for folder in found:
+        path = (folder / read_done(folder)["metrics"]).parent / SCORES_FILE
+        if not path.is_file():
+            raise UsageError(str(path), "missing: the plan's comparisons need model.init_args.evaluation.save_scores")
+        paths.append(path)
+    return paths, len(found) == len(folders)
+
+
+def compare_rows(plan: Plan, runs_dir: Path) -> list[ComparisonResult]:
+    """Every comparison whose two rows have a finished seed each, Holm-corrected over those run."""
+    from lit_retrieval.metrics.paired_scores import TokenRange, compare_score_files, holm
+
+    results = []
+    for comparison in plan.comparisons:
+        (a, a_done), (b, b_done) = (score_matrices(plan, runs_dir, n) for n in (comparison.a, comparison.b))
+        if a and b:
+            tokens = None if comparison.tokens is None else TokenRange(*comparison.tokens)
+            paired = compare_score_files(a, b, comparison.k, tokens=tokens, queries=comparison.queries)
+            results.append(ComparisonResult(comparison, (len(a), len(b)), a_done and b_done, paired.as_dict()))
+    adjusted = holm([r.result["p_value"] for r in results])
+    return [ComparisonResult(r.comparison, r.runs, r.complete, r.result, p) for r, p in zip(results, adjusted)]
+
+
+def comparisons_markdown(results: list[ComparisonResult], digits: int = 2) -> str:
+    """The comparisons as a table: R@k of each side, A − B with its 95 % interval, p and Holm's p."""
+    lines = [
+        "",
+        "## Paired comparisons (test queries)",
+        "",
+        "Per query, the R@k hit averaged over a row's seeds, A − B; two-sided sign-flip p-value and 95 % "
+        f"bootstrap interval over the queries; Holm's correction over the {len(results)} comparisons "
+        "(docs/experiments.md).",
+        "",
+        "| comparison | A | B | queries | runs | A R@k | B R@k | A − B [95 % CI] | p | p (Holm) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        c, v = r.comparison, r.result
+        sliced = [] if c.tokens is None else [f"{c.tokens[0] or 0}-{c.tokens[1] or ''} tokens"]
+        sliced += [] if c.queries == "all" else [c.queries]
+        queries = f"{v['queries']}" + (f" ({', '.join(sliced)})" if sliced else "")
+        runs = f"{r.runs[0]}/{r.runs[1]}" + ("" if r.complete else " incomplete")
+        low, high = v["ci95"]
+        lines.append(
+            f"| {c.label} | {c.a} | {c.b} | {queries} | {runs} | R@{c.k} {v['a']:.{digits}f} | {v['b']:.{digits}f} | "
+            f"{v['difference']:+.{digits}f} [{low:+.{digits}f}, {high:+.{digits}f}] | {v['p_value']:.4g} | "
+            f"{r.holm_p:.4g} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_comparisons_csv(results: list[ComparisonResult], path: Path) -> None:
+    """One line per comparison with every figure of its test."""
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(
+            ["comparison", "a", "b", "k", "tokens_low", "tokens_high", "subset", "queries", "runs_a", "runs_b"]
+            + ["complete"]
+            + ["r_at_k_a", "r_at_k_b", "difference", "ci95_low", "ci95_high", "p_value", "p_holm", "test"]
+        )
+        for r in results:
+            c, v = r.comparison, r.result
+            low, high = c.tokens or (None, None)
+            writer.writerow(
+                [c.name, c.a, c.b, c.k, "" if low is None else low, "" if high is None else high, c.queries]
+                + [v["queries"], r.runs[0], r.runs[1], r.complete, repr(v["a"]), repr(v["b"]), repr(v["difference"])]
+                + [repr(v["ci95"][0]), repr(v["ci95"][1]), repr(v["p_value"]), repr(r.holm_p), v["test"]]
+            )
 
 
 def _number(value: float, digits: int) -> str:

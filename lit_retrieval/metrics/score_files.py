@@ -14,8 +14,12 @@ import torch
 
 from lit_retrieval.errors import UsageError
 
+SCORES_FILE = "scores.npy"  # beside the test's metrics.json
+SCORE_IDS_FILE = "scores_ids.json"
+BANK_FILE = "scores_bank.npy"
 ID_KEYS = ("text_ids", "video_ids", "targets")
 RELATIONAL_KEYS = ("relational", "num_shots")  # per query; with `min_shots`, written by `test` since Rel-Multi
+QUERY_COUNT_KEYS = ("num_events", "query_tokens")  # per query; written by `test` since the token slices
 
 
 def ids_file(matrix: Path) -> Path:
@@ -43,11 +47,23 @@ def load_ids(matrix: Path, shape: tuple[int, ...]) -> dict[str, list] | None:
     if any(not isinstance(t, int) or isinstance(t, bool) for t in ids["targets"]):
         raise ValueError(f"{path}: targets must be integers (video columns)")
     check_relational(path, ids, sizes[0])
+    check_query_counts(path, ids, sizes[0])
     return ids
 
 
 def is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def check_query_counts(path: Path, ids: dict, num_texts: int) -> None:
+    """`num_events` and `query_tokens`: each a list of one count per text, or `null`/absent (a file
+    written before they were saved, or a model that does not count tokens)."""
+    for key in QUERY_COUNT_KEYS:
+        values = ids.get(key)
+        if values is not None and (
+            not isinstance(values, list) or len(values) != num_texts or not all(is_count(v) for v in values)
+        ):
+            raise ValueError(f"{path}: {key!r} must be a list of {num_texts} counts >= 0 (one per text) or null")
 
 
 def check_relational(path: Path, ids: dict, num_texts: int) -> None:

@@ -35,7 +35,7 @@ from lit_retrieval.modules.multi_event import MEAConfig
 from lit_retrieval.modules.nonfinite import NonFiniteGuard, NonFinitePolicy
 from lit_retrieval.modules.objectives import StepTexts, TrainingObjectives, rename_legacy_objective_keys
 from lit_retrieval.modules.optim import OptimConfig, build_optimizer, build_scheduler, parameter_groups
-from lit_retrieval.modules.query_encoding import encode_multi_event
+from lit_retrieval.modules.query_encoding import encode_multi_event, query_token_counts
 from lit_retrieval.modules.rng import rng_states, set_rng_states
 
 # Config dataclasses in the checkpoint's hyper-parameters load under torch.load's weights_only=True.
@@ -124,6 +124,10 @@ class DualEncoderRetrieval(L.LightningModule):
 
     def query_reps(self, events: list[list[str]], mode: QueryMode | None = None) -> Any:
         return self.head.encode_text(self.encode_queries(events, mode))
+
+    def query_token_counts(self, events: list[list[str]]) -> list[int]:
+        """Each query's untruncated length in the text tower's tokens (token slices, score files)."""
+        return query_token_counts(self.encoder, events)
 
     def encode_texts(self, texts: StepTexts) -> Any:
         """The head's representations of a training step's texts: in one text-tower call, or

@@ -58,19 +58,23 @@ from lit_retrieval.data.text.queries import QueryMode, concat_query, reorder_eve
 from lit_retrieval.data.text.spans import SpanSplitter
 from lit_retrieval.distributed import distributed_world, gather_objects, gather_variable
 from lit_retrieval.errors import ConfigError, InputError
-from lit_retrieval.metrics.analyses import AnalysesConfig, avg_event_hits, avg_event_metrics, sliced_metrics
+from lit_retrieval.metrics.analyses import (
+    AnalysesConfig,
+    avg_event_hits,
+    avg_event_metrics,
+    slice_groups,
+    sliced_metrics,
+)
 from lit_retrieval.metrics.ranking import Ties, V2TRule, retrieval_metrics, text_to_video_ranks
 from lit_retrieval.metrics.relational import RelationalConfig, relational_metrics
 from lit_retrieval.metrics.rerank import CandidateScorer, RerankConfig, RerankResult, rerank_ranks
 from lit_retrieval.metrics.rescoring import QueryBank, RescoreConfig, rescored_metrics
+from lit_retrieval.metrics.score_files import BANK_FILE, SCORE_IDS_FILE, SCORES_FILE
 from lit_retrieval.metrics.retrieval import RetrievalMetrics, first_occurrence
 from lit_retrieval.models.heads.base import SimilarityHead, cat_reps, map_rep, rep_device, rep_len
 from lit_retrieval.models.heads.meanp import MeanPHead
 from lit_retrieval.precision import autocast_off, full_precision, full_precision_scoring
 
-SCORES_FILE = "scores.npy"
-SCORE_IDS_FILE = "scores_ids.json"
-BANK_FILE = "scores_bank.npy"
 ScoreFn = Callable[[Any, Any], torch.Tensor]
 
 
@@ -482,6 +486,8 @@ class RetrievalEvaluator:
         events, targets = split.events, split.targets
         num_events = torch.tensor([len(e) for e in events], dtype=torch.long, device=device)
         per_query = {"rank": ranks, "num_events": num_events, "duration": split.attributes["duration"].double()}
+        if config.slices and config.token_edges:
+            per_query["tokens"] = query_tokens(model, events, device)
         out: dict[str, float] = {}
         if config.avg_event:
             singles = [[d] for e in events for d in e]
@@ -495,7 +501,10 @@ class RetrievalEvaluator:
             per_query["avg_event"] = avg_event_hits(single_ranks.to(device), owner, len(events))
         merged = self.merge_queries(model, split, per_query)
         if config.slices:
-            out.update(sliced_metrics(merged["rank"], merged["num_events"], merged["duration"], config.length_edges))
+            groups = slice_groups(
+                merged["num_events"], merged["duration"], config.length_edges, merged.get("tokens"), config.token_edges
+            )
+            out.update(sliced_metrics(merged["rank"], groups))
         if config.avg_event:
             out.update(avg_event_metrics(merged["avg_event"], merged["num_events"]))
         variants: dict[str, tuple[list[list[str]], QueryMode | None]] = {}
@@ -513,6 +522,15 @@ class RetrievalEvaluator:
                 metric.update(scores, targets[rows], split.index[rows])
             out.update({f"{name}/{k}": v for k, v in metric.compute().items()})
         return out
+
+
+def query_tokens(model: L.LightningModule, events: list[list[str]], device: torch.device) -> torch.Tensor:
+    """Each query's length in the model's text tokens before truncation (`query_token_counts`),
+    `[queries]`; a model that cannot count them is refused by name."""
+    count = getattr(model, "query_token_counts", None)
+    if count is None:
+        raise ConfigError(f"analyses.token_edges: {type(model).__name__} does not count query tokens")
+    return torch.tensor(count(events) if events else [], dtype=torch.long, device=device)
 
 
 def candidate_scorer(head: SimilarityHead, text: Any, gallery: Any, budget_bytes: int) -> CandidateScorer:
@@ -560,10 +578,20 @@ def save_score_matrix(
       describes, `video_ids[j]` the id of column j's video and `targets[i]` query i's column. With
       `relational` evaluation, `relational[i]` is query i's relational flag, `num_shots[i]` its video's
       shot count and `min_shots` Rel-Multi's threshold (`null`: the median), so `metrics` reports
-      Rel-Multi from the file alone (SALI Sec. 4); without, the three are `null`.
+      Rel-Multi from the file alone (SALI Sec. 4); without, the three are `null`. `num_events[i]`
+      is query i's number of events and `query_tokens[i]` its untruncated length in the text
+      tower's tokens (`null` for a model that does not count them), so `compare` and `report` test
+      a slice of the queries (`--tokens`).
     """
     rows = RetrievalEvaluator.merge_queries(model, split, scores)
     targets = RetrievalEvaluator.merge_queries(model, split, split.targets)
+    device = split.index.device
+    per_query = {"num_events": torch.tensor([len(e) for e in split.events], dtype=torch.long, device=device)}
+    if hasattr(model, "query_token_counts"):
+        per_query["query_tokens"] = query_tokens(model, split.events, device)
+    counts = {
+        name: values.tolist() for name, values in RetrievalEvaluator.merge_queries(model, split, per_query).items()
+    }
     flags = {name: None for name in ("relational", "num_shots")}
     if relational is not None and "relational" in split.attributes:
         flags = {
@@ -579,6 +607,8 @@ def save_score_matrix(
         "targets": targets.tolist(),
         **flags,
         "min_shots": relational.min_shots if flags["relational"] is not None else None,
+        "num_events": counts["num_events"],
+        "query_tokens": counts.get("query_tokens"),
     }
     (run_dir / SCORE_IDS_FILE).write_text(json.dumps(ids))
 

@@ -18,6 +18,14 @@ def encode_multi_event(encoder: VideoTextEncoder, events: list[list[str]], mode:
     return pool_event_features(features, [len(e) for e in events])
 
 
+def query_token_counts(encoder: VideoTextEncoder, events: list[list[str]]) -> list[int]:
+    """Each multi-event query's length in the encoder's tokens, as its `concat` text (MELON
+    Sec. 4.2) before truncation: the length that decides whether `max_text_len` positions (77 for
+    CLIP, 248 for Long-CLIP) hold every event. Counted on the joined text in both query modes, so
+    a query has one length whichever way it is encoded."""
+    return encoder.text_token_counts([concat_query(e) for e in events])
+
+
 def pool_event_features(features: TextFeatures, counts: list[int]) -> TextFeatures:
     """Per-event features -> one query each: mean of the pooled vectors (MELON Tab. 5 "event
     pooling"); the valid word tokens of a query's events are concatenated in order."""

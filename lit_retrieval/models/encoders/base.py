@@ -33,6 +33,11 @@ class VideoTextEncoder(nn.Module, ABC):
     def encode_text(self, texts: list[str]) -> TextFeatures:
         """Tokenise and encode raw strings."""
 
+    def text_token_counts(self, texts: list[str]) -> list[int]:
+        """Tokens of each text under this encoder's tokenizer before truncation, special tokens
+        included: a text longer than `max_text_len` loses its tail (MELON Sec. 1's truncation)."""
+        raise NotImplementedError(f"{type(self).__name__} does not count text tokens")
+
     @abstractmethod
     def encode_video(self, frames: torch.Tensor, mask: torch.Tensor, with_patches: bool = False) -> VideoFeatures:
         """Encode normalised frames `[B, T, 3, H, W]` whose valid positions are `mask` `[B, T]`."""

@@ -146,6 +146,9 @@ class CLIPEncoder(VideoTextEncoder):
     def encode_text(self, texts: list[str]) -> TextFeatures:
         return self.text(texts)
 
+    def text_token_counts(self, texts: list[str]) -> list[int]:
+        return [len(ids) for ids in self.text.tokenizer(list(texts), truncation=False)["input_ids"]]
+
     def encode_video(self, frames: torch.Tensor, mask: torch.Tensor, with_patches: bool = False) -> VideoFeatures:
         if frames.shape[-2:] != (self.image_size, self.image_size):
             height, width = frames.shape[-2:]
