@@ -390,7 +390,7 @@ def one_row_plan(plan_dir: Path, tmp_path: Path, monkeypatch, overrides: dict) -
     monkeypatch.chdir(work)
     monkeypatch.setenv("PATH", fake_slurm(tmp_path)["PATH"])
     plan = yaml.safe_load(Path("plan.yaml").read_text())
-    plan.update(seeds=[0], rows=plan["rows"][:1], overrides=overrides)
+    plan.update(seeds=[0], rows=plan["rows"][:1], overrides=overrides, comparisons=[])  # the second row is gone
     Path("one.yaml").write_text(yaml.safe_dump(plan))
 
 
@@ -466,6 +466,7 @@ def test_a_failed_run_is_recorded_never_marked_done_and_listed_again(plan_dir, t
     monkeypatch.chdir(work)
     plan = yaml.safe_load(Path("plan.yaml").read_text())
     plan.update(seeds=[0], rows=plan["rows"][:1], overrides={"data.init_args.annotation": "missing/annotations.json"})
+    plan["comparisons"] = []  # they name the row left out
     Path("one.yaml").write_text(yaml.safe_dump(plan))
     assert run_command("grid", ["one.yaml", "--out", "runs", "--local"]) == 1
     run = Path("runs/meanp/seed0")

@@ -15,7 +15,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from lit_retrieval.errors import UsageError
+from lit_retrieval.errors import ConfigError, UsageError
 from lit_retrieval.metrics.paired import PairedResult, paired_comparison
 from lit_retrieval.metrics.ranking import text_to_video_ranks
 from lit_retrieval.metrics.score_files import check_same_rows, ids_file, load_matrix, load_targets
@@ -36,9 +36,9 @@ class TokenRange:
     def __post_init__(self) -> None:
         for bound in (self.low, self.high):
             if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int) or bound < 0):
-                raise ValueError(f"token bounds are counts >= 0 or unbounded, got {bound!r}")
+                raise ConfigError(f"token bounds are counts >= 0 or unbounded, got {bound!r}")
         if self.low is not None and self.high is not None and self.low > self.high:
-            raise ValueError(f"the token range {self.low}-{self.high} is empty (reversed bounds)")
+            raise ConfigError(f"the token range {self.low}-{self.high} is empty (reversed bounds)")
 
     def __str__(self) -> str:
         return f"{self.low or 0}-{'' if self.high is None else self.high} tokens"

@@ -147,7 +147,8 @@ class CLIPEncoder(VideoTextEncoder):
         return self.text(texts)
 
     def text_token_counts(self, texts: list[str]) -> list[int]:
-        return [len(ids) for ids in self.text.tokenizer(list(texts), truncation=False)["input_ids"]]
+        # verbose=False: the tokenizer would warn of every text over its maximum; counting them is the point
+        return [len(ids) for ids in self.text.tokenizer(list(texts), truncation=False, verbose=False)["input_ids"]]
 
     def encode_video(self, frames: torch.Tensor, mask: torch.Tensor, with_patches: bool = False) -> VideoFeatures:
         if frames.shape[-2:] != (self.image_size, self.image_size):
