@@ -22,6 +22,9 @@ optionally, the paper's published numbers (`lit-retrieval grid` runs a plan, `re
 
 A comparison needs its rows' test score matrices (`model.init_args.evaluation.save_scores: true`);
 `report` runs `lit-retrieval compare`'s test on each (docs/experiments.md, "Shared statistics").
+In an `evaluate: uvrb` plan a comparison reads each run's `uvrb/per_query.json` instead and tests the
+mean over tasks of each task's metric, optionally over some of them:
+`{name: curriculum, a: pyramid, b: uniform, tasks: [syn_t2v, syn_i2v]}`.
 
 A row with `evaluates: ROW` trains nothing: it tests ROW's checkpoint of the same seed under its own
 `test_configs` / `test_overrides` (e.g. SALI Tab. 3's inference variants of one trained model, Sec. 3:
@@ -87,7 +90,8 @@ class Row:
 @dataclass(frozen=True)
 class Comparison:
     """Row `a` against row `b` on the same test queries: R@`k`, over queries of `tokens` (both
-    bounds inclusive, `None` unbounded) when given, and of the relational subset `queries`."""
+    bounds inclusive, `None` unbounded) when given, and of the relational subset `queries`; in an
+    `evaluate: uvrb` plan, the mean over `tasks` (None: all) of each task's own metric."""
 
     name: str
     a: str
@@ -96,6 +100,7 @@ class Comparison:
     tokens: tuple[int | None, int | None] | None = None
     label: str = ""
     queries: str = "all"  # or SALI's relational subsets: relational, non_relational, rel_multi
+    tasks: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -284,7 +289,8 @@ def load_plan(path: str | Path) -> Plan:
     )
 
 
-COMPARISON_KEYS = {"name", "label", "a", "b", "k", "tokens", "queries"}
+COMPARISON_KEYS = {"name", "label", "a", "b", "k", "tokens", "queries", "tasks"}
+TEST_ONLY_KEYS = ("k", "tokens", "queries")  # slices of a test score matrix
 
 
 def _count(value: Any) -> bool:
@@ -295,8 +301,6 @@ def _comparison(raw: Any, number: int, rows: list[Row], evaluate: str, path: Pat
     where = f"comparisons[{number}]"
     if not isinstance(raw, dict) or set(raw) - COMPARISON_KEYS:
         raise UsageError(str(path), f"{where} must be a mapping of {sorted(COMPARISON_KEYS)}, got {raw!r}")
-    if evaluate != "test":
-        raise UsageError(str(path), f"{where}: comparisons test score matrices, which only 'evaluate: test' saves")
     name = raw.get("name")
     if not isinstance(name, str) or not NAME.match(name):
         raise UsageError(str(path), f"{where}: 'name' must be a name (letters, digits, _ . -), got {name!r}")
@@ -306,6 +310,10 @@ def _comparison(raw: Any, number: int, rows: list[Row], evaluate: str, path: Pat
             raise UsageError(str(path), f"{where} ({name}): '{side}' must name a row ({names}), got {raw.get(side)!r}")
     if raw["a"] == raw["b"]:
         raise UsageError(str(path), f"{where} ({name}): 'a' and 'b' are the same row {raw['a']!r}")
+    if evaluate == "uvrb":
+        return _task_comparison(raw, f"{where} ({name})", path)
+    if "tasks" in raw:
+        raise UsageError(str(path), f"{where} ({name}): 'tasks' selects uvrb tasks; this plan evaluates with 'test'")
     k = raw.get("k", 1)
     if not _count(k) or k < 1:
         raise UsageError(str(path), f"{where} ({name}): 'k' must be an integer >= 1, got {k!r}")
@@ -324,6 +332,20 @@ def _comparison(raw: Any, number: int, rows: list[Row], evaluate: str, path: Pat
             str(path), f"{where} ({name}): 'queries' must be one of {list(QUERY_SUBSETS)}, got {queries!r}"
         )
     return Comparison(name, raw["a"], raw["b"], k, tokens, str(raw.get("label", name)), queries)
+
+
+def _task_comparison(raw: dict[str, Any], where: str, path: Path) -> Comparison:
+    """A comparison of an `evaluate: uvrb` plan: each task's own metric over the named `tasks` (default
+    all), averaged over tasks as AVG_datasets is (`metrics/paired_tasks.py`)."""
+    sliced = [key for key in TEST_ONLY_KEYS if key in raw]
+    if sliced:
+        raise UsageError(str(path), f"{where}: {sliced} slice test score matrices; a uvrb plan compares 'tasks'")
+    tasks = raw.get("tasks")
+    if tasks is not None and (not isinstance(tasks, list) or not tasks or not all(isinstance(t, str) for t in tasks)):
+        raise UsageError(str(path), f"{where}: 'tasks' must be a non-empty list of task names, got {tasks!r}")
+    return Comparison(
+        raw["name"], raw["a"], raw["b"], label=str(raw.get("label", raw["name"])), tasks=tasks and tuple(tasks)
+    )
 
 
 def load_published(path: Path) -> dict[str, dict[str, float]]:

@@ -82,10 +82,12 @@ class ComparisonResult:
 
 
 def score_matrices(plan: Plan, runs_dir: Path, name: str) -> tuple[list[Path], bool]:
-    """The test score matrix of every finished seed of row `name` (beside its metrics.json), and
-    whether every planned seed finished; a run without one is a `UsageError` naming it."""
+    """The file each finished seed of row `name` compares, beside its metrics file: the test score
+    matrix, or uvrb's per_query.json in an `evaluate: uvrb` plan; and whether every planned seed
+    finished. A run without one is a `UsageError` naming it."""
     from lit_retrieval.errors import UsageError
     from lit_retrieval.metrics.score_files import SCORES_FILE
+    from lit_retrieval.uvrb.runner import PER_QUERY_FILE
 
     row = plan.row(name)
     assert row is not None
@@ -93,9 +95,16 @@ def score_matrices(plan: Plan, runs_dir: Path, name: str) -> tuple[list[Path], b
     found = [f for f in folders if (f / DONE).exists()]
     paths = []
     for folder in found:
-        path = (folder / read_done(folder)["metrics"]).parent / SCORES_FILE
+        metrics = folder / read_done(folder)["metrics"]
+        if plan.evaluate == "uvrb":
+            path, cause = metrics.parent / PER_QUERY_FILE, "written by `uvrb` since the paired comparisons"
+        else:
+            path, cause = (
+                metrics.parent / SCORES_FILE,
+                "the plan's comparisons need model.init_args.evaluation.save_scores",
+            )
         if not path.is_file():
-            raise UsageError(str(path), "missing: the plan's comparisons need model.init_args.evaluation.save_scores")
+            raise UsageError(str(path), f"missing: {cause}")
         paths.append(path)
     return paths, len(found) == len(folders)
 
@@ -103,11 +112,15 @@ def score_matrices(plan: Plan, runs_dir: Path, name: str) -> tuple[list[Path], b
 def compare_rows(plan: Plan, runs_dir: Path) -> list[ComparisonResult]:
     """Every comparison whose two rows have a finished seed each, Holm-corrected over those run."""
     from lit_retrieval.metrics.paired_scores import TokenRange, compare_score_files, holm
+    from lit_retrieval.metrics.paired_tasks import compare_per_query_files
 
     results = []
     for comparison in plan.comparisons:
         (a, a_done), (b, b_done) = (score_matrices(plan, runs_dir, n) for n in (comparison.a, comparison.b))
-        if a and b:
+        if a and b and plan.evaluate == "uvrb":
+            paired = {**compare_per_query_files(a, b, comparison.tasks).as_dict(), "measure": "task mean"}
+            results.append(ComparisonResult(comparison, (len(a), len(b)), a_done and b_done, paired))
+        elif a and b:
             tokens = None if comparison.tokens is None else TokenRange(*comparison.tokens)
             paired = compare_score_files(a, b, comparison.k, tokens=tokens, queries=comparison.queries)
             results.append(ComparisonResult(comparison, (len(a), len(b)), a_done and b_done, paired.as_dict()))
@@ -121,22 +134,25 @@ def comparisons_markdown(results: list[ComparisonResult], digits: int = 2) -> st
         "",
         "## Paired comparisons (test queries)",
         "",
-        "Per query, the R@k hit averaged over a row's seeds, A − B; two-sided sign-flip p-value and 95 % "
+        "Per query, the R@k hit (a uvrb plan: its task's metric, weighted so that the mean is the mean over "
+        "tasks) averaged over a row's seeds, A − B; two-sided sign-flip p-value and 95 % "
         f"bootstrap interval over the queries; Holm's correction over the {len(results)} comparisons "
         "(docs/experiments.md).",
         "",
-        "| comparison | A | B | queries | runs | A R@k | B R@k | A − B [95 % CI] | p | p (Holm) |",
+        "| comparison | A | B | queries | runs | A | B | A − B [95 % CI] | p | p (Holm) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         c, v = r.comparison, r.result
         sliced = [] if c.tokens is None else [f"{c.tokens[0] or 0}-{c.tokens[1] or ''} tokens"]
         sliced += [] if c.queries == "all" else [c.queries]
+        sliced += [] if c.tasks is None else [", ".join(c.tasks)]
+        measure = v.get("measure", f"R@{c.k}")
         queries = f"{v['queries']}" + (f" ({', '.join(sliced)})" if sliced else "")
         runs = f"{r.runs[0]}/{r.runs[1]}" + ("" if r.complete else " incomplete")
         low, high = v["ci95"]
         lines.append(
-            f"| {c.label} | {c.a} | {c.b} | {queries} | {runs} | R@{c.k} {v['a']:.{digits}f} | {v['b']:.{digits}f} | "
+            f"| {c.label} | {c.a} | {c.b} | {queries} | {runs} | {measure} {v['a']:.{digits}f} | {v['b']:.{digits}f} | "
             f"{v['difference']:+.{digits}f} [{low:+.{digits}f}, {high:+.{digits}f}] | {v['p_value']:.4g} | "
             f"{r.holm_p:.4g} |"
         )
@@ -156,7 +172,8 @@ def write_comparisons_csv(results: list[ComparisonResult], path: Path) -> None:
             c, v = r.comparison, r.result
             low, high = c.tokens or (None, None)
             writer.writerow(
-                [c.name, c.a, c.b, c.k, "" if low is None else low, "" if high is None else high, c.queries]
+                [c.name, c.a, c.b, c.k, "" if low is None else low, "" if high is None else high]
+                + [c.queries if c.tasks is None else "+".join(c.tasks)]
                 + [v["queries"], r.runs[0], r.runs[1], r.complete, repr(v["a"]), repr(v["b"]), repr(v["difference"])]
                 + [repr(v["ci95"][0]), repr(v["ci95"][1]), repr(v["p_value"]), repr(r.holm_p), v["test"]]
             )

@@ -122,6 +122,19 @@ def scored_search(
     return BlockwiseResult(topk, topk_scores, ranks, relevance or Relevance.from_lists([[]] * n))
 
 
+def query_values(result: BlockwiseResult, metric: str) -> torch.Tensor:
+    """Each query's term of `metric` (`R@k`, `hit@k` or `P@1`) as `ranked_metrics` averages it, NaN
+    for a query without a relevant item: the per-query values a paired test compares."""
+    name, _, k = ("hit@1" if metric == "P@1" else metric).partition("@")
+    if name not in ("R", "hit") or not k.isdigit():
+        raise ValueError(f"metric must be R@k, hit@k or P@1, got {metric!r}")
+    rel = result.relevance
+    counts = rel.offsets.diff()
+    within = torch.zeros(len(counts), dtype=torch.float64).index_add_(0, rel.owners, (result.ranks <= int(k)).double())
+    values = within / counts.clamp(min=1) if name == "R" else (within > 0).double()
+    return torch.where(counts > 0, values, torch.full_like(values, float("nan")))
+
+
 def ranked_metrics(result: BlockwiseResult, ks: tuple[int, ...] = (1, 5, 10)) -> dict[str, float]:
     """Fractions in [0, 1] averaged over queries with at least one relevant item:
     `R@k` = share of a query's relevant items ranked within k; `P@1` = whether the top item is
@@ -136,9 +149,8 @@ def ranked_metrics(result: BlockwiseResult, ks: tuple[int, ...] = (1, 5, 10)) ->
     n = len(counts)
     out: dict[str, float] = {}
     for k in ks:
-        within = torch.zeros(n, dtype=torch.float64).index_add_(0, owners, (result.ranks <= k).double())
-        out[f"R@{k}"] = float((within[keep] / counts[keep]).mean())
-        out[f"hit@{k}"] = float((within[keep] > 0).double().mean())
+        out[f"R@{k}"] = float(query_values(result, f"R@{k}")[keep].mean())
+        out[f"hit@{k}"] = float(query_values(result, f"hit@{k}")[keep].mean())
     best = torch.full((n,), float("inf"), dtype=torch.float64).scatter_reduce(0, owners, result.ranks, reduce="amin")[
         keep
     ]

@@ -40,3 +40,18 @@ def ability_scores(scores: dict[str, float]) -> dict[str, float]:
     out["AVG_abilities"] = mean(out[k] for k in ("TXT", "CMP", "VIS", "CG", "FG", "LC"))
     out["AVG_datasets"] = mean(scores.values())
     return {k: out[k] for k in ("AVG_datasets", "AVG_abilities", *ABILITIES)}
+
+
+def grouped_ability_scores(scores: dict[str, float], groups: dict[str, str]) -> dict[str, float]:
+    """Abilities of a task list other than UVRB's 16 (e.g. `gve-tasks`' synthetic suite): each task
+    names the one ability it measures (`ability:` in the task list); an ability scores the mean of its
+    tasks, AVG_abilities the mean over abilities and AVG_datasets the mean over tasks, as Tab. 2 does
+    for the flat UVRB abilities (TXT, CMP, VIS). Abilities keep their first task's order."""
+    missing = sorted(set(scores) - set(groups))
+    if missing:
+        raise ValueError(f"tasks without an ability: {missing}")
+    by_ability: dict[str, list[float]] = {}
+    for name, score in scores.items():
+        by_ability.setdefault(groups[name], []).append(score)
+    out = {ability: mean(values) for ability, values in by_ability.items()}
+    return {"AVG_datasets": mean(scores.values()), "AVG_abilities": mean(out.values()), **out}

@@ -1,8 +1,9 @@
 """Evaluate an embedder on retrieval tasks (UVRB by default): embed each corpus and query set
 once (cached), rank the corpus by cosine for every query blockwise, and compute each dataset's
 metric (GVE Sec. 4.1: R@1, R@10 for CMRB and LoVR-TH, P@1 for MS-TI and MS-TV); then write
-`results.json`, `results.md` and `results.png`, with UVRB's ability aggregates when all 16 are
-present.
+`results.json`, `results.md`, `results.png` and `per_query.json` (each query's term of its task's
+metric, which a plan's paired comparisons test), with UVRB's ability aggregates when all 16 are
+present, or a task list's own when each of its tasks names an `ability` (`grouped_ability_scores`).
 
 A dual encoder with a pairwise head (X-CLIP, TS2-Net, UCoFiA, UATVR, PAU, tightTransf, SALI)
 comes as a `HeadItemEncoder`: its representations are cached the same way, and the head scores
@@ -18,21 +19,30 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from lit_retrieval.errors import ConfigError
-from lit_retrieval.metrics.blockwise import BlockwiseResult, Relevance, blockwise_search, ranked_metrics, scored_search
+from lit_retrieval.metrics.blockwise import (
+    BlockwiseResult,
+    Relevance,
+    blockwise_search,
+    query_values,
+    ranked_metrics,
+    scored_search,
+)
 from lit_retrieval.models.heads.base import SimilarityHead, map_rep, rep_len
 from lit_retrieval.search.cache import EmbeddingCache
 from lit_retrieval.search.embedders import DualEncoderEmbedder, HeadItemEncoder, ItemEmbedder
-from lit_retrieval.uvrb.abilities import ABILITIES, ability_scores
+from lit_retrieval.uvrb.abilities import ability_scores, grouped_ability_scores
 from lit_retrieval.uvrb.datasets import UVRB_DATASETS
 from lit_retrieval.uvrb.tasks import RetrievalTaskSpec, load_retrieval_task
 
 log = logging.getLogger(__name__)
+PER_QUERY_FILE = "per_query.json"  # each task's per-query metric values, for paired comparisons
 
 
 def pairwise_head(embedder: ItemEmbedder | HeadItemEncoder) -> SimilarityHead | None:
@@ -75,6 +85,7 @@ def evaluate_task(
         if head.calibration_bank:
             extra["note"] = f"{type(head).__name__}'s calibration with training queries is not applied"
     metrics = ranked_metrics(result, ks=(1, 5, 10))
+    values = query_values(result, spec.metric).tolist()
     return {
         "score": metrics[spec.metric],
         "metric": spec.metric,
@@ -82,6 +93,8 @@ def evaluate_task(
         "corpus": len(data.corpus),
         **metrics,
         **extra,
+        # moved to per_query.json by `run_benchmark`; None: a query without a relevant item
+        "per_query": {"ids": data.query_ids, "values": [None if math.isnan(v) else v for v in values]},
     }
 
 
@@ -113,8 +126,11 @@ def run_benchmark(
 ) -> dict[str, Any]:
     cache = EmbeddingCache(cache_dir, progress=True)  # each dataset's embedding shown as it goes
     datasets = {}
+    per_query = {}
     for spec in specs:
         datasets[spec.name] = evaluate_task(embedder, spec, cache, batch_size, memory_mb)
+        if "per_query" in datasets[spec.name]:
+            per_query[spec.name] = {"metric": spec.metric, **datasets[spec.name].pop("per_query")}
         log.info("%s: %s", spec.name, datasets[spec.name])
     scores = {n: r["score"] for n, r in datasets.items() if "score" in r}
     results: dict[str, Any] = {
@@ -124,9 +140,12 @@ def run_benchmark(
     }
     if set(scores) == set(UVRB_DATASETS):
         results["abilities"] = ability_scores(scores)
+    elif scores and all(spec.ability for spec in specs if spec.name in scores):
+        results["abilities"] = grouped_ability_scores(scores, {spec.name: spec.ability for spec in specs})
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2))
+    (out / PER_QUERY_FILE).write_text(json.dumps(per_query))
     (out / "results.md").write_text(markdown_table(results))
     plot_results(results, out / "results.png")
     return results
@@ -142,7 +161,7 @@ def markdown_table(results: dict[str, Any]) -> str:
         else:
             lines.append(f"| {name} | {r['metric']} | — ({r['skipped']}) | | | |")
     if "abilities" in results:
-        keys = ("AVG_datasets", "AVG_abilities", *ABILITIES)
+        keys = list(results["abilities"])
         lines += [
             "",
             "| " + " | ".join(keys) + " |",
@@ -166,7 +185,8 @@ def plot_results(results: dict[str, Any], path: str | Path) -> Path:
     axes[0][0].tick_params(axis="x", rotation=60)
     if panels == 2:
         abilities = results["abilities"]
-        axes[0][1].bar(list(ABILITIES), [abilities[k] for k in ABILITIES], color="tab:orange")
+        names = [k for k in abilities if not k.startswith("AVG_")]
+        axes[0][1].bar(names, [abilities[k] for k in names], color="tab:orange")
         axes[0][1].set(ylim=(0, 1), title=f"abilities (AVG {abilities['AVG_abilities']:.3f})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -50,6 +50,7 @@ class RetrievalTaskSpec:
     prompt: str | None = None
     corpus_instruction: str | None = None
     metric: str | None = None
+    ability: str | None = None  # the ability a task outside UVRB counts toward (`grouped_ability_scores`)
 
     def __post_init__(self) -> None:
         known = UVRB_DATASETS.get(self.name)

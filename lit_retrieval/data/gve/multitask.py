@@ -204,6 +204,8 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
             `offline` (the task files' negatives, mined once before training); module notes.
         prober_path: Psi_1, the first epoch's prober: a model directory (the paper: GME-7B) or `model` (the
             model itself, our fallback); None: unset, refused by the callbacks that probe.
+        hard_negatives: false trains every task on in-batch negatives alone (each task's `num_negatives`
+            taken as 0): the ablation of GVE Sec. 3.3's hard negatives, which are added to the in-batch ones.
     """
 
     def __init__(
@@ -221,6 +223,7 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
         frame_cache: str | None = None,
         negative_mining: Literal["offline", "prober"] = "offline",
         prober_path: str | None = None,
+        hard_negatives: bool = True,
     ) -> None:
         super().__init__()
         # impossible values are refused when the config is parsed (LightningCLI builds the module then)
@@ -235,7 +238,9 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
             raise ConfigError(
                 f"data.prober_path: {prober_path} is not a model directory (or 'model': the model itself)"
             )
-        self.specs = [t for t in tasks if include_synthetic or not t.synthetic]
+        self.specs = [
+            t if hard_negatives else replace(t, num_negatives=0) for t in tasks if include_synthetic or not t.synthetic
+        ]
         if not self.specs:
             raise ConfigError("data.tasks: no training task left (all are synthetic and include_synthetic is false)")
         names = [t.name for t in self.specs]

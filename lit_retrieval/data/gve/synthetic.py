@@ -12,13 +12,22 @@ From each corpus video and event (GVE Sec. 3.2's "multimodal task extension", on
 
 All but `syn_t2v` are marked synthetic. Train files come from the corpus' train videos, val files
 from its test videos. Media paths in the JSONL files are relative to the file's folder.
+
+The val pairs are also written as a held-out evaluation suite for `lit-retrieval uvrb`
+(`eval/<task>/{corpus,queries,qrels}.jsonl` and the task list `eval/tasks.yaml`): each task's corpus
+is its distinct targets (the whole test video is the target of all its events' I->V and V->V
+queries), its prompt the training instruction, and its `ability` the UVRB task type its query
+modalities make it (GVE Sec. 3.1): TXT for text queries (T->V, T->I), CMP for text with a video
+(TV->V), VIS for visual queries (I->V, V->V).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
+import yaml
 from PIL import Image
 
 from lit_retrieval.data.annotations import load_annotations
@@ -34,6 +43,7 @@ TASKS = {  # name: (format, hard negatives, synthetic, query instruction)
     "syn_v2v": ("V->V", 0, True, "Find the original long video according to the short video clip."),
     "syn_tv2v": ("TV->V", 1, True, "Find the video clip that continues the given video as the text describes."),
 }
+ABILITY = {"syn_t2v": "TXT", "syn_t2i": "TXT", "syn_i2v": "VIS", "syn_v2v": "VIS", "syn_tv2v": "CMP"}
 
 
 def _records(video: VideoRecord, corpus: Path, frames_dir: Path, base: Path) -> dict[str, list[dict]]:
@@ -87,7 +97,39 @@ def make_gve_tasks(corpus: str | Path, out: str | Path, batch_size: int = 8) -> 
                 specs[split].append(
                     TaskSpec(name, str(path), fmt, batch_size, negatives, instruction, synthetic=synthetic)
                 )
+        if split == "val":
+            write_eval_tasks(rows, base, out / "eval")
     return specs
+
+
+def _rebased(item: dict, base: Path, root: Path) -> dict:
+    """`item` with its media paths (relative to `base`) made relative to `root`."""
+    return {k: os.path.relpath(base / v, root) if k in ("image", "video") else v for k, v in item.items()}
+
+
+def write_eval_tasks(rows: dict[str, list[dict]], base: Path, out: Path) -> Path:
+    """The val pairs as corpus / queries / qrels task folders and their task list (module notes)."""
+    entries = []
+    for name, records in rows.items():
+        if not records:
+            continue
+        root = out / name
+        root.mkdir(parents=True, exist_ok=True)
+        corpus: dict[str, str] = {}  # a target's JSON -> its corpus id
+        queries, qrels = [], []
+        for record in records:
+            target = json.dumps(_rebased(record["positive"], base, root), sort_keys=True)
+            corpus_id = corpus.setdefault(target, f"c{len(corpus)}")
+            queries.append({"id": record["id"], **_rebased(record["query"], base, root)})
+            qrels.append({"query_id": record["id"], "corpus_id": corpus_id, "score": 1})
+        write_task(root / "corpus.jsonl", [{"id": cid, **json.loads(t)} for t, cid in corpus.items()])
+        write_task(root / "queries.jsonl", queries)
+        write_task(root / "qrels.jsonl", qrels)
+        entries.append({"name": name, "dir": name, "prompt": TASKS[name][3], "ability": ABILITY[name]})
+    path = out / "tasks.yaml"
+    # task dirs are read relative to `root` (`lit-retrieval uvrb --root` overrides it): `out` as given
+    path.write_text(yaml.safe_dump({"root": str(out), "tasks": entries}, sort_keys=False))
+    return path
 
 
 def summary(specs: dict[str, list[TaskSpec]]) -> str:
