@@ -3,17 +3,20 @@
 Frames go through the ViT one by one (CLIP4Clip's image-level encoding, arXiv:2104.08860); the
 post-LayerNorm and visual projection are applied to every token, so heads get frame CLS features
 and, on request, patch tokens. Only valid (unpadded) frames are encoded, in chunks of
-`frame_chunk` frames to bound memory.
+`frame_chunk` frames to bound memory. The frame helpers (`check_frame_size`, `frame_chunks`,
+`encode_valid_frames`, `hook_attention_input`) serve the open_clip and SigLIP encoders too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 from torch import nn
-from transformers import AutoTokenizer, CLIPConfig, CLIPModel
+from transformers import AutoTokenizer, CLIPConfig, CLIPModel, PreTrainedTokenizerBase
 
 from lit_retrieval.errors import ConfigError
 from lit_retrieval.models.encoders.base import VideoTextEncoder, VisionForward, VisionHook
@@ -71,6 +74,85 @@ def extend_text_positions(clip: CLIPModel, max_len: int, keep: int = 20) -> None
     embeddings.position_embedding = nn.Embedding.from_pretrained(stretched[:max_len].clone(), freeze=False)
     embeddings.position_ids = torch.arange(max_len).unsqueeze(0)
     clip.config.text_config.max_position_embeddings = max_len
+
+
+def hf_token_counts(tokenizer: PreTrainedTokenizerBase, texts: list[str]) -> list[int]:
+    """Each text's untruncated length under a Hugging Face tokenizer, special tokens included."""
+    # verbose=False: the tokenizer would warn of every text over its maximum; counting them is the point
+    return [len(ids) for ids in tokenizer(list(texts), truncation=False, verbose=False)["input_ids"]]
+
+
+def check_frame_size(frames: torch.Tensor, image_size: int) -> None:
+    """Frames `[..., H, W]` must be `image_size` square: a `ConfigError` naming the data option otherwise."""
+    if frames.shape[-2:] != (image_size, image_size):
+        height, width = frames.shape[-2:]
+        raise ConfigError(
+            f"data.image_size: frames of {height}x{width} px, but the vision tower (model.encoder) expects "
+            f"{image_size}x{image_size}: set data.init_args.image_size: {image_size}, "
+            f"or use an encoder built for {height} px"
+        )
+
+
+def frame_chunks(
+    valid: torch.Tensor, lengths: torch.Tensor, size: int, whole_videos: bool
+) -> Iterator[tuple[torch.Tensor, torch.Tensor | None]]:
+    """Chunks of about `size` valid frames (`valid` holds the frames of `len(lengths)` videos, video
+    after video); with `whole_videos` (vision hooks, a vision forward) chunks hold whole videos so those
+    see every frame of a video together, and each chunk comes with its frames per video."""
+    if not whole_videos:
+        for chunk in valid.split(size):
+            yield chunk, None
+        return
+    start, group = 0, []
+    for count in lengths.tolist():
+        if group and sum(group) + count > size:
+            yield valid[start : start + sum(group)], torch.tensor(group)
+            start, group = start + sum(group), []
+        group.append(count)
+    if group:
+        yield valid[start : start + sum(group)], torch.tensor(group)
+
+
+def encode_valid_frames(
+    frames: torch.Tensor,
+    mask: torch.Tensor,
+    encode_chunk: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor],
+    embed_dim: int,
+    chunk_size: int,
+    whole_videos: bool,
+    with_patches: bool,
+) -> VideoFeatures:
+    """CLIP4Clip's image-level frame encoding (arXiv:2104.08860) of the valid frames only:
+    `encode_chunk(chunk, lengths)` maps `[n, 3, H, W]` to projected tokens `[n, 1 (+ patches), D]`
+    (the frame feature first); padded positions get zeros."""
+    batch, length = mask.shape
+    mask = mask.bool()
+    chunks = [
+        encode_chunk(chunk, lengths)
+        for chunk, lengths in frame_chunks(frames[mask], mask.sum(1), chunk_size, whole_videos)
+    ]
+    tokens = torch.cat(chunks) if chunks else frames.new_zeros(0, 1, embed_dim)
+    cls = tokens.new_zeros(batch, length, embed_dim)
+    cls[mask] = tokens[:, 0]
+    patches = None
+    if with_patches:
+        patches = tokens.new_zeros(batch, length, tokens.shape[1] - 1, embed_dim)
+        patches[mask] = tokens[:, 1:]
+    return VideoFeatures(frames=cls, mask=mask, patches=patches)
+
+
+def hook_attention_input(attention: nn.Module, hook: VisionHook, lengths: Callable[[], torch.Tensor | None]) -> None:
+    """Run `hook(tokens, lengths())` on the input of an attention module (`VideoTextEncoder.add_vision_hook`):
+    transformers' `hidden_states` (keyword or first argument), or a query given positionally together
+    with the same tensor as key and value (`nn.MultiheadAttention` as open_clip's blocks call it)."""
+
+    def before_attention(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        if args:
+            shifted = hook(args[0], lengths())
+            return tuple(shifted if a is args[0] else a for a in args), kwargs
+        return args, {**kwargs, "hidden_states": hook(kwargs["hidden_states"], lengths())}
+
+    attention.register_forward_pre_hook(before_attention, with_kwargs=True)
 
 
 class CLIPEncoder(VideoTextEncoder):
@@ -147,66 +229,36 @@ class CLIPEncoder(VideoTextEncoder):
         return self.text(texts)
 
     def text_token_counts(self, texts: list[str]) -> list[int]:
-        # verbose=False: the tokenizer would warn of every text over its maximum; counting them is the point
-        return [len(ids) for ids in self.text.tokenizer(list(texts), truncation=False, verbose=False)["input_ids"]]
+        return hf_token_counts(self.text.tokenizer, texts)
 
     def encode_video(self, frames: torch.Tensor, mask: torch.Tensor, with_patches: bool = False) -> VideoFeatures:
-        if frames.shape[-2:] != (self.image_size, self.image_size):
-            height, width = frames.shape[-2:]
-            raise ConfigError(
-                f"data.image_size: frames of {height}x{width} px, but the vision tower (model.encoder) expects "
-                f"{self.image_size}x{self.image_size}: set data.init_args.image_size: {self.image_size}, "
-                f"or use an encoder built for {height} px"
-            )
-        batch, length = mask.shape
-        mask = mask.bool()
+        check_frame_size(frames, self.image_size)
         if with_patches and self.vision_forward is not None:
             raise ValueError(
                 "patch tokens are not available while a vision forward (e.g. TempMe's token merging) is set"
             )
-        chunks = []
-        for chunk, lengths in self._frame_chunks(frames[mask], mask.sum(1)):
-            self._chunk_lengths = lengths
-            if self.vision_forward is not None:
-                hidden = self.vision_forward(self.vision, chunk, lengths).unsqueeze(1)
-            else:
-                hidden = self.vision(pixel_values=chunk).last_hidden_state
-                hidden = hidden if with_patches else hidden[:, :1]
-            chunks.append(self.visual_projection(self.vision.post_layernorm(hidden)))
-        tokens = torch.cat(chunks) if chunks else frames.new_zeros(0, 1, self.embed_dim)
-        cls = tokens.new_zeros(batch, length, self.embed_dim)
-        cls[mask] = tokens[:, 0]
-        patches = None
-        if with_patches:
-            patches = tokens.new_zeros(batch, length, tokens.shape[1] - 1, self.embed_dim)
-            patches[mask] = tokens[:, 1:]
-        return VideoFeatures(frames=cls, mask=mask, patches=patches)
+        whole_videos = bool(self.vision_hooks) or self.vision_forward is not None
+        return encode_valid_frames(
+            frames,
+            mask,
+            partial(self._encode_chunk, with_patches=with_patches),
+            self.embed_dim,
+            self.frame_chunk,
+            whole_videos,
+            with_patches,
+        )
 
-    def _frame_chunks(self, valid: torch.Tensor, lengths: torch.Tensor):
-        """Chunks of about `frame_chunk` valid frames; with vision hooks or a vision forward,
-        chunks hold whole videos so they see every frame of a video together."""
-        if not self.vision_hooks and self.vision_forward is None:
-            for chunk in valid.split(self.frame_chunk):
-                yield chunk, None
-            return
-        start, group = 0, []
-        for count in lengths.tolist():
-            if group and sum(group) + count > self.frame_chunk:
-                yield valid[start : start + sum(group)], torch.tensor(group)
-                start, group = start + sum(group), []
-            group.append(count)
-        if group:
-            yield valid[start : start + sum(group)], torch.tensor(group)
+    def _encode_chunk(self, chunk: torch.Tensor, lengths: torch.Tensor | None, with_patches: bool) -> torch.Tensor:
+        self._chunk_lengths = lengths
+        if self.vision_forward is not None:
+            hidden = self.vision_forward(self.vision, chunk, lengths).unsqueeze(1)
+        else:
+            hidden = self.vision(pixel_values=chunk).last_hidden_state
+            hidden = hidden if with_patches else hidden[:, :1]
+        return self.visual_projection(self.vision.post_layernorm(hidden))
 
     def add_vision_hook(self, block: int, hook: VisionHook) -> None:
-        attention = self.vision.encoder.layers[block].self_attn
-
-        def before_attention(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-            if args:
-                return (hook(args[0], self._chunk_lengths), *args[1:]), kwargs
-            return args, {**kwargs, "hidden_states": hook(kwargs["hidden_states"], self._chunk_lengths)}
-
-        attention.register_forward_pre_hook(before_attention, with_kwargs=True)
+        hook_attention_input(self.vision.encoder.layers[block].self_attn, hook, lambda: self._chunk_lengths)
         self.vision_hooks.append((block, hook))
 
     def set_vision_forward(self, forward: VisionForward) -> None:
