@@ -12,6 +12,11 @@
 # GPU, GVE-3B batch 64 per GPU; plain and cached at chunks 64, 16, 4, plain may run out of memory,
 # which its row then says) and writes one JSON line to benchmarks/_work/grad_cache.json and stdout
 # (GRAD_CACHE=0 skips it; with --cpu it runs only with GRAD_CACHE=1, at tiny sizes and one chunk).
+# Last, the NVDEC case: benchmarks/decoders.py --device cuda (torchcodec decoding on the GPU next to
+# PyAV and torchcodec on the CPU, one JSON line to benchmarks/_work/decoders_nvdec.json and stdout),
+# attempted only when CUDA, torchcodec and FFmpeg's shared libraries are all there (a torchcodec cp312
+# wheel put into benchmarks/device_wheels is installed with the others; device_wheels.sh does not fetch
+# it); otherwise one skip line on stderr says which is missing (DECODERS=0 skips it; so does --cpu).
 #   bash benchmarks/device_check.sh            # on the GPU node, about 5-8 minutes + 3-5 for grad_cache
 #   bash benchmarks/device_check.sh --cpu      # the same script at tiny sizes on a CPU
 set -uo pipefail
@@ -48,5 +53,23 @@ fi
 if [ "${GRAD_CACHE:-$GC_DEFAULT}" != 0 ]; then
   "$PY" benchmarks/grad_cache.py "${GC_ARGS[@]}" | tee "$(dirname "$OUT")/grad_cache.json" \
     || echo "grad_cache benchmark failed" >&2
+fi
+if [ "${1:-}" = "--cpu" ] || [ "${DECODERS:-1}" = 0 ]; then
+  echo "decoders NVDEC: skipped (--cpu or DECODERS=0)" >&2
+else
+  NVDEC_MISSING=$("$PY" -c '
+import torch
+from lit_retrieval.data.media.torchcodec_decoder import require_torchcodec
+try:
+    require_torchcodec()
+    print("" if torch.cuda.is_available() else "no CUDA device")
+except Exception as err:
+    print(err)' 2>/dev/null) || NVDEC_MISSING="the availability check failed to run"
+  if [ -n "$NVDEC_MISSING" ]; then
+    echo "decoders NVDEC: skipped: $NVDEC_MISSING" >&2
+  else
+    "$PY" benchmarks/decoders.py --device cuda --videos 60s | tee "$(dirname "$OUT")/decoders_nvdec.json" \
+      || echo "decoders NVDEC benchmark failed" >&2
+  fi
 fi
 exit $status

@@ -10,22 +10,40 @@ it on MTEB's retrieval tasks (the optional `mteb` extra: `pip install -e '.[mteb
     model = MTEBModel.from_spec(ModelSpec(config="train.yaml", ckpt="last.ckpt"), name="me/clip4clip-meanp")
     mteb.evaluate(model, mteb.get_tasks(tasks=["SciFact"]), cache=None)
 
-`encode` takes MTEB's batches (dicts of lists: `text` strings, `image` PIL images, `video`
-`[T, C, H, W]` uint8 frames as MTEB's video collator hands them) and returns one unit vector per
-row; `similarity` is their dot product (the cosine of GVE Definition 1 and of every indexable
-head). Query rows get the task's query prompt as the instruction (GVE's prompts; dual encoders
-ignore instructions), document rows none, as `uvrb` embeds corpora. Images and frames reach our
-embedders as files, which is what they read: an image is written as a lossless PNG, a video's
-frames as a lossless RGB H.264 file at one frame per second, which the embedder samples as it
-samples any video (its own frame count, `exact` or `keyframe`): MTEB's frames, not the original
-file's, so video scores can differ from `uvrb` on the source files by the frames MTEB chose.
+The model declares the modalities its embedder takes (`mteb_model_meta.modalities`: text, image and
+video for GVE, text and video for dual encoders), so mteb runs its video tasks (t2v, v2t, ...) on it.
+
+`encode` takes MTEB's batches (dicts of lists: `text` strings, `image` PIL images, `video` as mteb
+2.x hands it) and returns one unit vector per row; `similarity` is their dot product (the cosine of
+GVE Definition 1 and of every indexable head). Query rows get the task's query prompt as the
+instruction (GVE's prompts; dual encoders ignore instructions), document rows none, as `uvrb`
+embeds corpora.
+
+Videos. mteb's default collator hands each video as the dataset's `datasets.Video` value: a
+torchcodec `VideoDecoder` (the `torchcodec` extra and FFmpeg's libraries), no frames decoded. Frames
+are taken as mteb's own video wrappers take them, with mteb's `FramesCollator.resample_video` in
+fixed-count mode (the X-CLIP / ViCLIP wrappers' `num_frames`): N frames at indices
+round(linspace(0, n - 1, N)) of the video's n frames (each frame repeated in place when n < N), N
+being what our embedder embeds: a dual encoder its data module's `num_frames`, GVE its clip frame
+count for the video's duration (`GVEProcessing.frame_count`; 8 with GVE's defaults fps 1,
+max_frames 8, min_frames 32, where mteb's GVE wrapper asks fps=1, max_frames=8: the same 8 frames
+for videos of 8 s and more, 8 rather than one a second for shorter ones). These are the frames our
+sampler's `linspace_frames` picks from the file itself. A `[T, C, H, W]` uint8 tensor (what mteb's
+frame collators produce, when a caller applies one) is taken as it is.
+
+Images and frames reach our embedders as files, which is what they read: an image is written as a
+lossless PNG, a video's frames as a lossless RGB H.264 file at one frame per second with every
+frame a key frame, which the embedder samples as it samples any video: N frames in N seconds, so a
+dual encoder's bin centres and GVE's `linspace_frames` take each written frame once (`exact` and
+`keyframe` alike). MTEB's frames, not the original file's own sampling: scores can differ from
+`uvrb` on the source files by the frames chosen and their timing (1 s apart in the written file).
 Pairwise heads have no embedding to hand MTEB (they score pairs: evaluate them with `uvrb`).
 """
 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +54,9 @@ from PIL import Image
 from lit_retrieval.data.items import MediaItem
 from lit_retrieval.search.embedders import ItemEmbedder
 from lit_retrieval.search.loading import ModelSpec, load_item_embedder
+
+MODALITIES = {"T": "text", "I": "image", "V": "video"}  # our item kinds' letters -> mteb's modality names
+DEFAULT_FRAMES = 8  # an embedder that names no frame count (mteb's GVE wrapper's max_frames)
 
 
 class MTEBModel:
@@ -52,12 +73,38 @@ class MTEBModel:
         return cls(load_item_embedder(spec), name, batch_size)
 
     @property
+    def modalities(self) -> list[str]:
+        """mteb's names of the modalities the embedder takes (`ItemEmbedder.modalities`: item kinds
+        such as "T", "V", "TV"), in mteb's order: text, image, video."""
+        letters = set("".join(self.embedder.modalities))
+        return [name for letter, name in MODALITIES.items() if letter in letters]
+
+    @property
     def mteb_model_meta(self):
-        """MTEB's metadata: our name and fingerprint (as the revision), cosine similarity."""
+        """MTEB's metadata: our name and fingerprint (as the revision), cosine similarity, and the
+        modalities (mteb refuses a task whose query or document modalities the model lacks)."""
         from mteb.models.model_meta import ModelMeta
 
-        overwrites = {"name": self.name, "revision": self.embedder.fingerprint, "similarity_fn_name": "cosine"}
+        overwrites = {
+            "name": self.name,
+            "revision": self.embedder.fingerprint,
+            "similarity_fn_name": "cosine",
+            "modalities": self.modalities,
+        }
         return ModelMeta.create_empty(overwrites)
+
+    def video_frames(self, video: Any) -> torch.Tensor:
+        """`[T, C, H, W]` uint8 frames of one video as mteb hands it (module docstring)."""
+        if isinstance(video, (torch.Tensor, np.ndarray)):
+            return torch.as_tensor(video)
+        from mteb.models.modality_collators import FramesCollator
+
+        metadata = video.metadata
+        count = embedded_frame_count(self.embedder, float(metadata.duration_seconds or 0.0))
+        frames = FramesCollator.resample_video(video, num_frames=count)
+        if tuple(frames.shape[1:]) == (metadata.height, metadata.width, 3):  # a decoder made with NHWC
+            frames = frames.permute(0, 3, 1, 2)
+        return frames
 
     def encode(
         self,
@@ -76,7 +123,7 @@ class MTEBModel:
         rows = []
         with tempfile.TemporaryDirectory(prefix="lit-retrieval-mteb-") as scratch:
             for number, batch in enumerate(inputs):
-                items = batch_items(batch, Path(scratch) / str(number))
+                items = batch_items(batch, Path(scratch) / str(number), self.video_frames)
                 rows.append(self.embedder.embed(items, instruction, self.batch_size).float().cpu())
         dim = rows[0].shape[1] if rows else 0
         return torch.cat(rows).numpy() if rows else np.zeros((0, dim), dtype=np.float32)
@@ -99,8 +146,23 @@ def query_instruction(task_metadata: Any) -> str | None:
     return prompt
 
 
-def batch_items(batch: dict[str, list], folder: Path) -> list[MediaItem]:
-    """MTEB's batch as our items: each row's text, and its image and video written under `folder`."""
+def embedded_frame_count(embedder: Any, seconds: float) -> int:
+    """The frames `embedder` embeds of a video `seconds` long: a dual encoder's `spec.num_frames`, GVE's
+    `processing.frame_count(seconds)`, else its `num_frames` or `DEFAULT_FRAMES`."""
+    spec = getattr(embedder, "spec", None)
+    if spec is not None:
+        return spec.num_frames
+    processing = getattr(getattr(embedder, "embedder", None), "processing", None)
+    if processing is not None:
+        return processing.frame_count(seconds)
+    return int(getattr(embedder, "num_frames", DEFAULT_FRAMES))
+
+
+def batch_items(
+    batch: dict[str, list], folder: Path, video_frames: Callable[[Any], torch.Tensor] = torch.as_tensor
+) -> list[MediaItem]:
+    """MTEB's batch as our items: each row's text, and its image and video (frames from
+    `video_frames`) written under `folder`."""
     size = max(len(v) for k, v in batch.items() if k in ("text", "image", "video"))
     folder.mkdir(parents=True)
     items = []
@@ -112,7 +174,7 @@ def batch_items(batch: dict[str, list], folder: Path) -> list[MediaItem]:
             MediaItem(
                 text=text,
                 image=None if image is None else write_image(image, folder / f"{row}.png"),
-                video=None if video is None else write_frames(video, folder / f"{row}.mp4"),
+                video=None if video is None else write_frames(video_frames(video), folder / f"{row}.mp4"),
             )
         )
     return items
@@ -124,13 +186,15 @@ def write_image(image: Image.Image, path: Path) -> str:
 
 
 def write_frames(frames: torch.Tensor, path: Path) -> str:
-    """`[T, C, H, W]` uint8 frames as a lossless RGB H.264 file at 1 frame per second (even sizes)."""
+    """`[T, C, H, W]` uint8 frames as a lossless RGB H.264 file at 1 frame per second (even sizes),
+    every frame a key frame (x264's `g` 1: `keyframe` sampling then takes the frames `exact` takes)."""
     import av
 
-    pixels = np.ascontiguousarray(torch.as_tensor(frames).permute(0, 2, 3, 1).numpy().astype(np.uint8))
+    pixels = np.ascontiguousarray(torch.as_tensor(frames).permute(0, 2, 3, 1).cpu().numpy().astype(np.uint8))
     height, width = pixels.shape[1] // 2 * 2, pixels.shape[2] // 2 * 2
     with av.open(str(path), "w") as container:
-        stream = container.add_stream("libx264rgb", rate=1, options={"crf": "0", "preset": "ultrafast"})
+        options = {"crf": "0", "preset": "ultrafast", "g": "1"}
+        stream = container.add_stream("libx264rgb", rate=1, options=options)
         stream.width, stream.height, stream.pix_fmt = width, height, "rgb24"
         for frame in pixels:
             container.mux(stream.encode(av.VideoFrame.from_ndarray(frame[:height, :width], format="rgb24")))

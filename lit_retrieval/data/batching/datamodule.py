@@ -61,6 +61,9 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
         sampling: `exact` (the frame at each uniform target) or `keyframe` (the key frame at or
             before each target: one decode per frame, up to one GOP early; for evaluating and
             indexing large galleries fast, see docs/datasets.md for its measured cost).
+        decoder: `pyav`, or `torchcodec` (the optional `torchcodec` extra and FFmpeg's shared
+            libraries; `exact` sampling): the same frames at the original size, decoded by torchcodec
+            (`lit_retrieval.data.media.torchcodec_decoder`; docs/datasets.md compares the two).
         holdout_val: move this fraction of the training videos (seeded by `shuffle_seed`) into
             the `val_split`, for datasets without a validation split (SALI Sec. 4: 10% on
             ActivityNet). Records sharing a video file move together.
@@ -97,6 +100,7 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
         shots: ShotConfig | None = None,
         trim_to_annotation: bool = False,
         sampling: Literal["exact", "keyframe"] = "exact",
+        decoder: Literal["pyav", "torchcodec"] = "pyav",
         holdout_val: float = 0.0,
         allow_split_overlap: bool = False,
         frame_cache: str | None = None,
@@ -117,6 +121,7 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
             raise ConfigError(f"data.on_bad_video must be 'raise' or 'skip', got {on_bad_video!r}")
         if sampling not in ("exact", "keyframe"):
             raise ConfigError(f"data.sampling must be 'exact' or 'keyframe', got {sampling!r}")
+        self._check_decoder(decoder, sampling)
         RecordCollector(on_bad_record)  # validates the policy now, not at setup
         self.video_root = Path(video_root) if video_root else None
         self.num_frames = num_frames
@@ -137,12 +142,29 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
         self.shots = shots
         self.trim_to_annotation = trim_to_annotation
         self.sampling = sampling
+        self.decoder = decoder
         self.holdout_val = holdout_val
         self.allow_split_overlap = allow_split_overlap
         self.frame_cache = frame_cache
         self.normalize_on_device = normalize_on_device
         self.datasets: dict[str, MultiEventDataset] = {}
         self.dropped_records: list[AnnotationError] = []
+
+    @staticmethod
+    def _check_decoder(decoder: str, sampling: str) -> None:
+        """Refuse an unknown decoder, torchcodec with keyframe sampling, or torchcodec missing (with
+        what to install) when the config is parsed, not in the first DataLoader worker."""
+        if decoder not in ("pyav", "torchcodec"):
+            raise ConfigError(f"data.decoder must be 'pyav' or 'torchcodec', got {decoder!r}")
+        if decoder == "torchcodec":
+            if sampling != "exact":
+                raise ConfigError("data.decoder 'torchcodec' samples exact frames; use data.sampling: exact")
+            from lit_retrieval.data.media.torchcodec_decoder import require_torchcodec
+
+            try:
+                require_torchcodec()
+            except ConfigError as err:
+                raise ConfigError(f"data.{err}") from None
 
     @property
     @abstractmethod
@@ -169,7 +191,7 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
         self._check_split_overlap(records, video_root)
         cache = None
         if self.frame_cache:
-            spec = SamplingSpec(self.num_frames, self.image_size, sampling=self.sampling)
+            spec = SamplingSpec(self.num_frames, self.image_size, sampling=self.sampling, decoder=self.decoder)
             cache = FrameCache(self.frame_cache, MultiEventDataset.cache_params(spec, self.trim_to_annotation))
         for role, split in self.splits.items():
             if split is None:
@@ -194,6 +216,7 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
                 self.sampling,
                 cache,
                 self.normalize_on_device,
+                self.decoder,
             )
 
     def _check_split_overlap(self, records: list[VideoRecord], video_root: Path) -> None:
@@ -305,7 +328,7 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
             for record in dataset.records:
                 start, end = dataset.window(record)
                 jobs.append(CacheJob(file_path(dataset.video_root / record.path), start, end, record.duration))
-        spec = SamplingSpec(self.num_frames, self.image_size, sampling=self.sampling)
+        spec = SamplingSpec(self.num_frames, self.image_size, sampling=self.sampling, decoder=self.decoder)
         params = MultiEventDataset.cache_params(spec, self.trim_to_annotation)
         return Plan(
             params,

@@ -19,7 +19,7 @@ from torch.utils.data import Dataset
 from lit_retrieval.data.media.frame_cache import FrameCache, cached_or_sampled
 from lit_retrieval.data.media.normalize import NormalizeFrames
 from lit_retrieval.data.media.shots import Shots, frame_shot_index
-from lit_retrieval.data.media.video import Sampling, SamplingSpec, VideoDecodeError, sample_video
+from lit_retrieval.data.media.video import Decoder, Sampling, SamplingSpec, VideoDecodeError, sample_video
 from lit_retrieval.data.records import VideoRecord
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,7 @@ class MultiEventDataset(Dataset):
         sampling: Sampling = "exact",
         frame_cache: FrameCache | None = None,
         uint8_frames: bool = False,
+        decoder: Decoder = "pyav",
     ) -> None:
         if shots is not None and len(shots) != len(records):
             raise ValueError(f"{len(shots)} shot lists for {len(records)} records")
@@ -58,14 +59,19 @@ class MultiEventDataset(Dataset):
         self.normalize = normalize or NormalizeFrames()
         self.seek_threshold = seek_threshold
         self.trim_to_annotation = trim_to_annotation
-        self.spec = SamplingSpec(num_frames, image_size, sampling=sampling)  # what every item's frames are
+        self.spec = SamplingSpec(num_frames, image_size, sampling=sampling, decoder=decoder)  # every item's frames
         self.frame_cache = frame_cache
         self.uint8_frames = uint8_frames  # `frames` stay uint8 [T, 3, S, S]; the data module normalises on the device
 
     @staticmethod
     def cache_params(spec: SamplingSpec, trim_to_annotation: bool) -> dict[str, Any]:
-        """What decides an item's frames, as a frame cache records it (`lit_retrieval.data.media.frame_cache`)."""
-        return {"consumer": "video-text", **asdict(spec), "trim_to_annotation": trim_to_annotation}
+        """What decides an item's frames, as a frame cache records it (`lit_retrieval.data.media.frame_cache`).
+        The decoder is named only when it is not PyAV (caches written before the choice existed stay
+        valid; torchcodec's resized frames differ from PyAV's by rounding)."""
+        params = asdict(spec)
+        if params["decoder"] == "pyav":
+            del params["decoder"]
+        return {"consumer": "video-text", **params, "trim_to_annotation": trim_to_annotation}
 
     def __len__(self) -> int:
         return len(self.records)

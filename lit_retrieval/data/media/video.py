@@ -24,6 +24,9 @@ What is sampled is a `SamplingSpec` (all parameters that decide the returned fra
 - sampling `keyframe` decodes only the key frame at or before each target (one seek and at most one
   decode per target; a key frame shared by consecutive targets is decoded once and repeated).
   Approximate: a frame up to one GOP early, much faster on long GOPs.
+- decoder `pyav` decodes as above; `torchcodec` (optional, `torchcodec_decoder`) decodes the same
+  `exact` targets with torchcodec's `get_frames_played_at` (targets, span and errors still come from
+  the packet reads above), frame-identical at the original size.
 
 Seeking lands on the key frame whose *decode* time precedes the target; with B-frames or an open GOP
 that frame may be presented after the target, so the sampler then seeks further back. Frames are
@@ -47,6 +50,7 @@ from lit_retrieval.errors import ConfigError, InputError
 
 Targets = Literal["bin_centres", "linspace_frames"]
 Sampling = Literal["exact", "keyframe"]
+Decoder = Literal["pyav", "torchcodec"]
 TRUNCATION_TOLERANCE_S = 1.0  # a declared end this far (or 2 frame intervals) past the last frame: truncated
 
 
@@ -71,6 +75,8 @@ class SamplingSpec:
         sampling: `exact` (the frame at each target) or `keyframe` (the key frame at or before it).
         frame_multiple: `linspace_frames` rounds the frame count down to this multiple
             (Qwen2.5-VL's temporal patch: 2).
+        decoder: `pyav`, or `torchcodec` (the optional extra; `exact` sampling only): the same
+            frames, decoded by torchcodec (`lit_retrieval.data.media.torchcodec_decoder`).
     """
 
     num_frames: int
@@ -78,6 +84,7 @@ class SamplingSpec:
     targets: Targets = "bin_centres"
     sampling: Sampling = "exact"
     frame_multiple: int = 1
+    decoder: Decoder = "pyav"
 
     def __post_init__(self) -> None:
         if self.num_frames < 1:
@@ -90,6 +97,10 @@ class SamplingSpec:
             raise ConfigError(f"sampling must be 'exact' or 'keyframe', got {self.sampling!r}")
         if self.frame_multiple < 1:
             raise ConfigError(f"frame_multiple must be >= 1, got {self.frame_multiple}")
+        if self.decoder not in ("pyav", "torchcodec"):
+            raise ConfigError(f"decoder must be 'pyav' or 'torchcodec', got {self.decoder!r}")
+        if self.decoder == "torchcodec" and self.sampling != "exact":
+            raise ConfigError("decoder 'torchcodec' samples exact frames; keyframe sampling is PyAV's (decoder: pyav)")
 
 
 @dataclass
@@ -351,9 +362,10 @@ def sample_frames(
     targets: Targets = "bin_centres",
     sampling: Sampling = "exact",
     frame_multiple: int = 1,
+    decoder: Decoder = "pyav",
 ) -> FrameSample:
     """Sample frames over `[start, end)` seconds (from the first frame) of a video; see `SamplingSpec`."""
-    spec = SamplingSpec(num_frames, size, targets, sampling, frame_multiple)
+    spec = SamplingSpec(num_frames, size, targets, sampling, frame_multiple, decoder)
     return sample_video(path, spec, start, end, seek_threshold=seek_threshold, duration=duration)
 
 
@@ -388,10 +400,17 @@ def sample_video(
             fps_scale = None
         else:
             wanted, fps_scale = _linspace_targets(stream, a0, a1, spec, path)
-        if spec.sampling == "exact":
+        geometry = (stream.stream.codec_context.width, stream.stream.codec_context.height)
+        if spec.decoder == "torchcodec":
+            chosen = None  # decoded below, by torchcodec
+        elif spec.sampling == "exact":
             chosen = _collect_exact(stream, wanted, seek_threshold, spec.size, path)
         else:
             chosen = _collect_keyframes(stream, wanted, spec.size, path)
+    if chosen is None:
+        from lit_retrieval.data.media.torchcodec_decoder import frames_played_at
+
+        chosen = frames_played_at(path, wanted, spec.size, geometry=geometry)
     frames = [rgb for _, rgb in chosen]
     times = [time - span.first for time, _ in chosen]
     sampled_fps = len(frames) * fps_scale if fps_scale is not None else len(frames) / (t1 - t0)
