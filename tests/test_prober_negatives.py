@@ -90,7 +90,7 @@ def other_prober(tmp_path_factory):
     return save_tiny_qwen25vl(tmp_path_factory.mktemp("other_prober"), seed=1)
 
 
-def gve_config(tmp_path, tiny_qwen, text_task, callbacks, prober_path, mining="prober") -> str:
+def gve_config(tmp_path, tiny_qwen, text_task, callbacks, prober_path, mining="prober", workers=0) -> str:
     config = yaml.safe_load(open("configs/gve/tiny_cpu.yaml"))
     config["trainer"].update(max_epochs=2, default_root_dir=str(tmp_path), logger=False, limit_val_batches=0)
     config["trainer"]["callbacks"] = callbacks
@@ -107,7 +107,7 @@ def gve_config(tmp_path, tiny_qwen, text_task, callbacks, prober_path, mining="p
         "target_instruction": None,
         "negative_corpus": [str(text_task / "corpus.jsonl")],
     }
-    data.update(tasks=[task], val_tasks=[], steps_per_epoch=2, num_workers=0, negative_mining=mining)
+    data.update(tasks=[task], val_tasks=[], steps_per_epoch=2, num_workers=workers, negative_mining=mining)
     data["prober_path"] = prober_path
     (tmp_path / "gve.yaml").write_text(yaml.safe_dump(config))
     return str(tmp_path / "gve.yaml")
@@ -124,15 +124,20 @@ def brute_force_check(tmp_path: Path, other_prober: Path, text_task: Path) -> di
     return {"class_path": "test_prober_negatives.BruteForceNegatives", "init_args": init}
 
 
-@pytest.mark.parametrize("curriculum", [True, False], ids=["gve", "gve_s"])
+@pytest.mark.parametrize(
+    ("curriculum", "workers"), [(True, 0), (False, 0), (True, 1)], ids=["gve", "gve_s", "gve_loader_worker"]
+)
 def test_each_epoch_mines_the_probers_top_ranked_non_positives(
-    tmp_path, tiny_qwen, other_prober, text_task, curriculum
+    tmp_path, tiny_qwen, other_prober, text_task, curriculum, workers
 ):
     """GVE (with the Modality Pyramid) and GVE-s (without) mine the same way: Psi_1 = `data.prober_path`,
-    then the model; candidates include the task's `negative_corpus` file."""
+    then the model; candidates include the task's `negative_corpus` file. With a loader worker (GVE Tab. 9's
+    1, as the shipped configs run) the worker's batches carry each epoch's mined negatives: the first
+    epoch's loader is created when `configure_optimizers` reads `estimated_stepping_batches`, before the
+    first mining, and a worker started then held pairs without negatives (refused at its first batch)."""
     check = brute_force_check(tmp_path, other_prober, text_task)
     callbacks = ([PYRAMID] if curriculum else []) + [MINER, check]
-    main(["fit", "--config", gve_config(tmp_path, tiny_qwen, text_task, callbacks, str(other_prober))])
+    main(["fit", "--config", gve_config(tmp_path, tiny_qwen, text_task, callbacks, str(other_prober), workers=workers)])
     assert (tmp_path / "checked.txt").read_text().split() == ["0:0", "0:1"]
 
 

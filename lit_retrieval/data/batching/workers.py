@@ -19,9 +19,11 @@ from __future__ import annotations
 import functools
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from lightning.fabric.utilities.seed import pl_worker_init_function
+from torch.utils.data import DataLoader
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 
@@ -41,3 +43,32 @@ def worker_init_fn(then: Callable[[int], None] | None = None) -> Callable[[int],
     """The `worker_init_fn` every DataLoader of the project uses: `ignore_stop_signals`, composed
     with `then` (another worker_init_fn, run after it). Picklable, so spawned workers get it too."""
     return functools.partial(ignore_stop_signals, then=then)
+
+
+class WorkersAtFirstBatch(DataLoader):
+    """A DataLoader whose workers start at the first batch asked of it, not at `iter()`.
+
+    Lightning creates the first epoch's iterator in `FitLoop.setup_data`, which also runs whenever
+    `trainer.estimated_stepping_batches` is read (our modules' `configure_optimizers`), before
+    `on_fit_start`; workers then hold the dataset as it was, for the whole first epoch (and a resumed
+    run's). A dataset that a callback changes at the start of an epoch (`HardNegativeMining` sets the
+    epoch's mined negatives) reaches fresh workers only, so its loader starts them lazily: the
+    iterator is made at the first `next`, after every epoch-start hook has run.
+    """
+
+    def __iter__(self) -> Iterator[Any]:
+        return _StartedAtFirstNext(super().__iter__)
+
+
+class _StartedAtFirstNext:
+    def __init__(self, start: Callable[[], Iterator[Any]]) -> None:
+        self._start = start
+        self._iterator: Iterator[Any] | None = None
+
+    def __iter__(self) -> _StartedAtFirstNext:
+        return self
+
+    def __next__(self) -> Any:
+        if self._iterator is None:
+            self._iterator = self._start()
+        return next(self._iterator)

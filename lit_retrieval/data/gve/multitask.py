@@ -46,7 +46,7 @@ from lit_retrieval.data.batching.resume import EpochPosition
 from lit_retrieval.data.batching.samplers import SAMPLINGS, Sampling, TaskBatchSampler, default_steps, size_weights
 from lit_retrieval.data.gve.tasks import TaskRecord, TaskSpec, read_task
 from lit_retrieval.data.media.video import VideoDecodeError
-from lit_retrieval.data.batching.workers import worker_init_fn
+from lit_retrieval.data.batching.workers import WorkersAtFirstBatch, worker_init_fn
 from lit_retrieval.errors import ConfigError, check_at_least
 
 log = logging.getLogger(__name__)
@@ -347,7 +347,9 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
         )
         self.place_training(trainer, len(self.sampler), self.sampler.place)
         dataset = TrainBatches(self.train_data, self.processing, self.on_bad_video)
-        return DataLoader(dataset, sampler=self.sampler, batch_size=None, **self._worker_settings())
+        mined = self.negative_mining == "prober"  # each epoch's negatives reach only workers started after mining
+        loader = WorkersAtFirstBatch if mined else DataLoader
+        return loader(dataset, sampler=self.sampler, batch_size=None, **self._worker_settings())
 
     def val_dataloader(self) -> DataLoader | list:
         if not self.val_data:
