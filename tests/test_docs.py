@@ -47,6 +47,7 @@ RUN_OUTPUT_NAMES = {
     "modality_pyramid.json",  # ModalityPyramid
     "modality_pyramid.png",
     "results.json",  # lit-retrieval uvrb
+    "per_query.json",
     "done.json",  # lit-retrieval grid: a run folder's markers and commands, the runs folder's plan
     "run.json",
     "grid.json",

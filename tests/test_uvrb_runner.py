@@ -92,6 +92,8 @@ def test_runner_matches_brute_force_and_caches(tmp_path, tiny_qwen, t2v_task):
         float(ranks.double().mean())
     )
     assert results["cache"] == {"hits": 0, "misses": 2}
+    per_query = json.loads((tmp_path / "out" / "per_query.json").read_text())["MSRVTT"]
+    assert per_query["ids"] == data.query_ids and per_query["values"] == (ranks == 1).double().tolist()
     for name in ("results.json", "results.md", "results.png"):
         assert (tmp_path / "out" / name).stat().st_size > 0
     again = run_benchmark(embedder, [spec], tmp_path / "out2", tmp_path / "cache")

@@ -3,6 +3,7 @@ optionally, the paper's published numbers (`lit-retrieval grid` runs a plan, `re
 
     title: "MELON Tab. 2"
     seeds: [0, 1, 2]                # a row may name its own (e.g. a baseline run once)
+    seed_keys: [data.init_args.shuffle_seed]   # set to each run's seed besides seed_everything
     configs: [configs/melon/train.yaml, configs/melon/data/melon.yaml]   # before every row's configs
     overrides: {trainer.max_epochs: 10}                                  # after every row's overrides
     evaluate: test                  # `test` (metrics.json) or `uvrb` (results.json); default test
@@ -36,6 +37,11 @@ Config paths are relative to the directory the command runs in (the repository r
 `lit-retrieval fit --config`; `published` is relative to the plan file. Overrides are LightningCLI
 keys (`model.init_args.mea.weight`) with YAML values; `{runs}` in a string value is replaced by the
 runs folder (e.g. a warm start from another row's run: `{runs}/cm_clip4clip/seed0/...`).
+
+A run's seed is its `seed_everything` (model initialisation, dropout) and the value of every
+`seed_keys` entry, for the randomness a config seeds itself: the training order of a datamodule
+(`shuffle_seed`, the GVE task schedule's `seed`). Without them the seeds of a row that starts from
+a fixed checkpoint and has no dropout train the same model.
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ PLAN_KEYS = {
     "configs",
     "overrides",
     "evaluate",
+    "seed_keys",
     "checkpoint",
     "uvrb",
     "metrics",
@@ -129,6 +136,7 @@ class Plan:
     published: Path | None = None
     source: str = ""
     comparisons: list[Comparison] = field(default_factory=list)
+    seed_keys: list[str] = field(default_factory=list)  # config keys set to each run's seed, too
 
     def runs(self) -> list[Run]:
         pairs = [(row, seed) for row in self.rows for seed in row.seeds]
@@ -274,6 +282,7 @@ def load_plan(path: str | Path) -> Plan:
     if repeated:
         raise UsageError(str(path), f"comparison names must be unique; repeated: {repeated}")
     return Plan(
+        seed_keys=_strings(raw.get("seed_keys"), "seed_keys", path),
         path=path,
         title=str(raw.get("title", path.stem)),
         source=str(raw.get("source", "")),

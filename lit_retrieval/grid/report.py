@@ -87,7 +87,7 @@ def score_matrices(plan: Plan, runs_dir: Path, name: str) -> tuple[list[Path], b
     finished. A run without one is a `UsageError` naming it."""
     from lit_retrieval.errors import UsageError
     from lit_retrieval.metrics.score_files import SCORES_FILE
-    from lit_retrieval.uvrb.runner import PER_QUERY_FILE
+    from lit_retrieval.metrics.paired_tasks import PER_QUERY_FILE
 
     row = plan.row(name)
     assert row is not None

@@ -127,10 +127,11 @@ def resolve_config(configs: list[str], overrides: dict[str, Any], where: str) ->
     return yaml.safe_load(printed[printed.find(CONFIG_HEADER) :] if CONFIG_HEADER in printed else printed)
 
 
-def relocate(config: dict[str, Any], run_dir: Path, seed: int) -> dict[str, Any]:
-    """`config` with `seed_everything = seed` and the row's run folder (trainer.default_root_dir and
-    the logger's save_dir; e.g. `runs/melon_xclip_mea`) replaced by `run_dir` in every path under
-    it (checkpoint dirpath, ...), so the seeds of a row never share a folder."""
+def relocate(config: dict[str, Any], run_dir: Path, seed: int, seed_keys: list[str] = ()) -> dict[str, Any]:
+    """`config` with `seed_everything = seed` (and each dotted key of `seed_keys`, which must be in
+    the config) and the row's run folder (trainer.default_root_dir and the logger's save_dir; e.g.
+    `runs/melon_xclip_mea`) replaced by `run_dir` in every path under it (checkpoint dirpath, ...),
+    so the seeds of a row never share a folder."""
     trainer = config.setdefault("trainer", {})
     logger = trainer.get("logger")
     logger_args = logger.get("init_args", {}) if isinstance(logger, dict) else {}
@@ -154,6 +155,14 @@ def relocate(config: dict[str, Any], run_dir: Path, seed: int) -> dict[str, Any]
 
     moved = move(config)
     moved["seed_everything"] = seed
+    for key in seed_keys:
+        *parents, last = key.split(".")
+        holder = moved
+        for part in parents:
+            holder = holder.get(part) if isinstance(holder, dict) else None
+        if not isinstance(holder, dict) or last not in holder:
+            raise UsageError(str(run_dir), f"seed_keys: {key!r} is not a key of the run's resolved config")
+        holder[last] = seed
     moved["trainer"]["default_root_dir"] = new
     if isinstance(moved["trainer"].get("logger"), dict) and "save_dir" in moved["trainer"]["logger"].get(
         "init_args", {}
@@ -231,7 +240,7 @@ def prepare(
     (config.yaml, run.json). Finished runs keep what they ran with."""
     folder = run.folder(runs_dir)
     base = row_config(plan, run, runs_dir, extra, resolved)
-    config = None if base is None else relocate(copy.deepcopy(base), folder, run.seed)
+    config = None if base is None else relocate(copy.deepcopy(base), folder, run.seed, plan.seed_keys)
     steps = commands(plan, run, folder, config)
     if write and status(folder) != "done":
         folder.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ from lit_retrieval.data.reading import parse_json, read_text
 from lit_retrieval.errors import UsageError
 from lit_retrieval.metrics.paired import PairedResult, paired_comparison
 
+PER_QUERY_FILE = "per_query.json"  # written by `uvrb` beside results.json
 PerQuery = dict[str, tuple[list[str], np.ndarray]]  # task -> (query ids, values)
 
 

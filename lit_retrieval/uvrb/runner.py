@@ -34,6 +34,7 @@ from lit_retrieval.metrics.blockwise import (
     ranked_metrics,
     scored_search,
 )
+from lit_retrieval.metrics.paired_tasks import PER_QUERY_FILE
 from lit_retrieval.models.heads.base import SimilarityHead, map_rep, rep_len
 from lit_retrieval.search.cache import EmbeddingCache
 from lit_retrieval.search.embedders import DualEncoderEmbedder, HeadItemEncoder, ItemEmbedder
@@ -42,7 +43,6 @@ from lit_retrieval.uvrb.datasets import UVRB_DATASETS
 from lit_retrieval.uvrb.tasks import RetrievalTaskSpec, load_retrieval_task
 
 log = logging.getLogger(__name__)
-PER_QUERY_FILE = "per_query.json"  # each task's per-query metric values, for paired comparisons
 
 
 def pairwise_head(embedder: ItemEmbedder | HeadItemEncoder) -> SimilarityHead | None:
