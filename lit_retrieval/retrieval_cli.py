@@ -66,6 +66,7 @@ class RetrievalCLI(LightningCLI):
 
     def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
         self._trained_model: dict[str, Any] | None = None  # the checkpoint's model config, once read
+        self._builds_only = not run
         super().__init__(
             L.LightningModule,
             L.LightningDataModule,
@@ -79,6 +80,9 @@ class RetrievalCLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_lightning_class_args(ResumeCheckpoint, "resume_checkpoint")
+        if self._builds_only:  # the config `fit` saves (its log folder's, grid's) holds fit's own options: ignored
+            parser.add_argument("--ckpt_path", type=str | None, default=None)
+            parser.add_argument("--weights_only", type=bool | None, default=None)
 
     def before_fit(self) -> None:
         # CSVLogger deletes metrics.csv when fit starts; keep its rows for a resumed run

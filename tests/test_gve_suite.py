@@ -199,3 +199,18 @@ def test_runs_of_other_queries_are_refused_naming_the_file(tmp_path):
     plan = write_uvrb_plan(tmp_path, [{"name": "all", "a": "a", "b": "b"}])
     with pytest.raises(UsageError, match=r"b/seed1/uvrb/per_query.json: task 'big': not the queries of"):
         run_command("report", [str(runs), "--out", str(tmp_path / "r"), "--plan", str(plan)])
+
+
+def test_a_trained_rows_saved_config_builds_the_model_for_uvrb(monkeypatch, tmp_path):
+    """`grid` evaluates a trained row with `uvrb --config RUN/config.yaml --ckpt ...`: the config it saved
+    (as `fit` saves one) holds fit's own `ckpt_path` and `weights_only`, which the model-only parser of
+    `uvrb`, `index` and `search` refused ('Option ckpt_path is not accepted', E2's first evaluation)."""
+    from lit_retrieval.search.loading import instantiate_module
+
+    monkeypatch.chdir(ROOT)
+    plan = load_plan(ROOT / "configs" / "plans" / "sali_control.yaml")
+    config = prepare(plan, plan.runs()[0], tmp_path, {}, {})["fit"][-1]
+    saved = yaml.safe_load(Path(config).read_text())
+    assert "ckpt_path" in saved and "weights_only" in saved
+    module = instantiate_module(config)
+    assert type(module).__name__ == saved["model"]["class_path"].rsplit(".", 1)[-1]
