@@ -3,7 +3,8 @@
 # has Python 3.12, torch (CUDA), lightning, transformers 5.x and peft but not the rest:
 #   bash benchmarks/device_wheels.sh [FOLDER]       # default benchmarks/device_wheels (git-ignored)
 # Binary wheels for cp312 manylinux x86_64 only (--only-binary, --no-deps): jsonargparse and the two
-# packages of its `signatures` extra, PyAV, DeepSpeed's pure-Python dependencies. DeepSpeed itself
+# packages of its `signatures` extra, PyAV, torchcodec (device_check's NVDEC case; it needs FFmpeg's shared
+# libraries on the node), DeepSpeed's pure-Python dependencies. DeepSpeed itself
 # publishes no current wheel (PyPI holds only its source archive), so its sdist is fetched and
 # device_check.sh builds it without compiled ops (DS_BUILD_OPS=0); faiss and PySceneDetect (with
 # OpenCV) are left out: the check does not use them, and OpenCV alone would not fit the 64 MiB.
@@ -15,7 +16,8 @@ mkdir -p "$OUT"
 PIP=(python3 -m pip download --quiet --no-deps --dest "$OUT")
 "${PIP[@]}" --only-binary=:all: --python-version 3.12 --implementation cp --abi cp312 \
   --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
-  jsonargparse docstring-parser typeshed-client av hjson py-cpuinfo ninja msgpack nvidia-ml-py einops
+  jsonargparse docstring-parser typeshed-client av hjson py-cpuinfo ninja msgpack nvidia-ml-py einops \
+  'torchcodec>=0.17,<0.18'
 "${PIP[@]}" --no-binary=:all: --no-build-isolation deepspeed
 WHEELS=$(du -sb "$OUT" | cut -f1)
 REPO=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)

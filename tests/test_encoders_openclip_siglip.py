@@ -204,7 +204,7 @@ def test_openclip_hosts_vision_hooks_and_copies_text_blocks(tiny_open_clip):
     assert scores.shape == (3, 2) and torch.isfinite(scores).all()
     with pytest.raises(ConfigError, match="TempMeHead"):
         plain.set_vision_forward(lambda vision, pixels, lengths: pixels)
-    with pytest.raises(TypeError, match="TempMe needs a ViT frame tower"):  # TempMe's own check comes first
+    with pytest.raises(ConfigError, match="TempMeHead merges tokens inside Hugging Face CLIP's ViT; OpenCLIPEncoder"):
         TempMeHead().bind(plain)
 
 

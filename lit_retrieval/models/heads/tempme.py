@@ -261,7 +261,10 @@ class TempMeHead(SimilarityHead):
     def bind(self, encoder: VideoTextEncoder) -> None:
         vision = getattr(encoder, "vision", None)
         if vision is None:
-            raise TypeError(f"TempMe needs a ViT frame tower; {type(encoder).__name__} has none")
+            raise ConfigError(
+                f"model.head: TempMeHead merges tokens inside Hugging Face CLIP's ViT; {type(encoder).__name__} "
+                "has no such frame tower (use CLIPEncoder)"
+            )
         layers = len(vision.encoder.layers)
         merge_layers = self.merge_layers if self.merge_layers is not None else default_schedule(layers)
         self.merger = TokenMerging(
