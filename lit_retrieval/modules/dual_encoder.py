@@ -25,7 +25,6 @@ from lit_retrieval.metrics.relational import RelationalConfig
 from lit_retrieval.models.encoders.base import VideoTextEncoder
 from lit_retrieval.models.features import TextFeatures
 from lit_retrieval.models.heads.base import SimilarityHead
-from lit_retrieval.models.heads.uatvr import UATVRHead
 from lit_retrieval.modules.checkpoint_head import check_head, record_head
 from lit_retrieval.modules.evaluation import EvaluationConfig, RetrievalEvaluator
 from lit_retrieval.modules.grad_cache import GradCacheConfig, RecipeBatchCheck, cached_encode
@@ -250,9 +249,8 @@ def check_grad_cache(head: SimilarityHead) -> None:
     are cached and the pairwise score is computed on the full batch) -- all tested. UATVR cannot:
     it appends its learned extra text tokens after the words padded to the call's longest text
     and gives them the position embeddings of that length, so a row's representation depends on
-    the other rows of its call."""
-    if isinstance(head, UATVRHead):
+    the other rows of its call. A head says so in `grad_cache_obstacle`."""
+    if head.grad_cache_obstacle is not None:
         raise ConfigError(
-            "model.grad_cache cannot train UATVRHead: its text tokens (words padded to the call's longest text, "
-            "then learned extras at positions after them) depend on the other texts of a chunk; drop grad_cache"
+            f"model.grad_cache cannot train {type(head).__name__}: {head.grad_cache_obstacle}; drop grad_cache"
         )

@@ -18,6 +18,7 @@ from abc import ABC, abstractmethod
 from typing import Any, Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from lit_retrieval.models.encoders.base import VideoTextEncoder
@@ -66,10 +67,25 @@ def cat_reps(reps: list[Any]) -> Any:
     return cat_padded(reps)
 
 
+def word_level_text(text: TextFeatures, max_words: int, head: str) -> dict[str, torch.Tensor]:
+    """The text side of the word-level heads (X-CLIP, UCoFiA): unit sentence and word features and
+    the word mask; more words than the head's position table (`max_words`) is an error naming it."""
+    if text.tokens.shape[1] > max_words:
+        raise ValueError(f"{text.tokens.shape[1]} text tokens but {head}.max_words is {max_words}")
+    return {
+        "sentence": F.normalize(text.pooled, dim=-1),
+        "words": F.normalize(text.tokens, dim=-1),
+        "word_mask": text.mask.bool(),
+    }
+
+
 class SimilarityHead(nn.Module, ABC):
     indexable: bool = False
     needs_patches: bool = False
     calibration_bank: int | None = None  # training-split queries `calibrate` wants at evaluation
+    # why gradient caching cannot train the head exactly (a row's representation depends on the other
+    # rows of its chunk), or None: chunks give each row its full-batch representation
+    grad_cache_obstacle: str | None = None
 
     def __init__(
         self,

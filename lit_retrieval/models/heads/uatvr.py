@@ -103,6 +103,11 @@ class UATVRHead(SimilarityHead):
             LayerNorm keeps torch's 1e-5, as the reference's `prob_models/pie_model.py`.
     """
 
+    grad_cache_obstacle = (
+        "its text tokens (words padded to the call's longest text, then learned extras at positions after them) "
+        "depend on the other texts of a chunk"
+    )
+
     def __init__(
         self,
         extra_video_tokens: int = 2,

@@ -46,7 +46,7 @@ from torch import nn
 
 from lit_retrieval.models.encoders.base import VideoTextEncoder
 from lit_retrieval.models.features import TextFeatures, VideoFeatures
-from lit_retrieval.models.heads.base import map_rep, masked_softmax
+from lit_retrieval.models.heads.base import map_rep, masked_softmax, word_level_text
 from lit_retrieval.models.heads.meanp import masked_mean
 from lit_retrieval.models.heads.temporal import CROSS_LAYER_NORM_EPS, ClipStyleTransformer
 from lit_retrieval.models.heads.ts2net import PatchSelectingHead
@@ -132,13 +132,7 @@ class UCoFiAHead(PatchSelectingHead):
         self.patch_weight, self.patch_weight2 = identity(pixels), identity(pixels)
 
     def encode_text(self, text: TextFeatures) -> dict[str, torch.Tensor]:
-        if text.tokens.shape[1] > self.max_words:
-            raise ValueError(f"{text.tokens.shape[1]} text tokens but UCoFiAHead.max_words is {self.max_words}")
-        return {
-            "sentence": F.normalize(text.pooled, dim=-1),
-            "words": F.normalize(text.tokens, dim=-1),
-            "word_mask": text.mask.bool(),
-        }
+        return word_level_text(text, self.max_words, "UCoFiAHead")
 
     def encode_video(self, video: VideoFeatures) -> dict[str, torch.Tensor]:
         if video.frames.shape[1] > self.max_frames:
