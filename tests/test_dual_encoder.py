@@ -132,7 +132,7 @@ TRAINING_CONFIGS = sorted(
 @pytest.mark.parametrize("config", TRAINING_CONFIGS)
 def test_every_config_parses(config, capsys, monkeypatch):
     # overlays apply on top of a base config: SALI grid rows and Tab. 2 heads, GVE model/data/ablation parts,
-    # strategies
+    # E2's overlays, strategies
     bases = {
         "/grid/": ["configs/sali/cm_sali_max.yaml"],
         "configs/sali/cm_xclip.yaml": ["configs/sali/cm_clip4clip.yaml"],
@@ -142,6 +142,7 @@ def test_every_config_parses(config, capsys, monkeypatch):
         "configs/gve/data_": ["configs/gve/train.yaml"],
         "configs/gve/ablation_": ["configs/gve/train.yaml", "configs/gve/data_3b.yaml"],
         "configs/gve/train.yaml": ["configs/gve/data_3b.yaml"],
+        "configs/gve/e2/": ["configs/gve/tiny_cpu.yaml"],  # E2's overlays (configs/plans/gve_curriculum_negatives.yaml)
     }
     base = [arg for key, paths in bases.items() if key in config for path in paths for arg in ("--config", path)]
     if config == "configs/gve/train.yaml":  # the recipe is completed by a data mixture
