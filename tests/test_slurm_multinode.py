@@ -82,7 +82,8 @@ def _cluster_down() -> str | None:
     done = slurm("sinfo", "-h", "-N", "-p", PARTITION, "-o", "%N %T")
     up = sorted(n for n, s in (line.split() for line in done.stdout.splitlines()) if s.startswith(("idle", "mix")))
     if done.returncode != 0 or up != list(NODES):
-        return f"its nodes do not all take jobs (sinfo: {done.stdout.strip() or done.stderr.strip()!r})"
+        said = (done.stdout.strip() or done.stderr.strip() or "nothing").splitlines()[-1]
+        return f"its nodes do not all take jobs (sinfo: {said!r})"
     return None
 
 
