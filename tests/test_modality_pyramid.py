@@ -3,9 +3,11 @@ logs, plots, checkpoints only LoRA weights, and a resumed run applies the same c
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -117,11 +119,27 @@ def test_sampler_draws_the_capped_passes():
 
 @pytest.mark.slow
 def test_tiny_gve_fit_logs_curriculum_and_saves_lora_only(tmp_path, tiny_qwen, gve_tasks):
+    """With a loader worker, as the shipped configs run: each epoch's batches follow that epoch's P. The
+    first epoch's loader is built (and, with workers, its schedule drawn) when `configure_optimizers`
+    counts the steps, before the curriculum probes; its batches followed the no-curriculum diet."""
     run = tmp_path / "run"
-    config = write_config(tmp_path / "gve.yaml", tiny_qwen, gve_tasks, run, epochs=2, workers=1)
+    config = write_config(tmp_path / "gve.yaml", tiny_qwen, gve_tasks, run, epochs=2, steps=6, workers=1)
+    raw = yaml.safe_load(config.read_text())
+    raw["trainer"]["log_every_n_steps"] = 1
+    config.write_text(yaml.safe_dump(raw))
     main(["fit", "--config", str(config)])
     log_dir = run / "logs" / "fit"
     history = json.loads((log_dir / "modality_pyramid.json").read_text())
+    names = [t["name"] for t in raw["data"]["init_args"]["tasks"]]
+    trained = {}  # step -> the task of its batch: the one whose loss is the step's loss (the others' keep
+    for row in csv.DictReader((log_dir / "metrics.csv").open()):  # their last values in the step's row)
+        tasks = [n for n in names if row.get("train/loss") and row.get(f"train/task/{n}/loss") == row["train/loss"]]
+        if tasks:
+            trained[int(row["step"])] = names.index(tasks[0])
+    for entry in history:  # the documented draw: numpy's choice over the tasks with P, seeded by (seed, epoch)
+        p = [entry["P"][n] for n in names]
+        drawn = np.random.default_rng([0, entry["epoch"]]).choice(len(names), size=6, p=p).tolist()
+        assert [trained[6 * entry["epoch"] + i] for i in range(6)] == drawn, entry["epoch"]
     assert [e["epoch"] for e in history] == [0, 1] and [e["sigma"] for e in history] == pytest.approx([0.1, 1.0])
     for entry in history:
         names = list(entry["R"])

@@ -50,10 +50,11 @@ class WorkersAtFirstBatch(DataLoader):
 
     Lightning creates the first epoch's iterator in `FitLoop.setup_data`, which also runs whenever
     `trainer.estimated_stepping_batches` is read (our modules' `configure_optimizers`), before
-    `on_fit_start`; workers then hold the dataset as it was, for the whole first epoch (and a resumed
-    run's). A dataset that a callback changes at the start of an epoch (`HardNegativeMining` sets the
-    epoch's mined negatives) reaches fresh workers only, so its loader starts them lazily: the
-    iterator is made at the first `next`, after every epoch-start hook has run.
+    `on_fit_start`; with workers the iterator prefetches at once, so the batch sampler has drawn the
+    epoch's schedule and the workers hold the dataset as it was, for the whole first epoch (and a
+    resumed run's). What a callback sets at the start of an epoch, GVE's curriculum probabilities
+    (`ModalityPyramid`) and mined negatives (`HardNegativeMining`), was then lost for that epoch. The
+    iterator is made at the first `next` instead, after every epoch-start hook has run.
     """
 
     def __iter__(self) -> Iterator[Any]:

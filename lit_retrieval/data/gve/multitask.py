@@ -347,9 +347,9 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
         )
         self.place_training(trainer, len(self.sampler), self.sampler.place)
         dataset = TrainBatches(self.train_data, self.processing, self.on_bad_video)
-        mined = self.negative_mining == "prober"  # each epoch's negatives reach only workers started after mining
-        loader = WorkersAtFirstBatch if mined else DataLoader
-        return loader(dataset, sampler=self.sampler, batch_size=None, **self._worker_settings())
+        # the first batch, not Lightning's early iter(), starts the workers and the schedule: the epoch's
+        # curriculum P and mined negatives are set at its start (`WorkersAtFirstBatch`)
+        return WorkersAtFirstBatch(dataset, sampler=self.sampler, batch_size=None, **self._worker_settings())
 
     def val_dataloader(self) -> DataLoader | list:
         if not self.val_data:
