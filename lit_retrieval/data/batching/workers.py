@@ -73,3 +73,9 @@ class _StartedAtFirstNext:
         if self._iterator is None:
             self._iterator = self._start()
         return next(self._iterator)
+
+    def __getattr__(self, name: str) -> Any:  # once started, the DataLoader iterator's own (e.g. `_workers`)
+        started = self.__dict__.get("_iterator")
+        if started is None:
+            raise AttributeError(f"{type(self).__name__} has no {name!r} before its first batch")
+        return getattr(started, name)
