@@ -83,22 +83,44 @@ def job(job_id: str) -> dict[str, str]:
     return dict(field.split("=", 1) for field in out.split() if "=" in field)
 
 
-def wait_for(what: str, done, job_id: str, timeout: float = WAIT) -> None:
+def assert_index_as_one_process(config: Path, videos: Path, sharded: Path, single: Path) -> None:
+    """`index` builds `sharded` from the embedded parts an array wrote; its vectors equal one process's."""
+    import faiss
+
+    from lit_retrieval.commands import run_command
+    from lit_retrieval.search.index import VideoIndex
+
+    index_args = ["--config", str(config), "--videos", str(videos), "--out", str(sharded)]
+    assert run_command("index", index_args) == 0
+
+    def vectors(path: Path) -> dict[str, np.ndarray]:
+        index = VideoIndex.load(path)
+        flat = faiss.downcast_index(index.index)
+        return dict(zip(index.videos, flat.reconstruct_n(0, flat.ntotal)))
+
+    got, want = vectors(sharded), vectors(single)
+    assert got.keys() == want.keys() and len(want) == 24
+    for video, vector in want.items():
+        np.testing.assert_allclose(got[video], vector, atol=1e-5)
+
+
+def wait_for(what: str, done, job_id: str, timeout: float = WAIT, show=job) -> None:
+    """Poll `done` each second; past `timeout` fail with the job's record (`show`: this cluster's)."""
     deadline = time.monotonic() + timeout
     while not done():
-        assert time.monotonic() < deadline, f"{what}: not after {timeout} s; job {job_id}: {job(job_id)}"
+        assert time.monotonic() < deadline, f"{what}: not after {timeout} s; job {job_id}: {show(job_id)}"
         time.sleep(1)
 
 
-def wait_for_end(job_id: str, restarts: int = 0) -> dict[str, str]:
+def wait_for_end(job_id: str, restarts: int = 0, show=job, timeout: float = WAIT) -> dict[str, str]:
     """The job's record once it has ended after `restarts` requeues."""
     info: dict[str, str] = {}
 
     def ended() -> bool:
-        info.update(job(job_id))
+        info.update(show(job_id))
         return info.get("JobState") in ENDED and int(info.get("Restarts", 0)) >= restarts
 
-    wait_for(f"job {job_id} to end", ended, job_id)
+    wait_for(f"job {job_id} to end", ended, job_id, timeout, show)
     return info
 
 
@@ -300,11 +322,9 @@ def test_cache_frames_shots_and_index_arrays_merge_into_the_one_shard_outputs(
     """`slurm/array.sbatch` with SHARDS=2 for `cache-frames`, `shots` and `index --embed-only`:
     every array task writes its shard into the shared folder, and what the folder then gives
     (frame cache entries, shot lists, the index built from the embedded parts) equals a 1-shard run."""
-    import faiss
 
     from lit_retrieval.commands import run_command
     from lit_retrieval.data.media.frame_cache import FrameCache
-    from lit_retrieval.search.index import VideoIndex
 
     started = time.monotonic()
     config = tmp_path / "train.yaml"
@@ -349,18 +369,7 @@ def test_cache_frames_shots_and_index_arrays_merge_into_the_one_shard_outputs(
     assert json.loads(merged_shots.read_text()) == json.loads((one / "shots.json").read_text())
 
     assert len(list((arrays / "index" / "parts").glob("*.npy"))) >= 2  # parts of both shards
-    index_args = ["--config", str(config), "--videos", str(videos), "--out", str(arrays / "index")]
-    assert run_command("index", index_args) == 0  # builds the index from the embedded parts
-
-    def vectors(path: Path) -> dict[str, np.ndarray]:
-        index = VideoIndex.load(path)
-        flat = faiss.downcast_index(index.index)
-        return dict(zip(index.videos, flat.reconstruct_n(0, flat.ntotal)))
-
-    got, want = vectors(arrays / "index"), vectors(one / "index")
-    assert got.keys() == want.keys() and len(want) == 24
-    for video, vector in want.items():
-        np.testing.assert_allclose(got[video], vector, atol=1e-5)
+    assert_index_as_one_process(config, videos, arrays / "index", one / "index")
     print(json.dumps({"slurm_test": "arrays", "jobs": 3, "array_tasks": 6,
                       "wall_s": round(time.monotonic() - started, 1)}))  # fmt: skip
 

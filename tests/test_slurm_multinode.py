@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import shlex
@@ -32,13 +33,20 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 import yaml
 
 from fit_configs import base_trainer, clip_fit_config
-from test_slurm_cluster import ENDED, job_env, output, render
+from test_slurm_cluster import (
+    ENDED,
+    assert_index_as_one_process,
+    job_env,
+    output,
+    render,
+    wait_for,
+    wait_for_end,
+)
 
 # xdist_group: one worker, once pytest-xdist groups again under pytest 9.2 (`cluster_turn` serialises meanwhile);
 # timeout: a test may wait for another worker's test and the shared reference jobs
@@ -120,24 +128,9 @@ def node_states() -> list[str]:
     return slurm("sinfo", "-h", "-N", "-p", PARTITION, "-o", "%T").stdout.split()
 
 
-def wait_until(what: str, done, job_id: str, timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        assert time.monotonic() < deadline, f"{what}: not after {timeout} s; job {job_id}: {show(job_id)}"
-        time.sleep(1)
-
-
-def wait_end(job_id: str, restarts: int = 0) -> dict[str, str]:
-    """The job's record once it has ended (after `restarts` requeues)."""
-    info: dict[str, str] = {}
-
-    def ended() -> bool:
-        info.clear()
-        info.update(show(job_id))
-        return info.get("JobState") in ENDED and int(info.get("Restarts", 0)) >= restarts
-
-    wait_until(f"job {job_id} to end", ended, job_id)
-    return info
+# the one-node tests' polling, on this cluster's records and wait
+wait_until = functools.partial(wait_for, timeout=WAIT, show=show)
+wait_end = functools.partial(wait_for_end, timeout=WAIT, show=show)
 
 
 def timing(name: str, started: float, **facts) -> None:
@@ -436,11 +429,9 @@ def test_grid_and_shard_arrays_spread_over_both_nodes(nodes, tmp_path, tiny_clip
     - `cache-frames` and `index --embed-only` as 2-shard `array.sbatch` jobs, a shard on each node: the frame
       cache the shards wrote holds what one process writes, and the index built from the embedded parts holds
       one process's vectors."""
-    import faiss
 
     from lit_retrieval.commands import run_command
     from lit_retrieval.data.media.frame_cache import FrameCache
-    from lit_retrieval.search.index import VideoIndex
 
     started = time.monotonic()
     monkeypatch.chdir(tmp_path)
@@ -486,16 +477,5 @@ def test_grid_and_shard_arrays_spread_over_both_nodes(nodes, tmp_path, tiny_clip
     assert merged.entries.keys() == single.entries.keys() and len(single.entries) == 24
     for video, start, end in single.entries:
         assert (merged.get(video, start, end).frames == single.get(video, start, end).frames).all()
-    index_args = ["--config", str(config), "--videos", str(videos), "--out", str(arrays / "index")]
-    assert run_command("index", index_args) == 0  # builds the index from both shards' embedded parts
-
-    def vectors(path: Path) -> dict[str, np.ndarray]:
-        index = VideoIndex.load(path)
-        flat = faiss.downcast_index(index.index)
-        return dict(zip(index.videos, flat.reconstruct_n(0, flat.ntotal)))
-
-    got, want = vectors(arrays / "index"), vectors(one / "index")
-    assert got.keys() == want.keys() and len(want) == 24
-    for video, vector in want.items():
-        np.testing.assert_allclose(got[video], vector, atol=1e-5)
+    assert_index_as_one_process(config, videos, arrays / "index", one / "index")  # from both shards' parts
     timing("arrays", started, jobs=3, array_tasks=6, nodes=placed)
