@@ -118,3 +118,21 @@ def write_video_with_audio(
             container.mux(audio.encode(sound))
         container.mux(audio.encode(None))
     return path
+
+
+def torchcodec_or_skip() -> None:
+    """Skip without torchcodec or FFmpeg's libraries, naming what is missing; under CI (the dev extra and
+    .ci/run install both) fail instead."""
+    import os
+
+    import pytest
+
+    from lit_retrieval.data.media.torchcodec_decoder import require_torchcodec
+    from lit_retrieval.errors import ConfigError
+
+    try:
+        require_torchcodec()
+    except ConfigError as err:
+        if os.environ.get("CI"):
+            pytest.fail(str(err))
+        pytest.skip(str(err))

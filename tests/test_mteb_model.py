@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 
 import numpy as np
 import pytest
@@ -25,7 +24,7 @@ from lit_retrieval.search.loading import ModelSpec
 from lit_retrieval.uvrb.runner import evaluate_task
 from lit_retrieval.uvrb.tasks import RetrievalTaskSpec
 from fit_configs import clip_fit_config
-from media import full_decode, write_noise_video, write_timed_video
+from media import full_decode, torchcodec_or_skip, write_noise_video, write_timed_video
 
 mteb = pytest.importorskip("mteb", reason="the `mteb` extra (pip install -e '.[mteb]')")
 
@@ -193,15 +192,7 @@ def video_task(tmp_path_factory):
     a VFR H.264 clip; distinct content), five text queries, binary and graded relevance (q0 has two
     relevant videos, one graded 2). Needs torchcodec and FFmpeg's libraries (datasets decodes the
     Video column with torchcodec): skipped without them, failed under CI."""
-    from lit_retrieval.data.media.torchcodec_decoder import require_torchcodec
-    from lit_retrieval.errors import ConfigError
-
-    try:
-        require_torchcodec()
-    except ConfigError as err:
-        if os.environ.get("CI"):  # the dev extra and .ci/run install both
-            pytest.fail(str(err))
-        pytest.skip(str(err))
+    torchcodec_or_skip()
     root = tmp_path_factory.mktemp("mteb_videos")
     paths = [write_noise_video(root / f"noise {i}.mp4", 1.5 + 0.5 * i, fps=8, seed=i) for i in range(4)]
     paths.append(write_timed_video(root / "bframes.mp4", [40 * k for k in range(60)], gop=12, bframes=2, size=48))

@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from fit_configs import clip_fit_config
-from media import write_noise_video, write_shots_video, write_timed_video
-from lit_retrieval.data.media.torchcodec_decoder import FFMPEG_PACKAGES, frames_played_at, require_torchcodec
+from media import torchcodec_or_skip, write_noise_video, write_shots_video, write_timed_video
+from lit_retrieval.data.media.torchcodec_decoder import FFMPEG_PACKAGES, frames_played_at
 from lit_retrieval.data.media.video import SamplingSpec, VideoDecodeError, sample_frames, video_duration
 from lit_retrieval.errors import ConfigError, input_error_line
 
@@ -29,13 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def torchcodec_ready() -> None:
-    """Skip without torchcodec or FFmpeg's libraries, with what is missing; under CI fail instead."""
-    try:
-        require_torchcodec()
-    except ConfigError as err:
-        if os.environ.get("CI"):  # the dev extra and .ci/run install both: missing under CI is a failure
-            pytest.fail(str(err))
-        pytest.skip(str(err))
+    """Skip without torchcodec or FFmpeg's libraries; under CI fail instead."""
+    torchcodec_or_skip()
 
 
 def vfr_pts(count: int, seed: int) -> list[int]:
