@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Build the project's wheel into DIST (usage: .ci/build_wheel.sh DIST [PYTHON]) from a copy of the files it is
 # made of, so the checkout gets no build/ folder. --no-build-isolation: the setuptools of PYTHON's environment
-# (default .venv), nothing downloaded. The wheel's configs/ and slurm/*.sbatch come through the symbolic links
-# lit_retrieval/configs and lit_retrieval/slurm (pyproject.toml's package-data).
+# (default .venv), nothing downloaded. The wheel's configs/ come through the symbolic link lit_retrieval/configs,
+# the Slurm templates from lit_retrieval/launch/sbatch/ (pyproject.toml's package-data).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 dist="$(mkdir -p "$1" && cd "$1" && pwd)"

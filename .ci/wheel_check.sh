@@ -18,7 +18,7 @@ mkdir "$work/project" && cd "$work/project"
 cli="$work/venv/bin/lit-retrieval"
 "$py" -c "import lit_retrieval, sys; p = lit_retrieval.__file__; print(p); sys.exit(not p.startswith('$work/venv/'))"
 "$cli" --help
-"$cli" slurm slurm/fit.sbatch --set CONFIG=configs/quickstart.yaml ACCOUNT=proj PARTITION=cpu RUN_DIR=runs/quick \
+"$cli" slurm fit.sbatch --set CONFIG=configs/quickstart.yaml ACCOUNT=proj PARTITION=cpu RUN_DIR=runs/quick \
   GPUS=0 ACCELERATOR=cpu TASKS_PER_NODE=1 --out fit.sbatch
 grep -q "lit-retrieval fit --config configs/quickstart.yaml" fit.sbatch  # the shipped template, rendered
 "$cli" configs copy

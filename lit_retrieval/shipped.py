@@ -1,9 +1,10 @@
-"""The configs and Slurm templates the package ships (package data, found through `importlib.resources`).
+"""The configs the package ships (package data, found through `importlib.resources`; the Slurm
+templates are in `lit_retrieval.launch.templates`).
 
-In git each file exists once, at the repository root (`configs/`, `slurm/*.sbatch`, the paths the docs
-and tests name); `lit_retrieval/configs` and `lit_retrieval/slurm` are symbolic links to those folders,
-so a checkout (editable install) and an installed wheel (which holds copies, pyproject.toml's
-package-data) read them through the same `files("lit_retrieval")` path. `resolve_model_path` finds a
+In git each config exists once, at the repository root (`configs/`, the paths the docs and tests
+name); `lit_retrieval/configs` is a symbolic link to that folder, so a checkout (editable install)
+and an installed wheel (which holds copies, pyproject.toml's package-data) read them through the
+same `files("lit_retrieval")` path. `resolve_model_path` finds a
 model shipped as another package's data (`package:MODULE`, e.g. the T2T filter's all-MiniLM-L6-v2).
 """
 
@@ -20,7 +21,6 @@ if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
 
 CONFIG_SUFFIXES = (".yaml", ".md")
-TEMPLATE_SUFFIX = ".sbatch"
 
 
 def _configs_root() -> Traversable:
@@ -40,25 +40,6 @@ def _walk(folder: Traversable, prefix: PurePosixPath) -> list[tuple[str, Travers
 def shipped_configs() -> dict[str, Traversable]:
     """Every shipped config by its name under `configs/` (e.g. `plans/melon_tab2.yaml`), sorted."""
     return dict(_walk(_configs_root(), PurePosixPath()))
-
-
-def shipped_templates() -> dict[str, Traversable]:
-    """The Slurm templates by file name (`fit.sbatch`, ...)."""
-    folder = files("lit_retrieval") / "slurm"
-    return {e.name: e for e in sorted(folder.iterdir(), key=lambda e: e.name) if e.name.endswith(TEMPLATE_SUFFIX)}
-
-
-def template_text(name: str) -> tuple[str, str]:
-    """(where, text) of a Slurm template: the file `name` if it exists, else the shipped template of that
-    file name (`slurm/fit.sbatch` and `fit.sbatch` both name the shipped `fit.sbatch`, so the command
-    the docs print works outside a checkout too)."""
-    path = Path(name)
-    if path.is_file():
-        return name, path.read_text()
-    shipped = shipped_templates()
-    if path.name not in shipped:
-        raise UsageError(name, f"no such file, and no shipped template of that name (shipped: {', '.join(shipped)})")
-    return f"{path.name} (shipped)", shipped[path.name].read_text()
 
 
 def _chosen(names: list[str]) -> dict[str, Traversable]:

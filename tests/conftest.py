@@ -15,7 +15,7 @@ from lit_retrieval.data.datasets.synthetic import SynthConfig, generate_corpus
 from lit_retrieval.models.encoders.tiny import save_tiny_clip
 
 SMALL = SynthConfig(num_videos=24, seed=3)
-SLURM_START = "bash slurm/local_cluster.sh start"
+SLURM_START = "bash tests/launch/local_cluster.sh start"
 
 
 def _slurm_partition_up() -> str | None:
@@ -34,7 +34,7 @@ def _slurm_partition_up() -> str | None:
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> None:
-    """A real Slurm (slurmctld + slurmd) on this machine, as `slurm/local_cluster.sh start` makes it.
+    """A real Slurm (slurmctld + slurmd) on this machine, as `tests/launch/local_cluster.sh start` makes it.
 
     Tests marked `slurm` take this fixture. Without a running cluster they skip here with the reason and
     the command that starts one; under CI (`CI=true`, where `.ci/run` starts it) they fail instead.

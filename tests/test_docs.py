@@ -1,7 +1,7 @@
 """The documentation names only files that exist, and nothing cites a document outside the repository.
 
 Paths are read from the backticked spans and fenced code blocks of README.md, docs/*.md,
-slurm/README.md and configs/**/README.md. A token counts as a repository path when it ends in a
+docs/slurm.md and configs/**/README.md. A token counts as a repository path when it ends in a
 file extension of the project (e.g. `configs/quickstart.yaml`, `tests/media.py`) or starts with a
 top-level folder of the repository (`benchmarks/`, `configs/sali/grid/`). It must exist relative to
 the repository root, or relative to `lit_retrieval/` (docs/architecture.md names modules by their
@@ -23,9 +23,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "lit_retrieval"
-DOC_FILES = sorted(
-    [ROOT / "README.md", ROOT / "slurm" / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("configs/**/README.md")]
-)
+DOC_FILES = sorted([ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("configs/**/README.md")])
 EXTENSIONS = {".py", ".yaml", ".yml", ".md", ".sh", ".json", ".jsonl", ".sbatch", ".png", ".csv", ".toml", ".txt"}
 SKIPPED_DIRS = {".git", ".venv", "runs", "data", "cache", "__pycache__", "lit_retrieval.egg-info"}
 

@@ -18,11 +18,12 @@ import yaml
 
 from fit_configs import base_trainer, clip_fit_config, run_grid_here
 from lit_retrieval.commands import run_command
-from lit_retrieval.commands.slurm import render_template
+from lit_retrieval.launch.templates import render_template
 from lit_retrieval.errors import UsageError
 from lit_retrieval.grid.plan import load_plan, load_published
 
 ROOT = Path(__file__).resolve().parents[1]
+SBATCH = ROOT / "lit_retrieval" / "launch" / "sbatch"  # the shipped Slurm templates
 PLANS = sorted((ROOT / "configs" / "plans").glob("*.yaml"))
 METRICS = ["t2v/R@1", "t2v/R@5", "v2t/R@1", "t2v/MnR"]
 
@@ -446,7 +447,7 @@ def test_slurm_settings_that_contradict_the_config_are_refused(
 
 
 def test_grid_template_renders_and_rejects_unknown_variables():
-    text = (ROOT / "slurm" / "grid.sbatch").read_text()
+    text = (SBATCH / "grid.sbatch").read_text()
     script = render_template(
         text, {"PLAN": "p.yaml", "RUNS_DIR": "r", "ARRAY": "0-5%64", "ACCOUNT": "a", "PARTITION": "p"}
     )

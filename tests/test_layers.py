@@ -28,7 +28,7 @@ LAYERS: dict[str, int] = {
     "strategies": 1,  # DeepSpeedStrategy that also runs on CPU (a YAML class_path)
     "precision": 1,  # float32 scoring whatever the training precision (autocast off, weights cast up)
     "progress": 1,  # progress of long commands: rich bar in a terminal, plain periodic lines otherwise
-    "shipped": 1,  # the configs and Slurm templates shipped as package data
+    "shipped": 1,  # the configs shipped as package data
     "faiss_library": 1,  # `import faiss` with a one-line error when it is missing or two are installed
     "data": 2,  # records, formats, media items, video decoding, data modules
     "models": 3,  # encoders, heads, GVE embedder
@@ -43,9 +43,10 @@ LAYERS: dict[str, int] = {
     "grid": 9,  # `grid` / `report`: plans, run folders, seed statistics (uses retrieval_cli's parser)
     "serve": 9,  # `lit-retrieval serve`: HTTP API and page over a search index (uses search)
     "melon_build": 9,  # `build-melon`: MELON's construction pipeline (uses search's item embedders)
-    "commands": 10,  # subcommands, imported when dispatched
-    "cli": 11,  # the `lit-retrieval` entry point: nothing in the library imports it
-    "__main__": 12,
+    "launch": 10,  # Slurm: job templates and their language, a run's resources, array submission
+    "commands": 11,  # subcommands, imported when dispatched: they parse arguments and call the layers below
+    "cli": 12,  # the `lit-retrieval` entry point: nothing in the library imports it
+    "__main__": 13,
 }
 
 

@@ -1,4 +1,5 @@
-"""The test cluster itself (`slurm/local_cluster.sh`): a real sbatch array whose srun steps start 2 ranks each."""
+"""The test cluster itself (`tests/launch/local_cluster.sh`): a real sbatch array whose srun steps start 2
+ranks each."""
 
 from __future__ import annotations
 

@@ -73,7 +73,7 @@ SLURM_ENV = {
 @pytest.mark.slow
 def test_the_fit_template_resumes_a_newer_last_checkpoint_over_a_stale_hpc_one(tmp_path, tiny_clip, corpus):
     """A Slurm job got SIGUSR1 at step 2 (hpc_ckpt_1.ckpt; the requeue is a recording stand-in
-    here) and went on to write last.ckpt at step 8. The next job of `slurm/fit.sbatch` (run with
+    here) and went on to write last.ckpt at step 8. The next job of `lit_retrieval/launch/sbatch/fit.sbatch` (run with
     bash, `srun` running its command in place) resumes at step 8, not at the stale step 2 that
     Lightning picks by itself under Slurm."""
     import subprocess
@@ -83,7 +83,7 @@ def test_the_fit_template_resumes_a_newer_last_checkpoint_over_a_stale_hpc_one(t
 
     from fit_configs import clean_launch_env, clip_fit_config
     from lit_retrieval.cli import main
-    from lit_retrieval.commands.slurm import render_template
+    from lit_retrieval.launch.templates import render_template
 
     root = Path(__file__).resolve().parents[1]
     bin_dir, venv, run = tmp_path / "bin", tmp_path / "venv", tmp_path / "run"
@@ -144,7 +144,7 @@ def test_the_fit_template_resumes_a_newer_last_checkpoint_over_a_stale_hpc_one(t
         "VENV": str(venv),
     }
     job = tmp_path / "job.sbatch"
-    job.write_text(render_template((root / "slurm" / "fit.sbatch").read_text(), values))
+    job.write_text(render_template((root / "lit_retrieval" / "launch" / "sbatch" / "fit.sbatch").read_text(), values))
     done = subprocess.run(["bash", str(job)], env=env, cwd=root, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert start.read_text().split() == ["8"]

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHIPPED_CONFIGS = sorted(
     str(p.relative_to(ROOT)) for p in ROOT.glob("configs/**/*") if p.suffix in (".yaml", ".md") and p.is_file()
 )
-TEMPLATES = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("slurm/*.sbatch"))
+TEMPLATES = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("lit_retrieval/launch/sbatch/*.sbatch"))
 
 
 def test_the_wheel_holds_every_template_and_shipped_config(tmp_path):
@@ -28,7 +28,7 @@ def test_the_wheel_holds_every_template_and_shipped_config(tmp_path):
     assert len(SHIPPED_CONFIGS) > 80 and len(TEMPLATES) == 4
     missing = [path for path in SHIPPED_CONFIGS + TEMPLATES if f"lit_retrieval/{path}" not in names]
     assert not missing
-    assert not any(name.endswith(("local_cluster.sh", "slurm/README.md")) for name in names)  # templates only
+    assert not any(name.endswith(("local_cluster.sh", "docs/slurm.md")) for name in names)  # templates only
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -36,9 +36,9 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def test_shipped_template_and_configs_outside_a_checkout(tmp_path):
-    """From an empty folder: `slurm slurm/fit.sbatch` renders the shipped template, `configs copy` writes
+    """From an empty folder: `slurm fit.sbatch` renders the shipped template, `configs copy` writes
     the files byte for byte under configs/, and a second copy refuses to overwrite (exit 2, one line)."""
-    done = run_cli("slurm", "slurm/fit.sbatch", "--set", "CONFIG=configs/quickstart.yaml", "ACCOUNT=proj",
+    done = run_cli("slurm", "fit.sbatch", "--set", "CONFIG=configs/quickstart.yaml", "ACCOUNT=proj",
                    "PARTITION=a100", "RUN_DIR=runs/q", cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "srun --kill-on-bad-exit=1 lit-retrieval fit --config configs/quickstart.yaml" in done.stdout
@@ -99,7 +99,15 @@ LIGHT_COMMANDS = [
     ["report", "--help"],
     ["report", "{runs}", "--plan", "configs/plans/synthetic_mea.yaml", "--out", "{tmp}/report"],
     ["slurm", "--help"],
-    ["slurm", "slurm/fit.sbatch", "--set", "CONFIG=configs/quickstart.yaml", "ACCOUNT=p", "PARTITION=a", "RUN_DIR=r"],
+    [
+        "slurm",
+        "lit_retrieval/launch/sbatch/fit.sbatch",
+        "--set",
+        "CONFIG=configs/quickstart.yaml",
+        "ACCOUNT=p",
+        "PARTITION=a",
+        "RUN_DIR=r",
+    ],
     ["grid", "--help"],
     ["grid", "configs/plans/uvrb_gve.yaml", "--out", "{tmp}/uvrb", "--dry-run"],  # released models: no trainer config
     ["configs", "list"],

@@ -14,10 +14,11 @@ import torch
 import pytest
 import yaml
 
-from lit_retrieval.commands.slurm import integer_expression, log_folders, render_template, template_variables
+from lit_retrieval.launch.templates import integer_expression, log_folders, render_template, template_variables
 from fit_configs import clip_fit_config
 
 ROOT = Path(__file__).resolve().parents[1]
+SBATCH = ROOT / "lit_retrieval" / "launch" / "sbatch"  # the shipped Slurm templates
 FIT = dict(CONFIG="configs/gve/train.yaml", ACCOUNT="proj", PARTITION="a100")
 FIT_SET = [f"{k}={v}" for k, v in FIT.items()]
 
@@ -42,7 +43,12 @@ def fake_tools(tmp_path: Path) -> dict[str, str]:
 
 def run_job(tmp_path: Path, template: str, values: dict) -> list[str]:
     job = tmp_path / "job.sbatch"
-    job.write_text(render_template((ROOT / "slurm" / template).read_text(), {**values, "VENV": str(tmp_path / "venv")}))
+    job.write_text(
+        render_template(
+            (SBATCH / template).read_text(),
+            {**values, "VENV": str(tmp_path / "venv")},
+        )
+    )
     log = tmp_path / "srun.log"
     log.unlink(missing_ok=True)
     env = {
@@ -56,7 +62,7 @@ def run_job(tmp_path: Path, template: str, values: dict) -> list[str]:
 
 
 def test_every_template_declares_what_it_uses_and_renders():
-    for template in sorted((ROOT / "slurm").glob("*.sbatch")):
+    for template in sorted((SBATCH).glob("*.sbatch")):
         declared = template_variables(template.read_text())
         required = {k: "x" for k, v in declared.items() if v is None}
         script = render_template(template.read_text(), required)
@@ -64,13 +70,21 @@ def test_every_template_declares_what_it_uses_and_renders():
 
 
 def render_fit(cwd: Path, *settings: str) -> subprocess.CompletedProcess:
-    """`lit-retrieval slurm slurm/fit.sbatch --set SETTINGS` run in `cwd`, as a user types it."""
-    command = [sys.executable, "-m", "lit_retrieval", "slurm", str(ROOT / "slurm" / "fit.sbatch"), "--set", *settings]
+    """`lit-retrieval slurm fit.sbatch --set SETTINGS` run in `cwd`, as a user types it."""
+    command = [
+        sys.executable,
+        "-m",
+        "lit_retrieval",
+        "slurm",
+        str(SBATCH / "fit.sbatch"),
+        "--set",
+        *settings,
+    ]
     return subprocess.run(command, cwd=cwd, capture_output=True, text=True)
 
 
 def test_rendering_makes_the_log_folders_slurm_opens_before_the_script_runs(tmp_path):
-    """`lit-retrieval slurm slurm/fit.sbatch --set ... --out job.sbatch && sbatch job.sbatch` must run
+    """`lit-retrieval slurm fit.sbatch --set ... --out job.sbatch && sbatch job.sbatch` must run
     as printed: Slurm opens `--output` before the script's own `mkdir`, so the renderer makes it."""
     run_dir = tmp_path / "runs" / "gve-3b_r1.5"
     out = render_fit(tmp_path, *FIT_SET, f"RUN_DIR={run_dir}", "--out", "j")
@@ -101,20 +115,20 @@ def test_log_folders_follow_slurms_option_forms_and_chdir(tmp_path):
 
 
 def test_renderer_errors_name_the_variables():
-    text = (ROOT / "slurm" / "fit.sbatch").read_text()
+    text = (SBATCH / "fit.sbatch").read_text()
     with pytest.raises(ValueError, match=r"missing required variable\(s\) \['RUN_DIR'\]"):
         render_template(text, FIT)
     with pytest.raises(ValueError, match="unknown variable"):
         render_template(text, {**FIT, "RUN_DIR": "r", "GPU": "4"})
     settings = {"COMMAND": "shots --list v.txt", "ACCOUNT": "a", "PARTITION": "p", "LOG_DIR": "l", "SHARDS": "12"}
-    array = render_template((ROOT / "slurm" / "array.sbatch").read_text(), settings)
+    array = render_template((SBATCH / "array.sbatch").read_text(), settings)
     assert "#SBATCH --array=0-11" in array
 
 
 def test_set_values_are_verbatim_and_only_a_templates_own_defaults_compute():
     """Issue 24: `--set TIME=2-00` (two days) was computed to `--time=2` (minutes), `ACCOUNT=123-45`
     to 78, `JOB_NAME=2024-01` a traceback and `9**9**9` was evaluated."""
-    text = (ROOT / "slurm" / "array.sbatch").read_text()
+    text = (SBATCH / "array.sbatch").read_text()
     base = {"COMMAND": "shots --list v.txt", "ACCOUNT": "a", "PARTITION": "p", "LOG_DIR": "l"}
     for key, value in [
         ("TIME", "2-00"),
@@ -152,7 +166,7 @@ def test_integer_expression_refuses_anything_else(expression):
 def test_fit_job_launches_one_task_per_gpu_and_resumes(tmp_path):
     run_dir = tmp_path / "run"
     values = {**FIT, "RUN_DIR": str(run_dir), "NODES": "2", "GPUS": "4", "EXTRA": "--trainer.max_epochs 3"}
-    script = render_template((ROOT / "slurm" / "fit.sbatch").read_text(), values)
+    script = render_template((SBATCH / "fit.sbatch").read_text(), values)
     assert (
         "#SBATCH --nodes=2" in script and "#SBATCH --ntasks-per-node=4" in script and "#SBATCH --gres=gpu:4" in script
     )

@@ -1,4 +1,4 @@
-"""Multi-node training under a REAL two-node Slurm (`bash slurm/local_cluster.sh start --nodes 2`): two slurmd
+"""Multi-node training under a REAL two-node Slurm (`bash tests/launch/local_cluster.sh start --nodes 2`): two slurmd
 daemons, each in its own network + UTS namespace (lit-node1 = 10.77.0.2, lit-node2 = 10.77.0.3 on a bridge the
 script makes), one slurmctld, munge. Every job is one of the shipped templates as `lit-retrieval slurm` renders
 it, submitted with sbatch to that cluster (SLURM_CONF, exported to the jobs), on CPU with gloo:
@@ -61,7 +61,8 @@ pytestmark = [
 ROOT = Path(__file__).resolve().parents[1]
 VENV = Path(sys.executable).parent.parent  # the environment running the tests; the jobs activate it
 MULTI_CONF = Path(os.environ.get("LIT_SLURM_MULTI_DIR", "/var/lib/lit-retrieval-slurm-nodes")) / "slurm.conf"
-START = "bash slurm/local_cluster.sh start --nodes 2"
+START = "bash tests/launch/local_cluster.sh start --nodes 2"
+CLUSTER_SCRIPT = ["bash", "tests/launch/local_cluster.sh"]
 PARTITION = "multi"
 ADDRESSES = {"lit-node1": "10.77.0.2", "lit-node2": "10.77.0.3"}
 NODES = tuple(ADDRESSES)
@@ -97,7 +98,7 @@ def _cluster_down() -> str | None:
 
 @pytest.fixture(scope="module")
 def nodes() -> None:
-    """The two-node cluster, started by .ci/run (`slurm/local_cluster.sh start --nodes 2`). Without it: a skip,
+    """The two-node cluster, started by .ci/run (`tests/launch/local_cluster.sh start --nodes 2`). Without it: a skip,
     saying that it needs root (namespaces, a bridge, the daemons) or how to start it; under CI as root: a failure."""
     why = _cluster_down()
     if why is None:
@@ -298,7 +299,7 @@ def test_a_node_lost_mid_fit_ends_the_job_and_the_next_start_resumes_without_tra
     first = submit(script)
     wait_until("the fit to pause after step 3", marker.exists, first)
     time.sleep(2)  # every rank is in the pause (they reach it together: step 3's all-reduce joined them)
-    lost = subprocess.run(["bash", "slurm/local_cluster.sh", "kill-node", "2"], cwd=ROOT, capture_output=True)
+    lost = subprocess.run([*CLUSTER_SCRIPT, "kill-node", "2"], cwd=ROOT, capture_output=True)
     assert lost.returncode == 0, lost.stderr
     release.touch()
     decided: dict[str, str] = {}
@@ -312,7 +313,7 @@ def test_a_node_lost_mid_fit_ends_the_job_and_the_next_start_resumes_without_tra
     try:
         wait_until("Slurm to end or requeue the job", slurm_decided, first, timeout=180)
     finally:
-        back = subprocess.run(["bash", "slurm/local_cluster.sh", "start-node", "2"], cwd=ROOT, capture_output=True)
+        back = subprocess.run([*CLUSTER_SCRIPT, "start-node", "2"], cwd=ROOT, capture_output=True)
     assert back.returncode == 0, back.stderr
     from lit_retrieval.checkpoint_io import checkpoint_step
 

@@ -12,13 +12,13 @@ where configured, runs as in training: it decides which records are kept); GVE's
 `MultiTaskDataModule` caches every video item of its training (`train`) and validation (`val`)
 tasks as the model's input processing samples it (`model.init_args.embedder.inputs`).
 
-An interrupted run (a crash, a full disk: one line naming the folder) is resumed by running it
-again (the result is the same as an uninterrupted run); a cached video that changed since, an entry
-whose frames were cut short and an unreadable index line are named in one line each and decoded
-again (`lit_retrieval.data.media.frame_cache`); array tasks (`--shard`, `slurm/array.sbatch`) write
+An interrupted run (a crash, a full disk: one line naming the folder) is resumed by running it again
+(the result is the same as an uninterrupted run); a cached video that changed since, an entry whose
+frames were cut short and an unreadable index line are named in one line each and decoded again
+(`lit_retrieval.data.media.frame_cache`); array tasks (`--shard`, the shipped `array.sbatch`) write
 their own files into the same folder, and readers take them all. Undecodable videos are listed in
-the shard's `.failed.txt` and follow the data module's `on_bad_video` when read; the exit status
-is 1 if any failed under `raise`.
+the shard's `.failed.txt` and follow the data module's `on_bad_video` when read; the exit status is
+1 if any failed under `raise`.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
 
 A copied config keeps its name under `configs/` (the paths the plans, the docs and the other configs use),
 so the documented commands (`lit-retrieval fit --config configs/quickstart.yaml`) run from that folder.
-The Slurm templates need no copy: `lit-retrieval slurm slurm/fit.sbatch` reads the shipped one when no such
+The Slurm templates need no copy: `lit-retrieval slurm fit.sbatch` reads the shipped one when no such
 file exists.
 """
 

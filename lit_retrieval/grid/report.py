@@ -18,6 +18,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from lit_retrieval.errors import InputError, UsageError
 from lit_retrieval.grid.plan import Comparison, Plan, load_published
 from lit_retrieval.grid.runs import DONE, read_done, run_metrics
 
@@ -85,7 +86,6 @@ def score_matrices(plan: Plan, runs_dir: Path, name: str) -> tuple[list[Path], b
     """The file each finished seed of row `name` compares, beside its metrics file: the test score
     matrix, or uvrb's per_query.json in an `evaluate: uvrb` plan; and whether every planned seed
     finished. A run without one is a `UsageError` naming it."""
-    from lit_retrieval.errors import UsageError
     from lit_retrieval.metrics.score_files import SCORES_FILE
     from lit_retrieval.metrics.paired_tasks import PER_QUERY_FILE
 
@@ -309,3 +309,27 @@ def plot(plan: Plan, rows: list[RowResult], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def write_report(plan: Plan, runs_dir: Path, out: Path, digits: int) -> tuple[str, list[Path]]:
+    """`lit-retrieval report`'s files in `out`: report.md (the table; with the plan's `comparisons`
+    their paired tests), report.csv, report.png and comparisons.csv. (report.md's text, files written)."""
+    try:
+        rows = collect(plan, runs_dir)
+    except KeyError as err:
+        raise UsageError(str(runs_dir), err.args[0]) from None
+    out.mkdir(parents=True, exist_ok=True)
+    text = markdown(plan, rows, digits)
+    written = [out / "report.md", out / "report.csv", out / "report.png"]
+    if plan.comparisons:
+        try:
+            compared = compare_rows(plan, runs_dir)
+        except ValueError as err:  # the score files' own checks name the file
+            raise err if isinstance(err, UsageError) else InputError(str(err)) from None
+        text += comparisons_markdown(compared, digits)
+        write_comparisons_csv(compared, out / "comparisons.csv")
+        written.append(out / "comparisons.csv")
+    (out / "report.md").write_text(text)
+    write_csv(rows, plan.metrics, out / "report.csv")
+    plot(plan, rows, out / "report.png")
+    return text, written

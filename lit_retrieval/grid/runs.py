@@ -37,9 +37,11 @@ import yaml
 
 from lit_retrieval.errors import InputError, UsageError
 from lit_retrieval.grid.plan import Plan, Run
-from lit_retrieval.locking import OutputLock
+from lit_retrieval.locking import OutputLock, OutputLocked
+from lit_retrieval.progress import Progress
 
 DONE, FIT_DONE, FAILED, RUN_FILE, CONFIG = "done.json", "fit.done", "failed.json", "run.json", "config.yaml"
+GRID_RECORD = "grid.json"  # RUNS_DIR/grid.json: the plan a runs folder was made from
 CONVERTED = "converted"
 CONFIG_HEADER = "# lit-retrieval "  # the first line of every config the CLI prints (RetrievalCLI.init_parser)
 
@@ -453,3 +455,42 @@ def run_metrics(folder: Path) -> dict[str, float]:
         raise UsageError(str(path), "'datasets' must be a JSON object {dataset: {\"score\": ...}}")
     scores = _numbers({name: entry.get("score") for name, entry in datasets.items()}, path, "datasets")
     return {**scores, **_numbers(raw.get("abilities", {}), path, "abilities")}
+
+
+def record_plan(runs_dir: Path, plan: Plan) -> None:
+    """RUNS_DIR/grid.json names the plan, so `report RUNS_DIR` finds its rows, seeds and metrics."""
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    record = {"plan": str(plan.path.resolve()), "title": plan.title}
+    write_atomic(runs_dir / GRID_RECORD, json.dumps(record, indent=2))
+
+
+def recorded_plan(runs_dir: Path) -> str:
+    """The plan file RUNS_DIR/grid.json names; a `UsageError` when there is none."""
+    record = runs_dir / GRID_RECORD
+    if not record.is_file():
+        raise UsageError(str(runs_dir), f"no {GRID_RECORD} here (not a `lit-retrieval grid` runs folder); pass --plan")
+    plan_path = read_object(record, GRID_RECORD).get("plan")
+    if not isinstance(plan_path, str) or not plan_path:
+        raise UsageError(str(record), f"{GRID_RECORD} names no plan ('plan'); pass --plan")
+    return plan_path
+
+
+def run_locally(runs: list[Run], pending: list[Run], runs_dir: Path) -> int:
+    """`grid --local`: the `pending` runs one after another in this process's machine, a run another
+    process holds left alone (its .run.lock); 1 when any failed, else 0."""
+    failures = 0
+    counts = {"failed": 0, "left_alone": 0}
+    with Progress("grid", len(runs), "runs", completed=len(runs) - len(pending), counts=counts, heartbeat=True) as bar:
+        for run_ in pending:
+            name = f"[{run_.index}] {run_.row.name} seed {run_.seed}"
+            print(f"{name} ...", flush=True)
+            try:
+                code = execute(run_.folder(runs_dir))
+            except OutputLocked as locked:
+                print(f"{name}: left alone, {locked}", flush=True)
+                bar.advance(left_alone=1)
+                continue
+            print(f"{name}: {'done' if code == 0 else f'failed ({code})'}", flush=True)
+            failures += code != 0
+            bar.advance(failed=int(code != 0))
+    return 1 if failures else 0

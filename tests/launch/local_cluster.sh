@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # A real one-node Slurm cluster on this machine, for the project's Slurm tests (tests marked `slurm`).
 #
-#   bash slurm/local_cluster.sh start    # install (Debian packages, when missing), configure, start; wait for the node
-#   bash slurm/local_cluster.sh status   # sinfo; exit 0 when the node takes jobs
-#   bash slurm/local_cluster.sh stop     # cancel every job, stop slurmctld, slurmd and munged
+#   bash tests/launch/local_cluster.sh start    # install (Debian packages, when missing), configure, start; wait for the node
+#   bash tests/launch/local_cluster.sh status   # sinfo; exit 0 when the node takes jobs
+#   bash tests/launch/local_cluster.sh stop     # cancel every job, stop slurmctld, slurmd and munged
 #
-#   bash slurm/local_cluster.sh start --nodes 2    # a second cluster beside it: 2 nodes, each in its own
+#   bash tests/launch/local_cluster.sh start --nodes 2    # a second cluster beside it: 2 nodes, each in its own
 #                                                  # network + UTS namespace ("Several nodes" below)
-#   bash slurm/local_cluster.sh status --nodes 2   # its sinfo; exit 0 when every node takes jobs
-#   bash slurm/local_cluster.sh stop --nodes 2     # cancel its jobs, stop its daemons, remove its namespaces
-#   bash slurm/local_cluster.sh kill-node 2        # node 2 lost: SIGKILL to every process in its namespace
-#   bash slurm/local_cluster.sh start-node 2       # node 2 back: its slurmd again
+#   bash tests/launch/local_cluster.sh status --nodes 2   # its sinfo; exit 0 when every node takes jobs
+#   bash tests/launch/local_cluster.sh stop --nodes 2     # cancel its jobs, stop its daemons, remove its namespaces
+#   bash tests/launch/local_cluster.sh kill-node 2        # node 2 lost: SIGKILL to every process in its namespace
+#   bash tests/launch/local_cluster.sh start-node 2       # node 2 back: its slurmd again
 #
 # Needs root (apt-get, the daemons). The cluster: munge authentication, slurmctld + slurmd on this
 # host, one node with this machine's CPUs and memory, one default partition `local`, no accounting
@@ -45,7 +45,7 @@ write_config() {
   mem_mb=$(awk '/MemTotal/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)  # leave 10 % to the system
   as_root mkdir -p /etc/slurm "$STATE_DIR/ctld" "$STATE_DIR/d" "$STATE_DIR/log"
   as_root tee "$CONF" >/dev/null <<EOF
-# written by lit-retrieval slurm/local_cluster.sh: a one-node test cluster
+# written by lit-retrieval tests/launch/local_cluster.sh: a one-node test cluster
 ClusterName=lit-retrieval-test
 SlurmctldHost=$host
 SlurmUser=root
@@ -182,7 +182,7 @@ mn_write_config() {
   mem_mb=$(awk '/MemTotal/ {print int($2 / 1024 * 0.9)}' /proc/meminfo) # each node: this machine's memory
   as_root mkdir -p "$MN_DIR/ctld" "$MN_DIR/log"
   {
-    echo "# written by lit-retrieval slurm/local_cluster.sh start --nodes $nodes: a multi-node test cluster"
+    echo "# written by lit-retrieval tests/launch/local_cluster.sh start --nodes $nodes: a multi-node test cluster"
     echo "# nodes: $nodes"
     echo "ClusterName=lit-retrieval-nodes"
     echo "SlurmctldHost=$host($MN_NET.1)"

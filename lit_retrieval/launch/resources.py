@@ -1,5 +1,4 @@
-"""The Slurm side of a grid: the nodes, ranks and GPUs each run's config trains on, and the runs that
-a submitted array still holds (queued, running or requeued), so a second `grid --slurm` leaves them alone.
+"""What a grid run asks Slurm for: the nodes, ranks and GPUs its config trains on.
 
 Resources come from the run's resolved config, never from the template's defaults:
 `trainer.num_nodes` -> NODES, `trainer.devices` -> TASKS_PER_NODE (one rank per device) and, unless
@@ -7,25 +6,14 @@ Resources come from the run's resolved config, never from the template's default
 that leaves devices or nodes to the launcher (`auto`, -1, absent) takes them from --set (or the
 template's default) and gets them written into its config.yaml; a --set that contradicts the config
 is refused, so a row never trains on fewer GPUs than its config says.
-
-A submitted run is recognised by `slurm.json` in its folder (the array job id and task id that
-`sbatch` answered) and by `squeue --array` still listing that `JOB_TASK` for this user.
 """
 
 from __future__ import annotations
 
-import getpass
-import json
-import subprocess
-import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from lit_retrieval.errors import InputError, UsageError
-from lit_retrieval.grid.runs import read_object, write_atomic
-
-SUBMISSION = "slurm.json"
+from lit_retrieval.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -110,40 +98,3 @@ def _agree(
             f"drop the --set, or add --override trainer.{key}={wanted}",
         )
     return configured
-
-
-def record_submission(folder: Path, job: str | None, task: int, script: Path) -> None:
-    """slurm.json: the array task now submitted for the run in `folder`."""
-    record = {"job": job, "task": task, "script": str(script), "time": time.time()}
-    write_atomic(folder / SUBMISSION, json.dumps(record))
-
-
-def queued_tasks(squeue: str = "squeue") -> set[str]:
-    """`JOBID_TASK` of every array task of this user that Slurm still holds (pending, running,
-    requeued or completing), from `squeue --array`; a `UsageError` when squeue cannot answer."""
-    command = [squeue, "--noheader", "--array", "--format=%i", f"--user={getpass.getuser()}"]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        raise UsageError(squeue, f"cannot ask Slurm which runs are still queued or running ({err})") from None
-    if done.returncode:
-        raise UsageError(squeue, f"cannot ask Slurm which runs are still queued or running: {done.stderr.strip()}")
-    return set(done.stdout.split())
-
-
-def submitted_and_queued(folders: dict[int, Path], squeue: str = "squeue") -> dict[int, str]:
-    """{run index: JOBID_TASK} of the runs whose submitted array task Slurm still holds. squeue is
-    asked only when some run has a submission record; an unreadable record counts as none."""
-    records = {}
-    for index, folder in folders.items():
-        if (folder / SUBMISSION).is_file():
-            try:
-                record = read_object(folder / SUBMISSION, SUBMISSION)
-            except InputError:
-                continue
-            if record.get("job"):
-                records[index] = f"{record['job']}_{record.get('task', index)}"
-    if not records:
-        return {}
-    queued = queued_tasks(squeue)
-    return {index: task for index, task in records.items() if task in queued}
