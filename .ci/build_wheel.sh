@@ -9,7 +9,7 @@ dist="$(mkdir -p "$1" && cd "$1" && pwd)"
 python="${2:-$root/.venv/bin/python}"
 source_copy="$(mktemp -d)"
 trap 'rm -rf "$source_copy"' EXIT
-tar -C "$root" --exclude=__pycache__ -cf - pyproject.toml README.md LICENSE lit_retrieval configs slurm \
+tar -C "$root" --exclude=__pycache__ -cf - pyproject.toml README.md LICENSE lit_retrieval configs \
   | tar -C "$source_copy" -xf -
 (cd "$source_copy" && "$python" -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir "$dist" .)
 ls "$dist"/lit_retrieval-*.whl

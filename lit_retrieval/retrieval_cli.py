@@ -1,14 +1,23 @@
-"""`RetrievalCLI`: the LightningCLI behind `lit-retrieval fit/validate/test/predict`.
+"""`RetrievalCLI`: the LightningCLI behind `lit-retrieval fit/validate/test/predict`, and the one
+reader of training configs.
 
-Every LightningModule / LightningDataModule is selectable by `class_path` in YAML (subclass mode);
-library code that builds a module from a training config (search, UVRB) uses this class, never the
-`lit-retrieval` entry point in `cli.py`.
+Every LightningModule / LightningDataModule is selectable by `class_path` in YAML (subclass mode).
+Whatever else reads a training config reads it here, through this class's own parser, so a config
+means the same to every command as to `fit` (composed `--config` files, defaults, class paths):
+`training_config` (parsed, nothing built: `cache-frames`, `sali-stats`), `build_datamodule`,
+`build_module` (the module and its data settings: search, UVRB, `export-gve`) and
+`resolved_training_config` (the `--print_config` dict a grid run folder keeps). None of them goes
+through the `lit-retrieval` entry point in `cli.py`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import functools
+import io
 import json
+import warnings
 import signal
 import sys
 from pathlib import Path
@@ -313,3 +322,92 @@ def _subcommand_and_checkpoint(args: list[str] | tuple[str, ...], subcommands) -
         elif arg.startswith("--ckpt_path="):
             ckpt_path = arg.split("=", 1)[1]
     return subcommand, ckpt_path
+
+
+# ---- reading a training config -------------------------------------------------------------------
+CONFIG_HEADER = "# lit-retrieval "  # the first line of every config the CLI prints (`init_parser`'s dump_header)
+
+
+class _ParseOnly(RetrievalCLI):
+    def instantiate_classes(self) -> None:
+        """Nothing is built: the caller builds what it needs from the parsed config."""
+
+
+def training_config(paths: list[str]) -> Any:
+    """The composed training config (later files override earlier ones) as `lit-retrieval fit` parses
+    it, with nothing built: a jsonargparse namespace (`config.data`, `config.model`, ...)."""
+    args = [item for path in paths for item in ("--config", path)]
+    # Lightning warns that sys.argv holds arguments besides `args`: they are the calling command's
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*args parameter is intended to run from within Python")
+        return _ParseOnly(args=args, run=False).config
+
+
+def model_option(config: Any, *keys: str) -> Any:
+    """`config.model.init_args.<keys...>` of a parsed config, None where any level is absent."""
+    node = getattr(config, "model", None)
+    for key in ("init_args", *keys):
+        node = node.get(key) if node is not None and hasattr(node, "get") else None
+    return node
+
+
+def build_datamodule(config: Any) -> L.LightningDataModule:
+    """The data module of a parsed training config (`training_config`), built alone."""
+    from jsonargparse import ArgumentParser, Namespace
+
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_subclass_arguments(L.LightningDataModule, "data")
+    return parser.instantiate(Namespace(data=config.data)).data
+
+
+def build_module(path: str) -> tuple[L.LightningModule, dict[str, Any]]:
+    """The LightningModule the training config at `path` describes (no trainer run), and its data
+    module's settings as parsed (`data.init_args`, defaults filled in: frames, image size, shots)."""
+    cli = RetrievalCLI(args=["--config", path, "--trainer.logger", "false"], run=False)
+    data = cli.config.get("data")
+    settings = data.get("init_args") if data is not None and hasattr(data, "get") else None
+    return cli.model, (settings.as_dict() if settings is not None else {})
+
+
+class _ParserBuilt(Exception):
+    """Carries the CLI's parser out of `LightningCLI.__init__` before it parses anything."""
+
+
+@functools.cache
+def cli_parser() -> Any:
+    """The argument parser of `lit-retrieval fit/test/...` (this class's own), built once: building
+    it costs as much as parsing a config, and a plan parses dozens."""
+
+    class ParserOnly(RetrievalCLI):
+        def parse_arguments(self, parser, args) -> None:  # the hook LightningCLI calls after setup_parser
+            raise _ParserBuilt(parser)
+
+    try:
+        ParserOnly(args=[])
+    except _ParserBuilt as built:
+        return built.args[0]
+    raise RuntimeError("LightningCLI did not call parse_arguments")
+
+
+def resolved_training_config(configs: list[str], flags: list[str], where: str) -> dict[str, Any]:
+    """The fit config that `lit-retrieval fit --config C1 --config C2 ... FLAGS` would run (`flags`:
+    `--KEY VALUE` pairs), as `--print_config` prints it; a missing file or a parse error is a
+    `UsageError` naming `where`."""
+    missing = [c for c in configs if not Path(c).is_file()]
+    if missing:
+        raise UsageError(where, f"config file(s) not found: {missing} (paths are relative to {Path.cwd()})")
+    args = ["fit", *(a for c in configs for a in ("--config", c)), *flags, "--print_config"]
+    out, err = io.StringIO(), io.StringIO()
+    code: int | str | None = 0
+    parser = cli_parser()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            parser.parse_args(args)
+        except SystemExit as exit_:
+            code = exit_.code
+        except Exception as error:  # noqa: BLE001 - reported with the row that caused it
+            raise UsageError(where, f"the configs do not parse: {error}") from None
+    if code not in (0, None):
+        raise UsageError(where, f"the configs do not parse: {err.getvalue().strip().splitlines()[-1:]}")
+    printed = out.getvalue()  # from the config's header on: a library imported while parsing may print first
+    return yaml.safe_load(printed[printed.find(CONFIG_HEADER) :] if CONFIG_HEADER in printed else printed)

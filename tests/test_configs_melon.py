@@ -28,7 +28,8 @@ import pytest
 import yaml
 
 from lit_retrieval.grid.plan import Plan, load_plan
-from lit_retrieval.grid.runs import resolve_config
+from lit_retrieval.grid.runs import override_args
+from lit_retrieval.retrieval_cli import resolved_training_config
 from lit_retrieval.retrieval_cli import RetrievalCLI
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -141,7 +142,9 @@ def plan_row_config(plan: Plan, name: str, overrides: dict[str, Any] | None = No
     """The fit config `lit-retrieval grid` resolves for the plan's row `name` (its configs and overrides)."""
     row = plan.row(name)
     assert row is not None, name
-    return resolve_config(row.configs, {**row.overrides, **(overrides or {})}, f"{plan.path}: {name}")
+    return resolved_training_config(
+        row.configs, override_args({**row.overrides, **(overrides or {})}), f"{plan.path}: {name}"
+    )
 
 
 def video_ids(config: dict[str, Any]) -> dict[str, list[str]]:

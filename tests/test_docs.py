@@ -13,6 +13,7 @@ their reason. A file of another repository is named with its repository, `owner/
 
 from __future__ import annotations
 
+import ast
 import fnmatch
 import itertools
 import os
@@ -189,3 +190,42 @@ def test_no_doc_or_docstring_cites_a_document_outside_the_repository():
         if FORBIDDEN_CITATIONS.search(line)
     ]
     assert hits == []
+
+
+def docstring_paths(path: Path, rooms: set[str]) -> list[str]:
+    """The repository paths the docstrings of a module name: tokens that start with a top-level folder
+    or a sub-package of `lit_retrieval` (`data/batching/workers.py`), the form a moved module leaves
+    stale. A file a run writes (`uvrb/per_query.json`) is an output, not a path; files of other
+    repositories are named with their repository (module docstring) and not checked here."""
+    top = top_level_dirs() | rooms
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            text = ast.get_docstring(node) or ""
+            found += [
+                t
+                for t in candidate_paths(text, top)
+                if "/" in t and t.split("/")[0] in top and Path(t).name not in RUN_OUTPUT_NAMES
+            ]
+    return found
+
+
+def test_every_package_path_named_in_a_docstring_exists():
+    rooms = {p.name for p in PACKAGE.iterdir() if p.is_dir() and not p.name.startswith("_")}
+    names = repository_file_names()
+    stale = [
+        f"{path.relative_to(ROOT)}: {token}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for token in docstring_paths(path, rooms)
+        if not path_exists(token, names)
+    ]
+    assert stale == []
+
+
+def test_the_docstring_check_catches_a_moved_module(tmp_path):
+    module = tmp_path / "moved.py"
+    module.write_text('"""Workers ignore the stop signals (`data/workers.py`, `data/batching/workers.py`)."""\n')
+    rooms = {"data"}
+    tokens = docstring_paths(module, rooms)
+    assert tokens == ["data/workers.py", "data/batching/workers.py"]
+    assert [t for t in tokens if not path_exists(t, repository_file_names())] == ["data/workers.py"]

@@ -70,11 +70,12 @@ def plain_transformers_embeddings(path, batch) -> torch.Tensor:
 
 @pytest.mark.slow
 def test_exported_directory_loads_with_plain_transformers_and_embeds_as_the_module(trained, corpus, tmp_path):
-    from lit_retrieval.search.loading import instantiate_module, load_checkpoint_weights
+    from lit_retrieval.retrieval_cli import build_module
+    from lit_retrieval.search.loading import load_checkpoint_weights
 
     out = tmp_path / "export"
     assert run_command("export-gve", [str(trained["ckpt"]), str(out)]) == 0
-    module = instantiate_module(str(trained["config"]))
+    module, _ = build_module(str(trained["config"]))
     load_checkpoint_weights(module, str(trained["ckpt"]))
     embedder = module.embedder.eval()
     items = probe_items(corpus)

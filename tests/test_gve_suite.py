@@ -13,7 +13,7 @@ import torch
 import yaml
 
 from lit_retrieval.commands import run_command
-from lit_retrieval.commands.uvrb import read_task_list
+from lit_retrieval.uvrb.tasks import read_task_list
 from lit_retrieval.data.annotations import load_annotations
 from lit_retrieval.data.gve.multitask import MultiTaskDataModule
 from lit_retrieval.data.gve.tasks import TaskSpec
@@ -205,12 +205,12 @@ def test_a_trained_rows_saved_config_builds_the_model_for_uvrb(monkeypatch, tmp_
     """`grid` evaluates a trained row with `uvrb --config RUN/config.yaml --ckpt ...`: the config it saved
     (as `fit` saves one) holds fit's own `ckpt_path` and `weights_only`, which the model-only parser of
     `uvrb`, `index` and `search` refused ('Option ckpt_path is not accepted', E2's first evaluation)."""
-    from lit_retrieval.search.loading import instantiate_module
+    from lit_retrieval.retrieval_cli import build_module
 
     monkeypatch.chdir(ROOT)
     plan = load_plan(ROOT / "configs" / "plans" / "sali_control.yaml")
     config = prepare(plan, plan.runs()[0], tmp_path, {}, {})["fit"][-1]
     saved = yaml.safe_load(Path(config).read_text())
     assert "ckpt_path" in saved and "weights_only" in saved
-    module = instantiate_module(config)
+    module, _ = build_module(config)
     assert type(module).__name__ == saved["model"]["class_path"].rsplit(".", 1)[-1]

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from lit_retrieval.grid.plan import load_plan
-from lit_retrieval.grid.runs import resolve_config
+from lit_retrieval.grid.runs import override_args
+from lit_retrieval.retrieval_cli import resolved_training_config
 
 PLAN = load_plan("configs/plans/gve_tab3.yaml")
 
@@ -18,7 +19,7 @@ def callback_names(config: dict) -> list[str]:
 
 @pytest.mark.parametrize("row", PLAN.rows, ids=[r.name for r in PLAN.rows])
 def test_every_row_mines_with_psi_t_and_needs_psi_1(row):
-    config = resolve_config(row.configs, row.overrides, row.name)
+    config = resolved_training_config(row.configs, override_args(row.overrides), row.name)
     data = config["data"]["init_args"]
     names = callback_names(config)
     assert data["negative_mining"] == "prober" and "HardNegativeMining" in names
@@ -35,5 +36,7 @@ def test_every_row_mines_with_psi_t_and_needs_psi_1(row):
 
 def test_the_plan_override_sets_psi_1_for_every_row(tmp_path):
     row = PLAN.row("gve_s_7b")
-    config = resolve_config(row.configs, {"data.init_args.prober_path": str(tmp_path)}, row.name)
+    config = resolved_training_config(
+        row.configs, override_args({"data.init_args.prober_path": str(tmp_path)}), row.name
+    )
     assert config["data"]["init_args"]["prober_path"] == str(tmp_path)

@@ -1,6 +1,6 @@
 """Every DataLoader the data modules build has workers that survive the stop signals a scheduler
 sends to every process of a job step (SIGTERM, SIGINT, SIGUSR1) and go on serving batches: the
-main process alone decides how to stop (`data/workers.py`). Forked workers (the video data
+main process alone decides how to stop (`data/batching/workers.py`). Forked workers (the video data
 modules) and spawned ones (GVE's multi-task module) are both checked on live worker processes."""
 
 from __future__ import annotations

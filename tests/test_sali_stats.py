@@ -10,7 +10,7 @@ import yaml
 from fit_configs import clip_fit_config
 from lit_retrieval.cli import main
 from lit_retrieval.commands import run_command
-from lit_retrieval.commands.sali_stats import PAPER_SHARES
+from lit_retrieval.metrics.sali_statistics import PAPER_SHARES
 from lit_retrieval.data.media.shots import ShotCache, ShotDetectorConfig
 from media import write_noise_video
 

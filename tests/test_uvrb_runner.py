@@ -218,7 +218,7 @@ def test_uvrb_command_with_a_dual_encoder_checkpoint(tmp_path, tiny_clip, corpus
 def test_shipped_uvrb_task_list_names_the_16_datasets(tmp_path):
     from pathlib import Path
 
-    from lit_retrieval.commands.uvrb import read_task_list
+    from lit_retrieval.uvrb.tasks import read_task_list
     from lit_retrieval.uvrb.datasets import UVRB_DATASETS
 
     specs = read_task_list(

@@ -1,3 +1,6 @@
+"""Lightning callbacks: the metrics report, GVE's Modality Pyramid curriculum and hard-negative
+mining, resume checkpoints (interval, on-signal, Slurm requeue) and the training curves (theta_t, ...)."""
+
 from lit_retrieval.callbacks.metrics_report import MetricsReport
 from lit_retrieval.callbacks.modality_pyramid import ModalityPyramid
 from lit_retrieval.callbacks.negative_mining import HardNegativeMining

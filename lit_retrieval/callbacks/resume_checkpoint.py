@@ -4,7 +4,7 @@
   the run's `ModelCheckpoint` callbacks write their last checkpoint (`last.ckpt`, or whatever
   `save_last` names), the same file they write at epoch end, so `--ckpt_path last` (or the file's
   path) resumes mid-epoch; the data modules restart their sampler at the next batch
-  (`data/resume.py`). A run without a `ModelCheckpoint(save_last=...)` gets `save_last=True` on
+  (`data/batching/resume.py`). A run without a `ModelCheckpoint(save_last=...)` gets `save_last=True` on
   its default one (an explicit `save_last: false` is respected, with a warning).
 - **The end.** When `fit` ends, the last checkpoint is written (unless already at that step), so
   `last.ckpt` holds the final state even after interval checkpoints (Lightning's

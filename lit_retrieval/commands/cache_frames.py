@@ -27,8 +27,6 @@ import argparse
 import errno
 import os
 import time
-import warnings
-from typing import Any
 
 from lit_retrieval.commands.sharding import add_shard_arguments, check_shard
 from lit_retrieval.data.batching.datamodule import VideoTextDataModule
@@ -37,36 +35,12 @@ from lit_retrieval.data.media.frame_cache import CacheWriter
 from lit_retrieval.errors import ConfigError, InputError
 from lit_retrieval.locking import OutputLock
 from lit_retrieval.progress import Progress, add_progress_arguments, configure_from
+from lit_retrieval.retrieval_cli import build_datamodule, training_config
 
 
 class DiskFull(InputError):
     """The cache folder's disk is full (or over quota): reported in one line like bad input, since
     the user fixes it (make room, run again; what was written is kept)."""
-
-
-def load_config(paths: list[str]) -> Any:
-    """The composed training config (later files override earlier ones), parsed as `lit-retrieval
-    fit` parses it but with nothing built."""
-    from lit_retrieval.retrieval_cli import RetrievalCLI
-
-    class ConfigOnly(RetrievalCLI):
-        def instantiate_classes(self) -> None:
-            """Nothing is built: the data module is made later from the parsed config alone."""
-
-    args = [item for path in paths for item in ("--config", path)]
-    # Lightning warns that sys.argv holds arguments besides `args`: they are this command's
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*args parameter is intended to run from within Python")
-        return ConfigOnly(args=args, run=False).config
-
-
-def build_datamodule(config: Any) -> Any:
-    import lightning as L
-    from jsonargparse import ArgumentParser, Namespace
-
-    parser = ArgumentParser(exit_on_error=False)
-    parser.add_subclass_arguments(L.LightningDataModule, "data")
-    return parser.instantiate(Namespace(data=config.data)).data
 
 
 def run(argv: list[str]) -> int:
@@ -90,7 +64,7 @@ def run(argv: list[str]) -> int:
     configure_from(args)
     if args.workers < 1:
         parser.error(f"--workers must be >= 1, got {args.workers}")
-    config = load_config(args.config)
+    config = training_config(args.config)
     datamodule = build_datamodule(config)
     from lit_retrieval.data.gve.multitask import MultiTaskDataModule
 

@@ -52,9 +52,10 @@ def module_from_checkpoint(ckpt: str, model_path: str | None):
 
 
 def module_from_config(config: str, ckpt: str):
-    from lit_retrieval.search.loading import instantiate_module, load_checkpoint_weights
+    from lit_retrieval.retrieval_cli import build_module
+    from lit_retrieval.search.loading import load_checkpoint_weights
 
-    module = instantiate_module(config)
+    module, _ = build_module(config)
     if not hasattr(module, "embedder"):
         raise UsageError(config, f"not a GVE training config (its model is a {type(module).__name__})")
     load_checkpoint_weights(module, ckpt)

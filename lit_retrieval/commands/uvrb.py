@@ -17,75 +17,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
-import yaml
 from rich.console import Console
-from rich.table import Table
 
-from lit_retrieval.data.reading import parse_json, read_text
-from lit_retrieval.errors import ConfigError, UsageError
+from lit_retrieval.errors import UsageError
 from lit_retrieval.locking import OutputLock
 from lit_retrieval.progress import add_progress_arguments, configure_from
 from lit_retrieval.search.loading import ModelSpec, load_item_embedder
-from lit_retrieval.uvrb.abilities import ABILITIES, ability_scores
+from lit_retrieval.uvrb.abilities import ability_scores, ability_table, read_scores
 from lit_retrieval.uvrb.runner import markdown_table, run_benchmark
-from lit_retrieval.uvrb.tasks import FieldMap, RetrievalTaskSpec
-
-
-def read_task_list(path: str, root: str | None, only: list[str] | None) -> list[RetrievalTaskSpec]:
-    """The tasks of a task-list YAML; a file that is not such a list is a `ConfigError` naming it."""
-    try:
-        raw = yaml.safe_load(read_text(path)) or {}
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML ({' '.join(str(err).split())})") from None
-    if not isinstance(raw, dict) or not isinstance(raw.get("tasks", []), list):
-        raise ConfigError(f"{path}: expected a mapping with a 'tasks' list")
-    base = Path(root or raw.get("root", "."))
-    specs = []
-    for k, entry in enumerate(raw.get("tasks", [])):
-        if (
-            not isinstance(entry, dict)
-            or not isinstance(entry.get("name"), str)
-            or not isinstance(entry.get("fields", {}), dict)
-        ):
-            raise ConfigError(f"{path}: task {k}: expected a mapping with a 'name' (and optional 'fields' mapping)")
-        entry = dict(entry)
-        entry["dir"] = str(base / entry.get("dir", entry["name"]))
-        try:
-            entry["fields"] = FieldMap(**entry.get("fields", {}))
-            specs.append(RetrievalTaskSpec(**entry))
-        except (TypeError, ValueError) as err:
-            raise ConfigError(f"{path}: task {entry['name']!r}: {err}") from None
-    if only:
-        unknown = set(only) - {s.name for s in specs}
-        if unknown:
-            raise ConfigError(f"{path}: unknown task(s) {sorted(unknown)} given to --only")
-        specs = [s for s in specs if s.name in only]
-    return specs
-
-
-def read_scores(path: str) -> dict[str, float]:
-    """Per-dataset scores of a `results.json` (`{"datasets": {name: {"score": ...}}}`) or of a plain
-    `{name: score}` object; any other shape, or a score that is not a finite number, is a
-    `UsageError` naming the file and the dataset."""
-    raw = parse_json(read_text(path), path, constants=True)  # NaN is reported with its dataset below
-    if not isinstance(raw, dict):
-        raise UsageError(path, f"expected a JSON object (results.json or {{dataset: score}}), got {type(raw).__name__}")
-    if "datasets" in raw:
-        if not isinstance(raw["datasets"], dict):
-            raise UsageError(path, "'datasets' must be an object {dataset: {\"score\": ...}}")
-        entries = raw["datasets"]
-        bad = next((name for name, entry in entries.items() if not isinstance(entry, dict)), None)
-        if bad is not None:
-            raise UsageError(path, f"dataset {bad!r}: expected an object with a 'score', got {entries[bad]!r}")
-        raw = {name: entry["score"] for name, entry in entries.items() if "score" in entry}
-    for name, value in raw.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise UsageError(path, f"dataset {name!r}: the score must be a finite number, got {value!r}")
-    return {name: float(value) for name, value in raw.items()}
+from lit_retrieval.uvrb.tasks import read_task_list
 
 
 def report(argv: list[str]) -> int:
@@ -101,11 +44,7 @@ def report(argv: list[str]) -> int:
     except ValueError as err:
         raise UsageError(args.results, str(err)) from None
     if not args.json:
-        table = Table(title=f"UVRB abilities ({args.results})")
-        for key in ("AVG_datasets", "AVG_abilities", *ABILITIES):
-            table.add_column(key, justify="right")
-        table.add_row(*(f"{abilities[k]:.3f}" for k in ("AVG_datasets", "AVG_abilities", *ABILITIES)))
-        Console().print(table)
+        Console().print(ability_table(abilities, f"UVRB abilities ({args.results})"))
     print(json.dumps(abilities))
     return 0
 

@@ -21,10 +21,7 @@ a fitted run whose metrics file is gone is evaluated again.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import functools
-import io
 import json
 import os
 import subprocess
@@ -43,7 +40,6 @@ from lit_retrieval.progress import Progress
 DONE, FIT_DONE, FAILED, RUN_FILE, CONFIG = "done.json", "fit.done", "failed.json", "run.json", "config.yaml"
 GRID_RECORD = "grid.json"  # RUNS_DIR/grid.json: the plan a runs folder was made from
 CONVERTED = "converted"
-CONFIG_HEADER = "# lit-retrieval "  # the first line of every config the CLI prints (RetrievalCLI.init_parser)
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -83,50 +79,6 @@ def override_args(overrides: dict[str, Any]) -> list[str]:
         text = value if isinstance(value, str) else yaml.safe_dump(value, default_flow_style=True).strip()
         args += [f"--{key}", text.removesuffix("\n...").strip()]
     return args
-
-
-class _ParserBuilt(Exception):
-    """Carries the CLI's parser out of `LightningCLI.__init__` before it parses anything."""
-
-
-@functools.cache
-def cli_parser() -> Any:
-    """The argument parser of `lit-retrieval fit/test/...` (RetrievalCLI's own), built once: building
-    it costs as much as parsing a config, and a plan parses dozens."""
-    from lit_retrieval.retrieval_cli import RetrievalCLI
-
-    class ParserOnly(RetrievalCLI):
-        def parse_arguments(self, parser, args) -> None:  # the hook LightningCLI calls after setup_parser
-            raise _ParserBuilt(parser)
-
-    try:
-        ParserOnly(args=[])
-    except _ParserBuilt as built:
-        return built.args[0]
-    raise RuntimeError("LightningCLI did not call parse_arguments")
-
-
-def resolve_config(configs: list[str], overrides: dict[str, Any], where: str) -> dict[str, Any]:
-    """The fit config that `lit-retrieval fit --config C1 --config C2 ... --KEY VALUE` would run,
-    from the CLI's own parser (`--print_config`); a missing file or a parse error is a `UsageError`."""
-    missing = [c for c in configs if not Path(c).is_file()]
-    if missing:
-        raise UsageError(where, f"config file(s) not found: {missing} (paths are relative to {Path.cwd()})")
-    args = ["fit", *(a for c in configs for a in ("--config", c)), *override_args(overrides), "--print_config"]
-    out, err = io.StringIO(), io.StringIO()
-    code: int | str | None = 0
-    parser = cli_parser()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            parser.parse_args(args)
-        except SystemExit as exit_:
-            code = exit_.code
-        except Exception as error:  # noqa: BLE001 - reported with the row that caused it
-            raise UsageError(where, f"the configs do not parse: {error}") from None
-    if code not in (0, None):
-        raise UsageError(where, f"the configs do not parse: {err.getvalue().strip().splitlines()[-1:]}")
-    printed = out.getvalue()  # from the config's header on: a library imported while parsing may print first
-    return yaml.safe_load(printed[printed.find(CONFIG_HEADER) :] if CONFIG_HEADER in printed else printed)
 
 
 def relocate(config: dict[str, Any], run_dir: Path, seed: int, seed_keys: list[str] = ()) -> dict[str, Any]:
@@ -222,13 +174,14 @@ def row_config(plan: Plan, run: Run, runs_dir: Path, extra: dict[str, Any], reso
         return None
     if row.name not in resolved:
         from lit_retrieval.callbacks.prober import config_lacks_prober  # the models' code, as resolving loads it
+        from lit_retrieval.retrieval_cli import resolved_training_config  # Lightning: only where a row trains
 
         overrides = {
             k: v.replace("{runs}", str(runs_dir)) if isinstance(v, str) else v
             for k, v in {**row.overrides, **extra}.items()
         }
         where = f"{plan.path}: row {row.name!r}"
-        resolved[row.name] = resolve_config(row.configs, overrides, where)
+        resolved[row.name] = resolved_training_config(row.configs, override_args(overrides), where)
         lacking = config_lacks_prober(resolved[row.name])
         if lacking:  # its fit would refuse to start on the cluster
             raise UsageError(where, f"{lacking} (--override data.init_args.prober_path=DIR)")

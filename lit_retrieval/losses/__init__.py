@@ -1,3 +1,5 @@
+"""Training objectives: symmetric InfoNCE, MELON's MEA loss (Sec. 4.2, Eq. 3-6), MeVTR's loss."""
+
 from lit_retrieval.losses.infonce import SymmetricInfoNCE
 from lit_retrieval.losses.mea import MEALoss, MEAOutput
 from lit_retrieval.losses.mevtr import MeVTRLoss

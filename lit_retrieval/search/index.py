@@ -30,6 +30,7 @@ import numpy as np
 
 from lit_retrieval.data.items import ItemError, MediaItem
 from lit_retrieval.data.reading import read_json, read_text
+from lit_retrieval.data.media.identity import file_version
 from lit_retrieval.data.media.video import VideoDecodeError
 from lit_retrieval.errors import ConfigError, InputError, UsageError
 from lit_retrieval.progress import Progress
@@ -143,10 +144,10 @@ def _failed_file(path: Path) -> dict[str, dict]:
 def _failure(video: str, reason: str) -> dict:
     """A failure entry: the reason and the file's size and modification time (when it exists)."""
     try:
-        stat = os.stat(video)
+        version = file_version(video)
     except OSError:
-        return {"reason": reason}
-    return {"reason": reason, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+        version = None
+    return {"reason": reason} if version is None else {"reason": reason, "size": version[0], "mtime_ns": version[1]}
 
 
 def _changed(video: str, entry: dict) -> bool:

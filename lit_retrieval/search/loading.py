@@ -42,13 +42,6 @@ class ModelSpec:
         return ModelSpec(**absolute)
 
 
-def instantiate_module(config: str):
-    """The LightningModule a training config describes (no trainer run)."""
-    from lit_retrieval.retrieval_cli import RetrievalCLI
-
-    return RetrievalCLI(args=["--config", config, "--trainer.logger", "false"], run=False).model
-
-
 def load_checkpoint_weights(module, ckpt: str) -> None:
     state = read_checkpoint(ckpt, map_location="cpu", weights_only=False)  # clear errors for corrupt files
     adapters_only = not module.strict_loading  # GVE checkpoints hold the LoRA weights only
@@ -71,11 +64,12 @@ def load_item_embedder(spec: ModelSpec, pairwise: bool = False) -> ItemEmbedder 
         return GVEItemEmbedder(
             GVEEmbedder(spec.model, lora=None, inputs=inputs).to(spec.device), tree_identity(spec.model)
         )
-    module = instantiate_module(spec.config)
+    from lit_retrieval.retrieval_cli import build_module
+
+    module, data = build_module(spec.config)
     identity = [Path(spec.config).read_text(), tree_identity(spec.ckpt) if spec.ckpt else None]
     if spec.ckpt:
         load_checkpoint_weights(module, spec.ckpt)
-    data = _data_settings(spec.config)
     if hasattr(module, "processing"):  # GVE: its own frame sampling and pixel budget
         module.processing.config = scaled_inputs(module.processing.config, spec.frames, spec.frame_tokens)
     elif spec.frame_tokens is not None:
@@ -108,10 +102,3 @@ def shot_source(settings: dict) -> tuple[Callable[[list[str]], list[Shots]], dic
         return [found[p] for p in paths]
 
     return shots, asdict(config.detector)
-
-
-def _data_settings(config: str) -> dict:
-    import yaml
-
-    raw = yaml.safe_load(Path(config).read_text()) or {}
-    return dict((raw.get("data") or {}).get("init_args") or {})

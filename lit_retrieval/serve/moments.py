@@ -12,7 +12,6 @@ keyed by the resolved file, size and mtime), so later queries take one `stat` an
 
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from lit_retrieval.data.items import ItemError, MediaItem
+from lit_retrieval.data.media.identity import file_path, file_version
 from lit_retrieval.data.media.video import VideoDecodeError, video_duration
 from lit_retrieval.search.cache import EmbeddingCache
 from lit_retrieval.search.embedders import ItemEmbedder
@@ -60,12 +60,14 @@ class MomentFinder:
 
     def window_vectors(self, video: str) -> tuple[list[tuple[float, float]], np.ndarray] | None:
         """The windows of `video` and their embeddings; None when it cannot be decoded."""
+        real = file_path(video)  # entries linking to one file share its windows
         try:
-            real = os.path.realpath(video)  # entries linking to one file share its windows
-            stat = os.stat(real)
+            version = file_version(real)
         except OSError:
             return None
-        key = (real, stat.st_size, stat.st_mtime_ns)
+        if version is None:
+            return None
+        key = (real, *version)
         known = self.memory.get(key)
         if known is not None:
             return known

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from PIL import Image
 
+from lit_retrieval.data.media.identity import file_version
 from lit_retrieval.data.media.video import sample_frames, video_duration
 
 THUMBNAIL_SIZE = 320  # longest side, pixels
@@ -57,8 +58,8 @@ class ThumbnailCache:
         self._lock = threading.Lock()
         self._bytes: int | None = None  # bytes in the folder, counted on first write
 
-    def duration(self, video: str, stat: os.stat_result) -> float:
-        key = (video, stat.st_size, stat.st_mtime_ns)
+    def duration(self, video: str, version: tuple[int, int]) -> float:
+        key = (video, *version)
         if key not in self.durations:
             self.durations[key] = video_duration(video)
         return self.durations[key]
@@ -66,11 +67,13 @@ class ThumbnailCache:
     def path(self, video_id: int, video: str, time: float | None) -> Path:
         """The cached thumbnail of index entry `video_id` (file `video`) at `time` (clamped to the
         video); rendered on first use."""
-        stat = os.stat(video)
+        version = file_version(video)  # (size, mtime): a changed file gets new thumbnails
+        if version is None:
+            raise FileNotFoundError(video)
         if time is not None:
-            time = min(max(round(time / TIME_STEP) * TIME_STEP, 0.0), self.duration(video, stat))
+            time = min(max(round(time / TIME_STEP) * TIME_STEP, 0.0), self.duration(video, version))
         stamp = "mid" if time is None else str(round(time * 1000))
-        path = self.folder / f"{video_id}-{stat.st_size}-{stat.st_mtime_ns}-{stamp}.jpg"
+        path = self.folder / f"{video_id}-{version[0]}-{version[1]}-{stamp}.jpg"
         if path.is_symlink() or (path.exists() and not path.is_file()):
             _remove(path)
         if not path.is_file():

@@ -13,8 +13,13 @@ every model to rounding (tested); the paper gives no formula.
 
 from __future__ import annotations
 
+import math
 from statistics import mean
 
+from rich.table import Table
+
+from lit_retrieval.data.reading import parse_json, read_text
+from lit_retrieval.errors import UsageError
 from lit_retrieval.uvrb.datasets import UVRB_DATASETS
 
 ABILITIES = ("TXT", "CMP", "VIS", "CG", "FG", "LC", "S", "T", "PR")
@@ -55,3 +60,34 @@ def grouped_ability_scores(scores: dict[str, float], groups: dict[str, str]) -> 
         by_ability.setdefault(groups[name], []).append(score)
     out = {ability: mean(values) for ability, values in by_ability.items()}
     return {"AVG_datasets": mean(scores.values()), "AVG_abilities": mean(out.values()), **out}
+
+
+def read_scores(path: str) -> dict[str, float]:
+    """Per-dataset scores of a `results.json` (`{"datasets": {name: {"score": ...}}}`) or of a plain
+    `{name: score}` object; any other shape, or a score that is not a finite number, is a
+    `UsageError` naming the file and the dataset."""
+    raw = parse_json(read_text(path), path, constants=True)  # NaN is reported with its dataset below
+    if not isinstance(raw, dict):
+        raise UsageError(path, f"expected a JSON object (results.json or {{dataset: score}}), got {type(raw).__name__}")
+    if "datasets" in raw:
+        if not isinstance(raw["datasets"], dict):
+            raise UsageError(path, "'datasets' must be an object {dataset: {\"score\": ...}}")
+        entries = raw["datasets"]
+        bad = next((name for name, entry in entries.items() if not isinstance(entry, dict)), None)
+        if bad is not None:
+            raise UsageError(path, f"dataset {bad!r}: expected an object with a 'score', got {entries[bad]!r}")
+        raw = {name: entry["score"] for name, entry in entries.items() if "score" in entry}
+    for name, value in raw.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise UsageError(path, f"dataset {name!r}: the score must be a finite number, got {value!r}")
+    return {name: float(value) for name, value in raw.items()}
+
+
+def ability_table(abilities: dict[str, float], title: str) -> Table:
+    """The averages and per-ability scores of `ability_scores` as one rich table row."""
+    columns = ("AVG_datasets", "AVG_abilities", *ABILITIES)
+    table = Table(title=title)
+    for key in columns:
+        table.add_column(key, justify="right")
+    table.add_row(*(f"{abilities[k]:.3f}" for k in columns))
+    return table

@@ -15,9 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from lit_retrieval.data.items import ItemError, MediaItem, item_from_json
 from lit_retrieval.data.records import AnnotationError, finite_number, record_id
-from lit_retrieval.data.reading import read_json_lines
+from lit_retrieval.data.reading import read_json_lines, read_text
 from lit_retrieval.errors import ConfigError
 from lit_retrieval.uvrb.datasets import UVRB_DATASETS
 
@@ -131,3 +133,35 @@ def load_retrieval_task(spec: RetrievalTaskSpec) -> RetrievalData:
     if without:
         raise AnnotationError(str(qrels_path), without[0], f"{len(without)} queries have no relevant item")
     return RetrievalData(query_ids, queries, corpus_ids, corpus, relevant)
+
+
+def read_task_list(path: str, root: str | None, only: list[str] | None) -> list[RetrievalTaskSpec]:
+    """The tasks of a task-list YAML; a file that is not such a list is a `ConfigError` naming it."""
+    try:
+        raw = yaml.safe_load(read_text(path)) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML ({' '.join(str(err).split())})") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("tasks", []), list):
+        raise ConfigError(f"{path}: expected a mapping with a 'tasks' list")
+    base = Path(root or raw.get("root", "."))
+    specs = []
+    for k, entry in enumerate(raw.get("tasks", [])):
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("name"), str)
+            or not isinstance(entry.get("fields", {}), dict)
+        ):
+            raise ConfigError(f"{path}: task {k}: expected a mapping with a 'name' (and optional 'fields' mapping)")
+        entry = dict(entry)
+        entry["dir"] = str(base / entry.get("dir", entry["name"]))
+        try:
+            entry["fields"] = FieldMap(**entry.get("fields", {}))
+            specs.append(RetrievalTaskSpec(**entry))
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"{path}: task {entry['name']!r}: {err}") from None
+    if only:
+        unknown = set(only) - {s.name for s in specs}
+        if unknown:
+            raise ConfigError(f"{path}: unknown task(s) {sorted(unknown)} given to --only")
+        specs = [s for s in specs if s.name in only]
+    return specs

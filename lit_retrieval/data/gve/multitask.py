@@ -363,7 +363,7 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
         here. The sampler runs in the main process, so kept workers still see new probabilities.
         Each loader draws its worker seeds from its own generator, never from the global random
         state, so a resumed run's dropout continues exactly wherever its iterators are created.
-        Workers ignore the stop signals (`data/workers.py`)."""
+        Workers ignore the stop signals (`data/batching/workers.py`)."""
         own = {"generator": torch.Generator().manual_seed(self.seed), "worker_init_fn": worker_init_fn()}
         if self.num_workers == 0:
             return {"num_workers": 0, **own}

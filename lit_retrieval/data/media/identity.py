@@ -1,5 +1,7 @@
 """One rule for "is this the same video file?", used by every cache keyed by a video file (frame
-cache, shot cache, `build-melon`'s stage cache) and by the train/eval split-overlap check.
+cache, shot cache, `build-melon`'s stage cache, `serve`'s thumbnails and moment windows), by an
+index's record of the videos that failed (retried once the file changed) and by the train/eval
+split-overlap check.
 
 A file's path identity is its absolute path with `.` and `..` removed and symbolic links followed
 (`Path.resolve`, non-strict: a file that does not exist yet has one too), so `videos/./a.mp4`,

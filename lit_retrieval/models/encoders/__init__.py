@@ -1,3 +1,5 @@
+"""Video-text backbones (`VideoTextEncoder`): frames and text in, token-level `EncoderFeatures` out."""
+
 from lit_retrieval.models.encoders.base import VideoTextEncoder
 from lit_retrieval.models.encoders.clip import CLIPEncoder
 from lit_retrieval.models.encoders.longclip import load_longclip_checkpoint, stretch_position_embedding

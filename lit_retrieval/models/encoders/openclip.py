@@ -201,7 +201,7 @@ def as_clip_layers(blocks: nn.ModuleList) -> list[CLIPEncoderLayer] | None:
         hidden_act="quick_gelu" if isinstance(act, QuickGELU) else "gelu",
         layer_norm_eps=first.ln_1.eps,
     )
-    config._attn_implementation = "sdpa"  # as the temporal modules run them (heads/temporal.py)
+    config._attn_implementation = "sdpa"  # as the temporal modules run them (models/heads/temporal.py)
     layers = []
     for block in blocks:
         state: dict[str, torch.Tensor] = {}

@@ -1,3 +1,6 @@
+"""Similarity heads, one file per method (`SimilarityHead`: representations of a text and a video
+batch and their score matrix); YAML configs name them by these class paths."""
+
 from lit_retrieval.models.heads.base import SimilarityHead
 from lit_retrieval.models.heads.meanp import MeanPHead
 from lit_retrieval.models.heads.mevtr import MeVTRHead
