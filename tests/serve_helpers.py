@@ -121,7 +121,7 @@ class LiveServer:
 def serve_in_this_process(corpus: str, index: str, cache: str, port: str, shutdown_timeout_s: str) -> None:
     """A server process as `lit-retrieval serve` runs one (`serve_forever`: signals, timeouts, logs),
     over the annotation-vector index (no model to load); prints "ready" once listening."""
-    from lit_retrieval.commands.serve import listening_socket, serve_forever
+    from lit_retrieval.serve.server import listening_socket, serve_forever
 
     sock = listening_socket("127.0.0.1", int(port))
     service = SearchService(VideoIndex.load(index), AnnotationVectors(Path(corpus)), index, cache, moment_segments=2)

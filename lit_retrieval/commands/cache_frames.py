@@ -32,15 +32,10 @@ from lit_retrieval.commands.sharding import add_shard_arguments, check_shard
 from lit_retrieval.data.batching.datamodule import VideoTextDataModule
 from lit_retrieval.data.media.cache_plan import write_jobs
 from lit_retrieval.data.media.frame_cache import CacheWriter
-from lit_retrieval.errors import ConfigError, InputError
+from lit_retrieval.errors import ConfigError, DiskFull
 from lit_retrieval.locking import OutputLock
 from lit_retrieval.progress import Progress, add_progress_arguments, configure_from
 from lit_retrieval.retrieval_cli import build_datamodule, training_config
-
-
-class DiskFull(InputError):
-    """The cache folder's disk is full (or over quota): reported in one line like bad input, since
-    the user fixes it (make room, run again; what was written is kept)."""
 
 
 def run(argv: list[str]) -> int:

@@ -16,50 +16,9 @@ directory needs `lit-retrieval convert-checkpoint` first.
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import inspect
 from pathlib import Path
 
-from lit_retrieval.checkpoint_io import read_checkpoint
 from lit_retrieval.errors import UsageError
-
-
-def module_from_checkpoint(ckpt: str, model_path: str | None):
-    """`GVERetrieval` rebuilt from the checkpoint's stored hyper-parameters (as LightningCLI or a
-    direct construction saved them), its LoRA weights loaded."""
-    from lightning.pytorch.cli import instantiate_module
-
-    from lit_retrieval.modules.gve import GVERetrieval
-    from lit_retrieval.search.loading import load_checkpoint_weights
-
-    hparams = dict(read_checkpoint(ckpt, map_location="cpu").get("hyper_parameters") or {})
-    hparams.pop("_instantiator", None)
-    embedder = hparams.get("embedder")
-    changes = {"gradient_checkpointing": False, **({"model_path": model_path} if model_path else {})}
-    if isinstance(embedder, dict):  # LightningCLI stores the parsed config
-        hparams["embedder"] = {**embedder, **changes}
-        module = instantiate_module(GVERetrieval, hparams)
-    elif dataclasses.is_dataclass(embedder):
-        accepted = set(inspect.signature(GVERetrieval).parameters)
-        kwargs = {k: v for k, v in hparams.items() if k in accepted}
-        module = GVERetrieval(**{**kwargs, "embedder": dataclasses.replace(embedder, **changes)})
-    else:
-        raise UsageError(ckpt, "no GVE hyper-parameters stored in this checkpoint; give the training config (--config)")
-    if not isinstance(module, GVERetrieval):
-        raise UsageError(ckpt, f"not a GVE checkpoint (its module is a {type(module).__name__})")
-    load_checkpoint_weights(module, ckpt)
-    return module
-
-
-def module_from_config(config: str, ckpt: str):
-    from lit_retrieval.retrieval_cli import build_module
-    from lit_retrieval.search.loading import load_checkpoint_weights
-
-    module, _ = build_module(config)
-    if not hasattr(module, "embedder"):
-        raise UsageError(config, f"not a GVE training config (its model is a {type(module).__name__})")
-    load_checkpoint_weights(module, ckpt)
-    return module
 
 
 def run(argv: list[str]) -> int:
@@ -78,10 +37,12 @@ def run(argv: list[str]) -> int:
         raise UsageError(args.out, "output exists and is not an empty directory")
     if args.config is not None and args.model_path is not None:
         parser.error("--model-path applies without --config (set model_path in the config instead)")
+    from lit_retrieval.search.loading import gve_module_from_checkpoint, gve_module_from_config
+
     if args.config:
-        module = module_from_config(args.config, args.ckpt)
+        module = gve_module_from_config(args.config, args.ckpt)
     else:
-        module = module_from_checkpoint(args.ckpt, args.model_path)
+        module = gve_module_from_checkpoint(args.ckpt, args.model_path)
     module.embedder.save_merged(out)
     print(f"wrote {out}: Qwen2.5-VL with the LoRA of {args.ckpt} merged in ({module.embedder.dim}-d embeddings)")
     return 0

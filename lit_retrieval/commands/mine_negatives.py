@@ -17,31 +17,15 @@ and writes the task file again with `negatives` filled.
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
-from lit_retrieval.data.items import MediaItem, parse_format
+from lit_retrieval.data.items import parse_format
 from lit_retrieval.data.gve.negatives import candidate_targets, hardest_negatives, read_corpus
+from lit_retrieval.data.items import item_to_json
 from lit_retrieval.data.gve.tasks import TaskSpec, read_task, write_task
 from lit_retrieval.progress import add_progress_arguments, configure_from
 from lit_retrieval.search.embedders import embed_tracked
 from lit_retrieval.search.loading import ModelSpec, load_item_embedder
-
-
-def item_to_json(item: MediaItem, base: Path) -> dict:
-    """The task-file form of an item, media paths relative to `base`."""
-    out: dict = {}
-    if item.text is not None:
-        out["text"] = item.text
-    for field in ("image", "video"):
-        value = getattr(item, field)
-        if value is not None:
-            out[field] = os.path.relpath(value, base)
-    if item.start is not None:
-        out["start"] = item.start
-    if item.end is not None:
-        out["end"] = item.end
-    return out
 
 
 def run(argv: list[str]) -> int:

@@ -106,3 +106,19 @@ class ItemProcessing(Protocol):
     it (e.g. `models.gve.GVEProcessing`) and data modules call it in their workers."""
 
     def __call__(self, items: list[MediaItem], instruction: str | None = None) -> Mapping[str, Any]: ...
+
+
+def item_to_json(item: MediaItem, base: Path) -> dict:
+    """The task-file form of an item (the inverse of `item_from_json`), media paths relative to `base`."""
+    out: dict = {}
+    if item.text is not None:
+        out["text"] = item.text
+    for field in ("image", "video"):
+        value = getattr(item, field)
+        if value is not None:
+            out[field] = os.path.relpath(value, base)
+    if item.start is not None:
+        out["start"] = item.start
+    if item.end is not None:
+        out["end"] = item.end
+    return out

@@ -5,6 +5,8 @@ so an index can rebuild it."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
@@ -102,3 +104,40 @@ def shot_source(settings: dict) -> tuple[Callable[[list[str]], list[Shots]], dic
         return [found[p] for p in paths]
 
     return shots, asdict(config.detector)
+
+
+def gve_module_from_checkpoint(ckpt: str, model_path: str | None):
+    """`GVERetrieval` rebuilt from the checkpoint's stored hyper-parameters (as LightningCLI or a
+    direct construction saved them), its LoRA weights loaded."""
+    from lightning.pytorch.cli import instantiate_module
+
+    from lit_retrieval.modules.gve import GVERetrieval
+
+    hparams = dict(read_checkpoint(ckpt, map_location="cpu").get("hyper_parameters") or {})
+    hparams.pop("_instantiator", None)
+    embedder = hparams.get("embedder")
+    changes = {"gradient_checkpointing": False, **({"model_path": model_path} if model_path else {})}
+    if isinstance(embedder, dict):  # LightningCLI stores the parsed config
+        hparams["embedder"] = {**embedder, **changes}
+        module = instantiate_module(GVERetrieval, hparams)
+    elif dataclasses.is_dataclass(embedder):
+        accepted = set(inspect.signature(GVERetrieval).parameters)
+        kwargs = {k: v for k, v in hparams.items() if k in accepted}
+        module = GVERetrieval(**{**kwargs, "embedder": dataclasses.replace(embedder, **changes)})
+    else:
+        raise UsageError(ckpt, "no GVE hyper-parameters stored in this checkpoint; give the training config (--config)")
+    if not isinstance(module, GVERetrieval):
+        raise UsageError(ckpt, f"not a GVE checkpoint (its module is a {type(module).__name__})")
+    load_checkpoint_weights(module, ckpt)
+    return module
+
+
+def gve_module_from_config(config: str, ckpt: str):
+    """`GVERetrieval` as its training config builds it, the checkpoint's LoRA weights loaded."""
+    from lit_retrieval.retrieval_cli import build_module
+
+    module, _ = build_module(config)
+    if not hasattr(module, "embedder"):
+        raise UsageError(config, f"not a GVE training config (its model is a {type(module).__name__})")
+    load_checkpoint_weights(module, ckpt)
+    return module
