@@ -19,7 +19,7 @@ import torch
 
 from lit_retrieval.metrics.rerank import rerank_ranks
 from lit_retrieval.models.heads.tight import TightTransfHead
-from lit_retrieval.modules.evaluation import candidate_scorer
+from lit_retrieval.modules.reranking import candidate_scorer
 
 
 def retriever_embeddings(videos: int, queries: int, dim: int, noise: float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -14,6 +14,7 @@ import yaml
 from lit_retrieval.callbacks.metrics_report import MetricsReport
 from lit_retrieval.cli import main
 from lit_retrieval.data import MultiEventDataModule
+from lit_retrieval.metrics.score_files import load_matrix, write_bank, write_scores
 from lit_retrieval.models.encoders import CLIPEncoder
 from lit_retrieval.models.heads import MeanPHead
 from lit_retrieval.models.heads.base import SimilarityHead
@@ -152,6 +153,30 @@ def test_saved_test_scores_equal_a_plain_torch_matrix(tmp_path, corpus, tiny_cli
     metrics = json.loads((tmp_path / "metrics.json").read_text())["test"]
     assert metrics["t2v/R@1"] == pytest.approx(100 * sum(r <= 1 for r in ranks) / len(ranks))
     assert metrics["t2v/MnR"] == pytest.approx(sum(ranks) / len(ranks)) and "skipped_videos" not in metrics
+
+
+def test_the_score_files_written_are_the_ones_read(tmp_path):
+    """The writer of lit_retrieval/metrics/score_files.py against its reader: 3 texts (two captions
+    of video b) over 2 videos, with relational flags; without flags no threshold is written."""
+    scores = torch.tensor([[0.5, 0.1], [0.2, 0.9], [0.3, 0.7]], dtype=torch.float64)
+    flags = {"relational": [True, False, True], "num_shots": [4, 2, 2], "min_shots": 3}
+    write_scores(tmp_path, scores, ["a", "b"], [0, 1, 1], num_events=[2, 1, 3], **flags)
+    write_bank(tmp_path, torch.ones(4, 2, dtype=torch.float64))
+    matrix, ids = load_matrix(tmp_path / "scores.npy")
+    assert matrix.dtype == np.float32 and np.array_equal(matrix, scores.float().numpy())
+    assert ids == {
+        "text_ids": ["a", "b", "b"],
+        "video_ids": ["a", "b"],
+        "targets": [0, 1, 1],
+        **flags,
+        "num_events": [2, 1, 3],
+        "query_tokens": None,
+    }
+    bank = np.load(tmp_path / "scores_bank.npy")
+    assert bank.dtype == np.float32 and bank.shape == (4, 2)
+    write_scores(tmp_path, scores, ["a", "b"], [0, 1, 1], num_events=[2, 1, 3], query_tokens=[5, 3, 9], min_shots=3)
+    _, ids = load_matrix(tmp_path / "scores.npy")
+    assert ids["relational"] is None and ids["min_shots"] is None and ids["query_tokens"] == [5, 3, 9]
 
 
 def noise_corpus(root: Path, num_test: int, corrupt: int) -> Path:

@@ -18,7 +18,8 @@ from lit_retrieval.models.heads import MeanPHead
 from lit_retrieval.models.heads.base import SimilarityHead
 from lit_retrieval.models.heads.tight import TightTransfHead
 from lit_retrieval.modules import DualEncoderRetrieval
-from lit_retrieval.modules.evaluation import EvaluationConfig, candidate_scorer
+from lit_retrieval.modules.evaluation import EvaluationConfig
+from lit_retrieval.modules.reranking import candidate_scorer
 from test_evaluation import eval_trainer
 
 

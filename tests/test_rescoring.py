@@ -1,6 +1,7 @@
 """Inference-time re-scoring (DSL, inverted softmax, QB-Norm) against hand-worked values and the
 public implementations' behaviour, re-derived from their text (lit_retrieval/metrics/rescoring.py)."""
 
+import dataclasses
 import json
 import math
 import re
@@ -13,7 +14,9 @@ from lit_retrieval.cli import main
 from lit_retrieval.commands import run_command
 from lit_retrieval.data import MultiEventDataModule
 from lit_retrieval.metrics.ranking import ScoreRows, retrieval_metrics
+from lit_retrieval.metrics.rerank import RerankConfig
 from lit_retrieval.metrics.rescoring import (
+    RESCORINGS,
     DualSoftmax,
     InvertedSoftmax,
     QBNorm,
@@ -100,10 +103,10 @@ def test_inverted_softmax_by_hand():
             assert v2t[i, j].item() == pytest.approx(math.exp(HUB[i, j].item() / 0.1) / row, rel=1e-12)
     assert t2v[1, 1].item() == pytest.approx(1 / (1 + 2 * math.exp(-4)))
     metrics = rescored_metrics(HUB, torch.arange(3), RescoreConfig(inverted_softmax=InvertedSoftmax(0.1)))
-    assert metrics["is/t2v/R@1"] == 100.0
+    assert metrics["inverted_softmax/t2v/R@1"] == 100.0
     # V2T: video 0's column over the texts, each text normalised over the videos:
     # text 0 keeps 1 / (1 + 2 e^-8), texts 1 and 2 get e^6 / (e^6 + e^5 + e^1) < that
-    assert metrics["is/v2t/R@1"] == 100.0
+    assert metrics["inverted_softmax/v2t/R@1"] == 100.0
 
 
 BANK = torch.tensor([[0.95, 0.2, 0.25], [0.3, 0.9, 0.1]], dtype=torch.float64)
@@ -159,6 +162,32 @@ def test_rescoring_reads_the_matrix_a_block_of_rows_at_a_time(v2t_rule):
     assert max(read) == 3 and blocked == rescored_metrics(raw, targets, config, bank, v2t_rule=v2t_rule, chunk=64)
 
 
+def test_a_method_has_one_name_everywhere(tmp_path, capsys):
+    """The registry's names are `RescoreConfig`'s fields, the metric prefixes and the choices of
+    `metrics --rescore`; the old spelling `is` is refused."""
+    assert [f.name for f in dataclasses.fields(RescoreConfig)] == list(RESCORINGS)
+    assert list(RESCORINGS) == ["dsl", "inverted_softmax", "qbnorm"]
+    config = RescoreConfig(**{name: method.options() for name, method in RESCORINGS.items()})
+    bank = QueryBank.from_blocks([BANK], 3, config.qbnorm)
+    prefixes = [key.split("/")[0] for key in rescored_metrics(HUB, torch.arange(3), config, bank)]
+    assert list(dict.fromkeys(prefixes)) == list(RESCORINGS)
+    np.save(tmp_path / "hub.npy", HUB.numpy())
+    with pytest.raises(SystemExit):
+        main(["metrics", str(tmp_path / "hub.npy"), "--rescore", "is"])
+    err = capsys.readouterr().err
+    assert "invalid choice: 'is'" in err and all(name in err for name in RESCORINGS)
+
+
+def test_checkpointed_rescore_and_rerank_options_load_with_weights_only(tmp_path):
+    """A checkpoint's hyper-parameters hold `EvaluationConfig` with its `rescore` and `rerank`
+    options; they load under `torch.load(weights_only=True)` (lit_retrieval/modules/dual_encoder.py)."""
+    rescore = RescoreConfig(**{name: method.options() for name, method in RESCORINGS.items()})
+    evaluation = EvaluationConfig(rescore=rescore, rerank=RerankConfig(k=5))
+    torch.save({"hyper_parameters": {"evaluation": evaluation}}, tmp_path / "hparams.ckpt")
+    loaded = torch.load(tmp_path / "hparams.ckpt", weights_only=True)["hyper_parameters"]["evaluation"]
+    assert loaded == evaluation
+
+
 def test_options_are_checked():
     with pytest.raises(ValueError, match="rescore.dsl.temperature"):
         DualSoftmax(0.0)
@@ -196,11 +225,11 @@ def test_test_stage_reports_rescored_metrics_beside_raw(tmp_path, corpus, tiny_c
     bank_scores = module.head.score(bank_reps, torch.cat(videos))
     bank = QueryBank.from_blocks([bank_scores], scores.shape[1], rescore.qbnorm)
     expected = rescored_metrics(scores, torch.arange(len(scores)), rescore, bank)
-    assert {k: v for k, v in metrics.items() if k.split("/")[0] in ("dsl", "is", "qbnorm")} == pytest.approx(expected)
-    assert {k.split("/")[0] for k in expected} == {"dsl", "is", "qbnorm"}
+    assert {k: v for k, v in metrics.items() if k.split("/")[0] in RESCORINGS} == pytest.approx(expected)
+    assert {k.split("/")[0] for k in expected} == {"dsl", "inverted_softmax", "qbnorm"}
     # the saved bank re-scores the saved matrix as `test` did
     capsys.readouterr()  # the test table
-    argv = ["--rescore", "dsl", "is", "qbnorm", "--temperature", "0.05", "--bank-k", "2"]
+    argv = ["--rescore", "dsl", "inverted_softmax", "qbnorm", "--temperature", "0.05", "--bank-k", "2"]
     out = cli_metrics(
         capsys, str(tmp_path / "a" / "scores.npy"), *argv, "--bank", str(tmp_path / "a" / "scores_bank.npy")
     )
@@ -216,9 +245,9 @@ def test_metrics_command_rescores_a_saved_matrix(tmp_path, capsys):
     np.save(tmp_path / "hub.npy", HUB.numpy())
     np.save(tmp_path / "bank.npy", BANK.numpy())
     np.save(tmp_path / "test.npy", TEST.numpy())
-    out = cli_metrics(capsys, str(tmp_path / "hub.npy"), "--rescore", "dsl", "is", "--temperature", "0.1")
+    out = cli_metrics(capsys, str(tmp_path / "hub.npy"), "--rescore", "dsl", "inverted_softmax", "--temperature", "0.1")
     assert out["t2v/R@1"] == pytest.approx(100 / 3)  # the raw headline, unchanged
-    assert out["dsl/t2v/R@1"] == 100.0 and out["is/t2v/R@1"] == 100.0 and "qbnorm/t2v/R@1" not in out
+    assert out["dsl/t2v/R@1"] == 100.0 and out["inverted_softmax/t2v/R@1"] == 100.0 and "qbnorm/t2v/R@1" not in out
     out = cli_metrics(capsys, str(tmp_path / "test.npy"), "--rescore", "qbnorm", "--bank", str(tmp_path / "bank.npy"))
     bank = QueryBank.from_blocks([BANK], 3, QBNorm())
     expected = rescored_metrics(TEST, torch.arange(3), RescoreConfig(qbnorm=QBNorm()), bank)
@@ -235,7 +264,7 @@ def test_metrics_command_rescores_a_saved_matrix(tmp_path, capsys):
     [
         (["--rescore", "qbnorm"], "--rescore qbnorm and --bank go together"),
         (["--rescore", "dsl", "--temperature", "0"], "--temperature must be a finite number > 0"),
-        (["--rescore", "is", "--temperature", "inf"], "--temperature must be a finite number > 0"),
+        (["--rescore", "inverted_softmax", "--temperature", "inf"], "--temperature must be a finite number > 0"),
         (["--rescore", "dsl", "--temperature", "nan"], "--temperature must be a finite number > 0"),
         (["--rescore", "dsl", "--temperature", "1e-320"], "holds non-finite values"),
         (["--rescore", "qbnorm", "--bank", "BANK4"], r"bank must be \[bank queries, 3 videos\], got shape \(2, 4\)"),
@@ -266,6 +295,7 @@ def test_three_processes_rescore_and_rerank_as_one(tmp_path, tiny_clip, corpus):
         "v2t_rule": "group_max",
     }
     [single] = test_metrics(tmp_path, tiny_clip, corpus, annotation, 1, evaluation)
-    assert {"dsl/t2v/R@1", "is/v2t_group_max/R@1", "qbnorm/t2v/R@1", "rerank/recall_ceiling"} <= set(single)
+    expected = {"dsl/t2v/R@1", "inverted_softmax/v2t_group_max/R@1", "qbnorm/t2v/R@1", "rerank/recall_ceiling"}
+    assert expected <= set(single)
     for results in test_metrics(tmp_path, tiny_clip, corpus, annotation, 3, evaluation):
         assert results == pytest.approx(single, abs=1e-9)

@@ -18,12 +18,13 @@ these were saved still works: the standard metrics and a note on stderr that Rel
 Multi-caption video-to-text: `--v2t-rule strict` (ours, keys `v2t/...`) or `group_max`
 (CLIP4Clip's group maximum, keys `v2t_group_max/...`).
 
-Re-scoring (`--rescore dsl is qbnorm`, lit_retrieval/metrics/rescoring.py): each method's metrics
-are added beside the raw ones, keyed `dsl/...`, `is/...`, `qbnorm/...`. `--temperature` sets every
-chosen method's temperature (default: dsl 0.01, is 0.05, qbnorm 0.05). QB-Norm needs `--bank
-BANK.npy`: a float `[bank queries, videos]` matrix of training queries scored against the same
-video columns as the matrix (what QB-Norm's repository calls the train-test similarities), and
-`--bank-k` (default 1) for its activation set.
+Re-scoring (`--rescore dsl inverted_softmax qbnorm`, the methods of `RESCORINGS` in
+lit_retrieval/metrics/rescoring.py): each method's metrics are added beside the raw ones, keyed by
+its name, `dsl/...`, `inverted_softmax/...`, `qbnorm/...`, as `test` keys them. `--temperature`
+sets every chosen method's temperature (default: dsl 0.01, inverted_softmax 0.05, qbnorm 0.05).
+QB-Norm needs `--bank BANK.npy`: a float `[bank queries, videos]` matrix of training queries scored
+against the same video columns as the matrix (what QB-Norm's repository calls the train-test
+similarities), and `--bank-k` (default 1) for its activation set.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import argparse
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import sys
@@ -49,14 +51,7 @@ from lit_retrieval.metrics.score_files import (
     load_matrix,
     load_targets,
 )
-from lit_retrieval.metrics.rescoring import (
-    DualSoftmax,
-    InvertedSoftmax,
-    QBNorm,
-    QueryBank,
-    RescoreConfig,
-    rescored_metrics,
-)
+from lit_retrieval.metrics.rescoring import RESCORINGS, QBNorm, QueryBank, RescoreConfig, rescored_metrics
 
 
 def ensemble(paths: list[Path], weights: list[float]) -> tuple[np.ndarray, dict[str, list] | None]:
@@ -106,13 +101,16 @@ def rel_multi(
 
 
 def rescore_config(methods: list[str], temperature: float | None, bank_k: int) -> RescoreConfig:
-    """The `RescoreConfig` of `--rescore`, `--temperature` and `--bank-k`."""
-    temperature_arg = {} if temperature is None else {"temperature": temperature}
-    return RescoreConfig(
-        dsl=DualSoftmax(**temperature_arg) if "dsl" in methods else None,
-        inverted_softmax=InvertedSoftmax(**temperature_arg) if "is" in methods else None,
-        qbnorm=QBNorm(k=bank_k, **temperature_arg) if "qbnorm" in methods else None,
-    )
+    """The `RescoreConfig` of `--rescore`, `--temperature` (every chosen method's) and `--bank-k`
+    (QB-Norm's)."""
+
+    def options(name: str) -> Any:
+        given: dict[str, Any] = {} if temperature is None else {"temperature": temperature}
+        if name == "qbnorm":
+            given["k"] = bank_k
+        return RESCORINGS[name].options(**given)
+
+    return RescoreConfig(**{name: options(name) for name in methods})
 
 
 def load_bank(path: Path, num_videos: int, config: QBNorm) -> QueryBank:
@@ -151,7 +149,7 @@ def run(argv: list[str]) -> int:
         "--v2t-rule", choices=["strict", "group_max"], default="strict", help="multi-caption V2T (default: strict)"
     )
     parser.add_argument(
-        "--rescore", nargs="+", choices=["dsl", "is", "qbnorm"], help="re-scorings reported beside the raw metrics"
+        "--rescore", nargs="+", choices=list(RESCORINGS), help="re-scorings reported beside the raw metrics"
     )
     parser.add_argument("--temperature", type=float, help="temperature of every --rescore method")
     parser.add_argument("--bank", type=Path, help="QB-Norm's querybank: .npy [bank queries, videos] scores")

@@ -1,17 +1,19 @@
 """Inference-time re-scoring of a text x video score matrix, reported beside the raw metrics.
 
-Raw metrics stay the headline; a re-scored metric is keyed by its method, `<method>/t2v/R@1`,
-`<method>/v2t/R@1` (`v2t_group_max/` under that rule, `lit_retrieval.metrics.ranking`):
+Raw metrics stay the headline; a re-scored metric is keyed by its method's name in `RESCORINGS`,
+`<method>/t2v/R@1`, `<method>/v2t/R@1` (`v2t_group_max/` under that rule,
+`lit_retrieval.metrics.ranking`). That name is also the method's field of `RescoreConfig`
+(`evaluation.rescore.<method>`) and its choice of `lit-retrieval metrics --rescore`:
 
 - `dsl/` dual softmax (CAMoE; TS2-Net's test-time DSL, `main_task_retrieval.py`): one matrix for
   both directions, `S'_ij = S_ij * softmax_i(S_ij / T)`, the softmax over the *texts* of each video
   column (TS2-Net: `sim_matrix * softmax(sim_matrix, axis=0)` on its logits `100 * cos`, hence
   our default `T = 0.01` on the heads' cosines). As in TS2-Net, V2T ranks the same matrix's
   columns: with positive scores it ranks them as the raw scores do.
-- `is/` inverted softmax (Smith et al., ICLR 2017; QB-Norm Sec. 3 with the test queries as the
-  bank): each gallery item is normalised over the queries. T2V: `S'_ij = exp(S_ij / T) /
-  sum_i' exp(S_i'j / T)` (a video over the test texts); V2T: a text over the test videos,
-  `exp(S_ij / T) / sum_j' exp(S_ij' / T)`.
+- `inverted_softmax/` inverted softmax (Smith et al., ICLR 2017; QB-Norm Sec. 3 with the test
+  queries as the bank): each gallery item is normalised over the queries. T2V: `S'_ij =
+  exp(S_ij / T) / sum_i' exp(S_i'j / T)` (a video over the test texts); V2T: a text over the test
+  videos, `exp(S_ij / T) / sum_j' exp(S_ij' / T)`.
 - `qbnorm/` QB-Norm's dynamic inverted softmax (Bogolin et al., CVPR 2022, Eq. 5-6;
   `dynamic_inverted_softmax.py` of its repository), T2V only (its repository reports none other):
   with a querybank `B` of training queries scored against the test gallery, the activation set is
@@ -22,13 +24,19 @@ Raw metrics stay the headline; a re-scored metric is keyed by its method, `<meth
 Memory: the matrices are re-scored `chunk` rows at a time (`ScoreRows`); the column statistics
 (log-sum-exp over the texts, computed blockwise first) and the bank's are one value per video,
 so a 10^5 x 10^5 evaluation holds no second matrix. Arithmetic is float64.
+
+A method is its options dataclass (a `temperature`, which `metrics --temperature` sets, and its
+own fields), one function `(scores, options, bank, chunk) -> (t2v, v2t)` returning the matrices
+T2V and V2T are ranked from (`v2t` None: T2V only), and one entry in `RESCORINGS`
+(docs/extending.md, "Add a re-scoring method").
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 import math
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, make_dataclass
+from typing import Any
 
 import torch
 
@@ -68,7 +76,7 @@ class DualSoftmax:
 
 @dataclass
 class InvertedSoftmax:
-    """`is/`: temperature of the inverted softmax over the test queries."""
+    """`inverted_softmax/`: temperature of the inverted softmax over the test queries."""
 
     temperature: float = 0.05
 
@@ -89,15 +97,6 @@ class QBNorm:
         positive("rescore.qbnorm.temperature", self.temperature)
         if self.k < 1 or self.bank_size < 1:
             raise ConfigError(f"rescore.qbnorm.k and bank_size must be >= 1, got {self.k} and {self.bank_size}")
-
-
-@dataclass
-class RescoreConfig:
-    """Which re-scorings `test` reports beside the raw metrics (each `None`: not reported)."""
-
-    dsl: DualSoftmax | None = None
-    inverted_softmax: InvertedSoftmax | None = None
-    qbnorm: QBNorm | None = None
 
 
 @dataclass
@@ -202,6 +201,55 @@ def qb_norm(scores: Scores, bank: QueryBank, config: QBNorm) -> ScoreRows:
     return ScoreRows(tuple(scores.shape), finite_rows(rows, "qbnorm", config.temperature))
 
 
+Rescored = tuple[Scores, "Scores | None"]
+"""The matrix whose rows T2V ranks, and the one whose columns V2T ranks (None: T2V only)."""
+
+
+def rescore_dsl(scores: Scores, options: DualSoftmax, bank: QueryBank | None, chunk: int) -> Rescored:
+    """TS2-Net's DSL: one matrix for both directions (module docstring)."""
+    rows = dual_softmax(scores, options, chunk)
+    return rows, rows
+
+
+def rescore_inverted_softmax(scores: Scores, options: InvertedSoftmax, bank: QueryBank | None, chunk: int) -> Rescored:
+    """Videos normalised over the texts for T2V, texts over the videos for V2T."""
+    return inverted_softmax_t2v(scores, options, chunk), inverted_softmax_v2t(scores, options)
+
+
+def rescore_qbnorm(scores: Scores, options: QBNorm, bank: QueryBank | None, chunk: int) -> Rescored:
+    """QB-Norm's dynamic inverted softmax against the querybank `bank`, T2V only."""
+    if bank is None:
+        raise ValueError("rescore.qbnorm needs a querybank (training queries scored against the gallery)")
+    return qb_norm(scores, bank, options), None
+
+
+@dataclass(frozen=True)
+class Rescoring:
+    """A re-scoring method: its options dataclass and its function (module docstring)."""
+
+    options: type
+    rescore: Callable[[Scores, Any, QueryBank | None, int], Rescored]
+
+
+RESCORINGS: dict[str, Rescoring] = {
+    "dsl": Rescoring(DualSoftmax, rescore_dsl),
+    "inverted_softmax": Rescoring(InvertedSoftmax, rescore_inverted_softmax),
+    "qbnorm": Rescoring(QBNorm, rescore_qbnorm),
+}
+"""Every re-scoring method by its one name: the metric prefix `<name>/`, the field of `RescoreConfig`
+and the choice of `lit-retrieval metrics --rescore`."""
+
+RescoreConfig = make_dataclass(
+    "RescoreConfig",
+    [(name, method.options | None, field(default=None)) for name, method in RESCORINGS.items()],
+    namespace={
+        "__module__": __name__,  # checkpoints name it `lit_retrieval.metrics.rescoring.RescoreConfig`
+        "__doc__": """Which re-scorings `test` reports beside the raw metrics (`evaluation.rescore`): one
+    field per method of `RESCORINGS`, named as there, holding its options (`None`: not reported).""",
+    },
+)
+
+
 def direction_metrics(
     t2v: Scores, v2t: Scores | None, targets: torch.Tensor, ties: Ties, v2t_rule: V2TRule, chunk: int
 ) -> dict[str, float]:
@@ -222,23 +270,14 @@ def rescored_metrics(
     v2t_rule: V2TRule = "strict",
     chunk: int = CHUNK,
 ) -> dict[str, float]:
-    """The metrics of every re-scoring `config` asks for, keyed `<method>/t2v/...` (module
-    docstring), reading `chunk` rows of `scores` at a time; `bank` is QB-Norm's querybank
+    """The metrics of every re-scoring `config` asks for, keyed `<method>/t2v/...` in the order of
+    `RESCORINGS`, reading `chunk` rows of `scores` at a time; `bank` is QB-Norm's querybank
     (needed with `config.qbnorm`)."""
     out: dict[str, float] = {}
-    results: dict[str, dict[str, float]] = {}
-    if config.dsl is not None:
-        dsl = dual_softmax(scores, config.dsl, chunk)
-        results["dsl"] = direction_metrics(dsl, dsl, targets, ties, v2t_rule, chunk)
-    if config.inverted_softmax is not None:
-        t2v = inverted_softmax_t2v(scores, config.inverted_softmax, chunk)
-        v2t = inverted_softmax_v2t(scores, config.inverted_softmax)
-        results["is"] = direction_metrics(t2v, v2t, targets, ties, v2t_rule, chunk)
-    if config.qbnorm is not None:
-        if bank is None:
-            raise ValueError("rescore.qbnorm needs a querybank (training queries scored against the gallery)")
-        rows = qb_norm(scores, bank, config.qbnorm)
-        results["qbnorm"] = direction_metrics(rows, None, targets, ties, v2t_rule, chunk)
-    for method, metrics in results.items():
-        out.update({f"{method}/{k}": v for k, v in metrics.items()})
+    for name, method in RESCORINGS.items():
+        options = getattr(config, name)
+        if options is not None:
+            t2v, v2t = method.rescore(scores, options, bank, chunk)
+            metrics = direction_metrics(t2v, v2t, targets, ties, v2t_rule, chunk)
+            out.update({f"{name}/{k}": v for k, v in metrics.items()})
     return out

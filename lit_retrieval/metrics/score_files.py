@@ -1,7 +1,27 @@
-"""The reader of the score files `test` writes with `evaluation.save_scores`
-(`lit_retrieval.modules.evaluation.save_score_matrix`): `NAME.npy`, a `[texts, videos]` matrix,
-and `NAME_ids.json` (`text_ids`, `video_ids`, `targets`, and with relational evaluation
-`relational`, `num_shots`, `min_shots`), each checked against the other; every failure names the file."""
+"""The score files `test` writes to the run directory with `evaluation.save_scores`: their format
+(this docstring), their writer and their reader.
+
+- `scores.npy`: float32 `[num_texts, num_videos]`, row i = query i, column j = video j, both in
+  dataset order (duplicates from distributed padding removed).
+- `scores_ids.json`: `{"text_ids": [...], "video_ids": [...], "targets": [...], "relational": ...,
+  "num_shots": ..., "min_shots": ..., "num_events": ..., "query_tokens": ...}`, where `text_ids[i]`
+  is the id of the video query i describes, `video_ids[j]` the id of column j's video and
+  `targets[i]` query i's column. With `relational` evaluation, `relational[i]` is query i's
+  relational flag, `num_shots[i]` its video's shot count and `min_shots` Rel-Multi's threshold
+  (`null`: the median), so `metrics` reports Rel-Multi from the file alone (SALI Sec. 4); without,
+  the three are `null`. `num_events[i]` is query i's number of events and `query_tokens[i]` its
+  untruncated length in the text tower's tokens (`null` for a model that does not count them), so
+  `compare` and `report` test a slice of the queries (`--min-tokens`). A file written before an
+  entry was saved lacks it; the reader accepts that (`RELATIONAL_KEYS`, `QUERY_COUNT_KEYS`).
+- `scores_bank.npy` (with `rescore.qbnorm`): QB-Norm's querybank scores, float32 `[bank queries,
+  videos]` in `scores.npy`'s column order, so that `lit-retrieval metrics scores.npy --rescore
+  qbnorm --bank scores_bank.npy` re-scores the saved matrix as `test` did.
+
+The writer (`write_scores`, `write_bank`) takes one process's complete values; gathering them over
+processes and writing on rank 0 is the evaluator's (`RetrievalEvaluator.save_scores`,
+lit_retrieval/modules/evaluation.py). The reader takes any `NAME.npy` with its `NAME_ids.json`
+(`ids_file`), each checked against the other; every failure names the file.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +40,40 @@ BANK_FILE = "scores_bank.npy"
 ID_KEYS = ("text_ids", "video_ids", "targets")
 RELATIONAL_KEYS = ("relational", "num_shots")  # per query; with `min_shots`, written by `test` since Rel-Multi
 QUERY_COUNT_KEYS = ("num_events", "query_tokens")  # per query; written by `test` since the token slices
+
+
+def write_scores(
+    directory: Path,
+    scores: torch.Tensor,
+    video_ids: list[str],
+    targets: list[int],
+    num_events: list[int],
+    query_tokens: list[int] | None = None,
+    relational: list[bool] | None = None,
+    num_shots: list[int] | None = None,
+    min_shots: int | None = None,
+) -> None:
+    """Write `scores.npy` and `scores_ids.json` (module docstring) to `directory`: `scores` is the
+    `[texts, videos]` matrix, `video_ids` names its columns, `targets[i]` is text i's column (its
+    `text_ids` entry is that column's video id); `relational` and `num_shots` go together, and
+    `min_shots` is written only with them."""
+    np.save(directory / SCORES_FILE, scores.cpu().numpy().astype(np.float32))
+    ids = {
+        "text_ids": [video_ids[t] for t in targets],
+        "video_ids": video_ids,
+        "targets": targets,
+        "relational": relational,
+        "num_shots": num_shots,
+        "min_shots": min_shots if relational is not None else None,
+        "num_events": num_events,
+        "query_tokens": query_tokens,
+    }
+    (directory / SCORE_IDS_FILE).write_text(json.dumps(ids))
+
+
+def write_bank(directory: Path, scores: torch.Tensor) -> None:
+    """Write QB-Norm's querybank scores `[bank queries, videos]` as `scores_bank.npy` (module docstring)."""
+    np.save(directory / BANK_FILE, scores.cpu().numpy().astype(np.float32))
 
 
 def ids_file(matrix: Path) -> Path:

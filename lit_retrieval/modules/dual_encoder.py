@@ -22,6 +22,8 @@ from lit_retrieval.errors import ConfigError
 from lit_retrieval.losses.mevtr import MeVTRLoss
 from lit_retrieval.metrics.analyses import AnalysesConfig
 from lit_retrieval.metrics.relational import RelationalConfig
+from lit_retrieval.metrics.rerank import RerankConfig
+from lit_retrieval.metrics.rescoring import RESCORINGS, RescoreConfig
 from lit_retrieval.models.encoders.base import VideoTextEncoder
 from lit_retrieval.models.features import TextFeatures
 from lit_retrieval.models.heads.base import SimilarityHead
@@ -35,6 +37,7 @@ from lit_retrieval.modules.nonfinite import NonFiniteGuard, NonFinitePolicy
 from lit_retrieval.modules.objectives import StepTexts, TrainingObjectives, rename_legacy_objective_keys
 from lit_retrieval.modules.optim import OptimConfig, build_optimizer, build_scheduler, parameter_groups
 from lit_retrieval.modules.query_encoding import encode_multi_event, query_token_counts
+from lit_retrieval.modules.reranking import retriever_reps
 from lit_retrieval.modules.rng import rng_states, set_rng_states
 
 # Config dataclasses in the checkpoint's hyper-parameters load under torch.load's weights_only=True.
@@ -45,6 +48,9 @@ torch.serialization.add_safe_globals(
         EvaluationConfig,
         AnalysesConfig,
         RelationalConfig,
+        RescoreConfig,
+        *(method.options for method in RESCORINGS.values()),
+        RerankConfig,
         SpanSplitter,
         NonFinitePolicy,
         GradCacheConfig,
@@ -199,7 +205,7 @@ class DualEncoderRetrieval(L.LightningModule):
         if len(batch["index"]):
             with self.evaluator.encoding(self):  # the trainer's precision, or fp32 (`evaluation.fp32_encoders`)
                 text, video = self(batch)
-            retriever = self.evaluator.retriever_reps(self, batch, stage)  # `evaluation.rerank` only
+            retriever = retriever_reps(self.evaluator, self, batch, stage)  # `evaluation.rerank` only
             self.evaluator.collect(stage, batch, text, video, self.spans, retriever)
 
     def _eval_end(self, stage: str) -> None:

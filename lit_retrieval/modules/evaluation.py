@@ -9,19 +9,24 @@ attributes. At the end of the stage the evaluator
 2. scores this process's queries against it, `query_rows` queries at a time, each block within a
    pairwise working-memory budget (`SimilarityHead.score_blocks`);
 3. computes R@K, MdR, MnR in both directions (`RetrievalMetrics`, rows merged over processes) and
-   the requested analyses: the MELON analyses (`AnalysesConfig`: Avg-Event R@1, slices, event
-   orders, query modes; MELON Sec. 5.3, Tab. 5-6, Fig. 5-6) and SALI's relational metrics
-   (`RelationalConfig`: relational / Rel-Multi, shot-quartile diagnosis; SALI Sec. 2 and 4);
+   SALI's relational metrics (`RelationalConfig`: relational / Rel-Multi, shot-quartile diagnosis;
+   SALI Sec. 2 and 4);
 4. reports how many videos were skipped as undecodable (each video once: the duplicates a
    distributed sampler adds are not counted again), and refuses an evaluation in which nothing
    could be evaluated (`NothingToEvaluateError`);
-5. optionally writes the test score matrix (`save_scores`, format in `save_score_matrix`);
-6. on `test`, optionally re-scores the merged matrix (`rescore`: DSL, inverted softmax, QB-Norm with
-   a querybank of training queries drawn as the calibration banks are, `query_bank`) and reports
-   those metrics beside the raw ones, keyed by the method (`lit_retrieval.metrics.rescoring`);
-7. on `test`, optionally re-ranks (`rerank`): an indexable retriever, CLIP4Clip's meanP on the
-   module's own encoder features (`retriever_reps`), picks each query's top K and the head scores
-   only those (`lit_retrieval.metrics.rerank`), reported as `rerank/t2v/...` beside the full scoring.
+5. optionally writes the test score matrix (`save_scores`: gathered here, written by
+   `lit_retrieval.metrics.score_files`, whose docstring is the format).
+
+The options that run besides the metrics each have their own module, called from `evaluate`:
+
+- the MELON analyses (`AnalysesConfig`: Avg-Event R@1, slices, event orders, query modes; MELON
+  Sec. 5.3, Tab. 5-6, Fig. 5-6): `lit_retrieval.modules.analyses`;
+- on `test`, re-scoring the merged matrix (`rescore`: the methods of
+  `lit_retrieval.metrics.rescoring.RESCORINGS`, QB-Norm's querybank drawn by `query_bank`), keyed
+  by the method beside the raw metrics: `lit_retrieval.modules.rescoring`;
+- on `test`, re-ranking (`rerank`): an indexable retriever, CLIP4Clip's meanP on the module's own
+  encoder features, picks each query's top K and the head scores only those, reported as
+  `rerank/t2v/...` beside the full scoring: `lit_retrieval.modules.reranking`.
 
 Video-to-text with several captions per video follows `v2t_rule` (ours `strict`, or CLIP4Clip's
 `group_max`; `lit_retrieval.metrics.ranking`), text-to-video ranks every caption as one query.
@@ -43,7 +48,6 @@ rank reports the metrics one process would.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -54,25 +58,21 @@ import lightning as L
 import numpy as np
 import torch
 
-from lit_retrieval.data.text.queries import QueryMode, concat_query, reorder_events
+from lit_retrieval.data.text.queries import QueryMode, concat_query
 from lit_retrieval.data.text.spans import SpanSplitter
 from lit_retrieval.distributed import distributed_world, gather_objects, gather_variable
 from lit_retrieval.errors import ConfigError, InputError
-from lit_retrieval.metrics.analyses import (
-    AnalysesConfig,
-    avg_event_hits,
-    avg_event_metrics,
-    slice_groups,
-    sliced_metrics,
-)
+from lit_retrieval.metrics.analyses import AnalysesConfig
 from lit_retrieval.metrics.ranking import Ties, V2TRule, retrieval_metrics, text_to_video_ranks
 from lit_retrieval.metrics.relational import RelationalConfig, relational_metrics
-from lit_retrieval.metrics.rerank import CandidateScorer, RerankConfig, RerankResult, rerank_ranks
-from lit_retrieval.metrics.rescoring import QueryBank, RescoreConfig, rescored_metrics
-from lit_retrieval.metrics.score_files import BANK_FILE, SCORE_IDS_FILE, SCORES_FILE
+from lit_retrieval.metrics.rerank import RerankConfig
+from lit_retrieval.metrics.rescoring import RescoreConfig
 from lit_retrieval.metrics.retrieval import RetrievalMetrics, first_occurrence
-from lit_retrieval.models.heads.base import SimilarityHead, cat_reps, map_rep, rep_device, rep_len
-from lit_retrieval.models.heads.meanp import MeanPHead
+from lit_retrieval.metrics.score_files import RELATIONAL_KEYS, write_bank, write_scores
+from lit_retrieval.models.heads.base import SimilarityHead, cat_reps, map_rep, rep_len
+from lit_retrieval.modules.analyses import analyses, query_tokens
+from lit_retrieval.modules.reranking import reranked
+from lit_retrieval.modules.rescoring import rescored
 from lit_retrieval.precision import autocast_off, full_precision, full_precision_scoring
 
 ScoreFn = Callable[[Any, Any], torch.Tensor]
@@ -95,7 +95,7 @@ class EvaluationConfig:
         memory_mb: pairwise working memory one scoring block may use (pairwise heads such as
             tightTransf score blocks of text x video pairs within it).
         save_scores: write the test split's text x video score matrix to the run directory
-            (`scores.npy` + `scores_ids.json`, see `save_score_matrix`).
+            (`scores.npy` + `scores_ids.json`; the format: `lit_retrieval.metrics.score_files`).
         fp32_encoders: run the encoders and the heads' encoding with autocast off, so that
             weights kept in float32 (`32`, `bf16-mixed`, `16-mixed`) compute representations in
             float32 and the metrics equal an fp32 evaluation of the same weights (weights stored
@@ -106,8 +106,10 @@ class EvaluationConfig:
         v2t_rule: video-to-text with several captions per video: `strict` (ours: the best caption
             among all captions, keys `v2t/...`) or `group_max` (CLIP4Clip's group maximum, keys
             `v2t_group_max/...`).
-        rescore: re-scorings of the test matrix reported beside the raw metrics (`RescoreConfig`:
-            `dsl`, `inverted_softmax`, `qbnorm`; keys `dsl/...`, `is/...`, `qbnorm/...`; `None`: raw only).
+        rescore: re-scorings of the test matrix reported beside the raw metrics (`RescoreConfig`,
+            one field per method of `lit_retrieval.metrics.rescoring.RESCORINGS`: `dsl`,
+            `inverted_softmax`, `qbnorm`, each keyed by its name, `dsl/...`, `inverted_softmax/...`,
+            `qbnorm/...`; `None`: raw only).
         rerank: retrieve-then-rerank on test (`RerankConfig`: `k`), keys `rerank/t2v/...` and
             `rerank/recall_ceiling`, beside the full scoring, or instead of it with
             `full_scoring: false` (then no test option that needs the full matrix may be set).
@@ -227,7 +229,7 @@ class RetrievalEvaluator:
         """Keep a data batch's query and video representations, and the per-query values the
         analyses read (`[B]` tensors): duration, and with `relational` the relational flag
         (`spans`) and the video's shot count; with `rerank`, the retriever's vectors
-        (`retriever_reps`)."""
+        (`lit_retrieval.modules.reranking.retriever_reps`)."""
         device = batch["frames"].device
         attributes = {"duration": batch["duration"].to(device)}
         if self.config.relational is not None:
@@ -246,20 +248,6 @@ class RetrievalEvaluator:
     def count_skipped(self, stage: str, index: torch.Tensor) -> None:
         """Note the dataset indices of a batch's skipped (undecodable) videos."""
         self._skipped.setdefault(stage, []).append(index.long().cpu())
-
-    def retriever_reps(
-        self, model: L.LightningModule, batch: dict[str, Any], stage: str
-    ) -> dict[str, torch.Tensor] | None:
-        """With `rerank` on `test`, the retriever's unit vectors of a batch's queries and videos:
-        CLIP4Clip's meanP (parameter-free, indexable) on the module's own text and frame features,
-        encoded in the evaluation's precision; `None` otherwise."""
-        if self.config.rerank is None or stage != "test":
-            return None
-        meanp = MeanPHead()
-        with self.encoding(model):
-            text = model.encode_queries(batch["events"])
-            video = model.encoder.encode_video(batch["frames"], batch["frame_mask"])
-        return {"text": meanp.encode_text(text), "video": meanp.encode_video(video)}
 
     def wants(self, stage: str, option: AnalysesConfig | RelationalConfig | None) -> bool:
         return option is not None and stage in option.stages
@@ -332,7 +320,7 @@ class RetrievalEvaluator:
                 split.gallery = head.calibrate(bank, split.gallery, self.config.budget_bytes)
         head.before_evaluation(stage)
         if stage == "test" and self.config.rerank is not None and not self.config.rerank.full_scoring:
-            results = self.reranked(model, split)
+            results = reranked(self, model, split)
             if skipped:
                 results["skipped_videos"] = float(skipped)
             return results
@@ -343,9 +331,9 @@ class RetrievalEvaluator:
         )
         results = ranked.metrics
         if rescore:
-            results.update(self.rescored(model, split, ranked.scores))
+            results.update(rescored(self, model, split, ranked.scores))
         if self.config.rerank is not None and stage == "test":
-            results.update(self.reranked(model, split))
+            results.update(reranked(self, model, split))
         if stage == "val" and type(head).fit_on_validation is not SimilarityHead.fit_on_validation:
             # every process's queries in dataset order, each with its gallery column
             all_text = self.merge_queries(model, split, split.text)
@@ -353,7 +341,7 @@ class RetrievalEvaluator:
             with full_precision_scoring(head, model.device):
                 results.update(head.fit_on_validation(all_text, split.gallery, targets, retrieval_metrics))
         if self.wants(stage, self.config.analyses):
-            results.update(self.analyses(model, split, ranked.ranks))
+            results.update(analyses(self, model, split, ranked.ranks))
         if self.wants(stage, self.config.relational):
             merged = {
                 k: self.merge_queries(model, split, v) for k, v in {"rank": ranked.ranks, **split.attributes}.items()
@@ -362,7 +350,7 @@ class RetrievalEvaluator:
                 relational_metrics(merged["rank"], merged["relational"], merged["num_shots"], self.config.relational)
             )
         if save:
-            save_score_matrix(model, split, ranked.scores, self.config.relational)
+            self.save_scores(model, split, ranked.scores)
         if skipped:
             results["skipped_videos"] = float(skipped)
         return results
@@ -418,7 +406,8 @@ class RetrievalEvaluator:
 
     def query_bank(self, model: L.LightningModule, size: int) -> Any:
         """Text representations of `size` queries of the training split (seeded draw), the bank of
-        test-time calibrations such as UCoFiA's SK-norm; never the evaluated split."""
+        test-time calibrations such as UCoFiA's SK-norm and of QB-Norm's re-scoring
+        (`lit_retrieval.modules.rescoring`); never the evaluated split."""
         datasets = getattr(model.trainer.datamodule, "datasets", {}) if model.trainer is not None else {}
         if "train" not in datasets:
             raise ValueError("the head's calibration needs the training split as its query bank (data.train_split)")
@@ -429,40 +418,6 @@ class RetrievalEvaluator:
         with self.encoding(model):
             reps = [model.query_reps(bank[start : start + rows]) for start in range(0, len(bank), rows)]
         return map_rep(cat_reps(reps), full_precision)
-
-    def rescored(self, model: L.LightningModule, split: EvalSplit, scores: torch.Tensor) -> dict[str, float]:
-        """The `rescore` metrics of every process's test rows against the gallery; QB-Norm's bank
-        is `bank_size` training queries (`query_bank`) scored against the same gallery, written
-        with `save_scores` as `scores_bank.npy` (`save_bank_matrix`)."""
-        config = self.config.rescore
-        assert config is not None
-        matrix = self.merge_queries(model, split, scores)
-        targets = self.merge_queries(model, split, split.targets)
-        bank = None
-        if config.qbnorm is not None:
-            reps = self.query_bank(model, config.qbnorm.bank_size)
-            scored = self.score_rows(self.head_score(model.head), reps, split.gallery)
-            keep = self.config.save_scores
-            blocks = [rows for _, rows in scored] if keep else (rows for _, rows in scored)
-            bank = QueryBank.from_blocks(blocks, rep_len(split.gallery), config.qbnorm)
-            if keep:
-                save_bank_matrix(model, torch.cat(blocks))
-        return rescored_metrics(matrix, targets, config, bank, self.config.ties, self.config.v2t_rule)
-
-    def reranked(self, model: L.LightningModule, split: EvalSplit) -> dict[str, float]:
-        """`rerank/t2v/...` and `rerank/recall_ceiling` of this process's queries (the retriever's
-        top K scored by the head), merged over processes."""
-        config = self.config.rerank
-        assert config is not None
-        if split.retriever is None:
-            raise ValueError(f"evaluation.rerank: {type(model).__name__} collects no retriever vectors")
-        scorer = candidate_scorer(model.head, split.text, split.gallery, self.config.budget_bytes)
-        retriever_text, retriever_gallery = split.retriever["text"], split.retriever["video"]
-        local = rerank_ranks(
-            retriever_text, retriever_gallery, split.targets, scorer, config.k, self.config.ties, self.config.memory_mb
-        )
-        merged = self.merge_queries(model, split, {"ranks": local.ranks, "inside": local.inside.double()})
-        return RerankResult(merged["ranks"].cpu(), merged["inside"].cpu() > 0, local.k).metrics()
 
     def encoded_rows(
         self, model: L.LightningModule, events: list[list[str]], gallery: Any, mode: QueryMode | None = None
@@ -478,139 +433,46 @@ class RetrievalEvaluator:
                 reps = model.query_reps(events[rows], mode)
             yield rows, score(reps, gallery)
 
-    def analyses(self, model: L.LightningModule, split: EvalSplit, ranks: torch.Tensor) -> dict[str, float]:
-        """The `AnalysesConfig` of this process's queries against the whole gallery, merged over ranks."""
-        config = self.config.analyses
-        assert config is not None
-        device, ties = split.index.device, self.config.ties
-        events, targets = split.events, split.targets
-        num_events = torch.tensor([len(e) for e in events], dtype=torch.long, device=device)
-        per_query = {"rank": ranks, "num_events": num_events, "duration": split.attributes["duration"].double()}
-        if config.slices and config.token_edges:
-            per_query["tokens"] = query_tokens(model, events, device)
-        out: dict[str, float] = {}
-        if config.avg_event:
-            singles = [[d] for e in events for d in e]
-            owner = torch.repeat_interleave(torch.arange(len(events), device=device), num_events)
-            single_ranks = torch.cat(
-                [
-                    text_to_video_ranks(scores, targets[owner[rows]], ties)
-                    for rows, scores in self.encoded_rows(model, singles, split.gallery)
-                ]
+    def save_scores(self, model: L.LightningModule, split: EvalSplit, scores: torch.Tensor) -> None:
+        """Write every process's rows of `scores` (this process's queries against the gallery) and
+        the per-query values of the score files (`lit_retrieval.metrics.score_files`) to the run
+        directory, on rank 0; every rank takes part in the merges."""
+        rows = self.merge_queries(model, split, scores)
+        targets = self.merge_queries(model, split, split.targets)
+        device = split.index.device
+        per_query = {"num_events": torch.tensor([len(e) for e in split.events], dtype=torch.long, device=device)}
+        if hasattr(model, "query_token_counts"):
+            per_query["query_tokens"] = query_tokens(model, split.events, device)
+        counts = {name: values.tolist() for name, values in self.merge_queries(model, split, per_query).items()}
+        flags: dict[str, Any] = {}
+        relational = self.config.relational
+        if relational is not None and "relational" in split.attributes:
+            flags = {key: self.merge_queries(model, split, split.attributes[key]).tolist() for key in RELATIONAL_KEYS}
+            flags["min_shots"] = relational.min_shots
+        directory = run_directory(model)
+        if model.trainer.is_global_zero:
+            write_scores(
+                directory,
+                rows,
+                split.video_ids,
+                targets.tolist(),
+                num_events=counts["num_events"],
+                query_tokens=counts.get("query_tokens"),
+                **flags,
             )
-            per_query["avg_event"] = avg_event_hits(single_ranks.to(device), owner, len(events))
-        merged = self.merge_queries(model, split, per_query)
-        if config.slices:
-            groups = slice_groups(
-                merged["num_events"], merged["duration"], config.length_edges, merged.get("tokens"), config.token_edges
-            )
-            out.update(sliced_metrics(merged["rank"], groups))
-        if config.avg_event:
-            out.update(avg_event_metrics(merged["avg_event"], merged["num_events"]))
-        variants: dict[str, tuple[list[list[str]], QueryMode | None]] = {}
-        for order in config.event_orders:
-            reordered = [
-                reorder_events(e, order, np.random.default_rng([config.seed, int(i)]))
-                for e, i in zip(events, split.index)
-            ]
-            variants[f"order/{order}"] = (reordered, None)
-        for mode in config.query_modes:
-            variants[f"query_mode/{mode}"] = (events, mode)
-        for name, (variant_events, mode) in variants.items():
-            metric = RetrievalMetrics(ties, self.config.v2t_rule).to(device)
-            for rows, scores in self.encoded_rows(model, variant_events, split.gallery, mode):
-                metric.update(scores, targets[rows], split.index[rows])
-            out.update({f"{name}/{k}": v for k, v in metric.compute().items()})
-        return out
 
-
-def query_tokens(model: L.LightningModule, events: list[list[str]], device: torch.device) -> torch.Tensor:
-    """Each query's length in the model's text tokens before truncation (`query_token_counts`),
-    `[queries]`; a model that cannot count them is refused by name."""
-    count = getattr(model, "query_token_counts", None)
-    if count is None:
-        raise ConfigError(f"analyses.token_edges: {type(model).__name__} does not count query tokens")
-    return torch.tensor(count(events) if events else [], dtype=torch.long, device=device)
-
-
-def candidate_scorer(head: SimilarityHead, text: Any, gallery: Any, budget_bytes: int) -> CandidateScorer:
-    """`head`'s float32 scores of each query's candidate videos (`lit_retrieval.metrics.rerank`):
-    aligned (text, video) pairs through `score_pairs`, at most `budget_bytes` of pairwise working
-    memory at a time, where the head has a pair form of its own; else one query's candidates at a
-    time through `score` (the generic `score_pairs` would score every pair of the block)."""
-    paired = type(head).score_pairs is not SimilarityHead.score_pairs
-    pick = lambda rep, index: map_rep(rep, lambda t: full_precision(t[index.to(t.device)]))  # noqa: E731
-
-    def score(rows: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
-        n, k = candidates.shape
-        with full_precision_scoring(head, rep_device(gallery)):
-            if not paired:
-                return torch.cat(
-                    [head.score(pick(text, rows[i : i + 1]), pick(gallery, candidates[i])) for i in range(n)]
-                )
-            queries, videos = rows.repeat_interleave(k), candidates.flatten()
-            per_pair = head.pair_bytes(pick(text, queries[:1]), pick(gallery, videos[:1]))
-            step = max(1, budget_bytes // max(1, per_pair))
-            parts = [
-                head.score_pairs(pick(text, queries[start : start + step]), pick(gallery, videos[start : start + step]))
-                for start in range(0, len(queries), step)
-            ]
-            return torch.cat(parts).view(n, k)
-
-    return score
+    @staticmethod
+    def save_bank(model: L.LightningModule, scores: torch.Tensor) -> None:
+        """Write QB-Norm's querybank scores (`scores_bank.npy`) to the run directory, on rank 0."""
+        directory = run_directory(model)
+        if model.trainer.is_global_zero:
+            write_bank(directory, scores)
 
 
 def no_rows(gallery: Any) -> torch.Tensor:
     """An empty `[0, videos]` score block."""
     first = next(iter(gallery.values())) if isinstance(gallery, dict) else gallery
     return torch.zeros(0, rep_len(gallery), device=first.device)
-
-
-def save_score_matrix(
-    model: L.LightningModule, split: EvalSplit, scores: torch.Tensor, relational: RelationalConfig | None = None
-) -> None:
-    """Write the split's text x video scores to the run directory (rank 0):
-
-    - `scores.npy`: float32 `[num_texts, num_videos]`, row i = query i, column j = video j, both
-      in dataset order (duplicates from distributed padding removed);
-    - `scores_ids.json`: `{"text_ids": [...], "video_ids": [...], "targets": [...], "relational": ...,
-      "num_shots": ..., "min_shots": ...}`, where `text_ids[i]` is the id of the video query i
-      describes, `video_ids[j]` the id of column j's video and `targets[i]` query i's column. With
-      `relational` evaluation, `relational[i]` is query i's relational flag, `num_shots[i]` its video's
-      shot count and `min_shots` Rel-Multi's threshold (`null`: the median), so `metrics` reports
-      Rel-Multi from the file alone (SALI Sec. 4); without, the three are `null`. `num_events[i]`
-      is query i's number of events and `query_tokens[i]` its untruncated length in the text
-      tower's tokens (`null` for a model that does not count them), so `compare` and `report` test
-      a slice of the queries (`--tokens`).
-    """
-    rows = RetrievalEvaluator.merge_queries(model, split, scores)
-    targets = RetrievalEvaluator.merge_queries(model, split, split.targets)
-    device = split.index.device
-    per_query = {"num_events": torch.tensor([len(e) for e in split.events], dtype=torch.long, device=device)}
-    if hasattr(model, "query_token_counts"):
-        per_query["query_tokens"] = query_tokens(model, split.events, device)
-    counts = {
-        name: values.tolist() for name, values in RetrievalEvaluator.merge_queries(model, split, per_query).items()
-    }
-    flags = {name: None for name in ("relational", "num_shots")}
-    if relational is not None and "relational" in split.attributes:
-        flags = {
-            name: RetrievalEvaluator.merge_queries(model, split, split.attributes[name]).tolist() for name in flags
-        }
-    run_dir = run_directory(model)
-    if not model.trainer.is_global_zero:
-        return
-    np.save(run_dir / SCORES_FILE, rows.cpu().numpy().astype(np.float32))
-    ids = {
-        "text_ids": [split.video_ids[t] for t in targets.tolist()],
-        "video_ids": split.video_ids,
-        "targets": targets.tolist(),
-        **flags,
-        "min_shots": relational.min_shots if flags["relational"] is not None else None,
-        "num_events": counts["num_events"],
-        "query_tokens": counts.get("query_tokens"),
-    }
-    (run_dir / SCORE_IDS_FILE).write_text(json.dumps(ids))
 
 
 def run_directory(model: L.LightningModule) -> Path:
@@ -620,12 +482,3 @@ def run_directory(model: L.LightningModule) -> Path:
     if trainer.is_global_zero:
         run_dir.mkdir(parents=True, exist_ok=True)
     return run_dir
-
-
-def save_bank_matrix(model: L.LightningModule, scores: torch.Tensor) -> None:
-    """Write QB-Norm's querybank scores, float32 `[bank queries, videos]` in `scores.npy`'s column
-    order, as `scores_bank.npy` (rank 0): `lit-retrieval metrics scores.npy --rescore qbnorm --bank
-    scores_bank.npy` re-scores the saved matrix as `test` did."""
-    run_dir = run_directory(model)
-    if model.trainer.is_global_zero:
-        np.save(run_dir / BANK_FILE, scores.cpu().numpy().astype(np.float32))
