@@ -15,6 +15,7 @@ import yaml
 from lit_retrieval.cli import main
 from lit_retrieval.commands import run_command
 from lit_retrieval.grid.runs import RunLock, status
+from lit_retrieval.launch.queue import SlurmQueue
 from lit_retrieval.locking import OutputLocked
 
 
@@ -131,11 +132,11 @@ def test_a_requeued_array_task_takes_over_its_own_earlier_lock(finished, monkeyp
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "0")
     holder = {"host": "node-elsewhere", "pid": 1, "command": "lit-retrieval grid ...", "slurm": "41_0"}
     (run / ".run.lock").write_text(json.dumps(holder))
-    with RunLock(run) as lock:
+    with RunLock(run, SlurmQueue()) as lock:
         assert lock.holder["slurm"] == "41_0"
     (run / ".run.lock").write_text(json.dumps({**holder, "slurm": "41_1"}))
     with pytest.raises(OutputLocked, match="node-elsewhere"):
-        RunLock(run).acquire()
+        RunLock(run, SlurmQueue()).acquire()
     squeue.write_text("#!/bin/bash\necho 41_0\n")  # task 1 was cancelled
-    with RunLock(run) as lock:
+    with RunLock(run, SlurmQueue()) as lock:
         assert lock.holder["slurm"] == "41_0"

@@ -26,6 +26,7 @@ import yaml
 from lit_retrieval.errors import UsageError
 from lit_retrieval.grid.plan import load_plan
 from lit_retrieval.grid.runs import prepare, record_plan, run_locally, status
+from lit_retrieval.launch.queue import SlurmQueue
 from lit_retrieval.launch.submission import array_groups, run_array_task, submit_arrays, submitted_and_queued
 from lit_retrieval.progress import add_progress_arguments, configure_from
 
@@ -102,4 +103,4 @@ def run(argv: list[str]) -> int:
         return submit_arrays(
             plan, runs_dir, groups, queued, values=values, sbatch=args.sbatch, max_parallel=args.max_parallel
         )
-    return run_locally(runs, pending, runs_dir)
+    return run_locally(runs, pending, runs_dir, SlurmQueue())  # a run may be held by an array task

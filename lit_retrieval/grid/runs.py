@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
@@ -235,47 +235,45 @@ def status(folder: Path) -> str:
     return "failed" if (folder / FAILED).exists() else "pending"
 
 
-class RunLock(OutputLock):
-    """One process runs a run folder at a time (`.run.lock`). Under Slurm the holder also records
-    its array task (`slurm`), which frees a lock whose holder a host-and-pid check cannot judge (it
-    ran on another node): a requeued task (the same array job and task id) takes over its own earlier
-    attempt's lock, and any task takes over the lock of an array task that Slurm no longer holds
-    (cancelled, or killed at its time limit)."""
+class TaskQueue(Protocol):
+    """The scheduler whose tasks may hold a run folder (Slurm's: `lit_retrieval.launch.queue.SlurmQueue`)."""
 
-    def __init__(self, folder: Path) -> None:
+    def current_task(self) -> str | None:
+        """The scheduler task this process runs in (Slurm: `ARRAYJOB_TASK`), else None."""
+
+    def task_ended(self, task: str) -> bool:
+        """Whether the scheduler no longer holds `task`; False when it cannot be asked."""
+
+
+class NoQueue:
+    """No scheduler: a run folder's lock is judged by host and pid alone."""
+
+    def current_task(self) -> str | None:
+        return None
+
+    def task_ended(self, task: str) -> bool:
+        return False
+
+
+class RunLock(OutputLock):
+    """One process runs a run folder at a time (`.run.lock`). Under a scheduler (`queue`) the holder
+    also records its task (`slurm`), which frees a lock whose holder a host-and-pid check cannot judge
+    (it ran on another node): a requeued task (the same array job and task id) takes over its own
+    earlier attempt's lock, and any task takes over the lock of a task that the scheduler no longer
+    holds (cancelled, or killed at its time limit)."""
+
+    def __init__(self, folder: Path, queue: TaskQueue | None = None) -> None:
         super().__init__(folder, name="run")
+        self.queue = queue or NoQueue()
 
     def _me(self) -> dict[str, Any]:
-        return {**super()._me(), "slurm": _slurm_task()}
+        return {**super()._me(), "slurm": self.queue.current_task()}
 
     def _stale(self, holder: dict[str, Any], host: str) -> bool:
         task = holder.get("slurm")
-        if isinstance(task, str) and (task == _slurm_task() or _slurm_task_ended(task)):
+        if isinstance(task, str) and (task == self.queue.current_task() or self.queue.task_ended(task)):
             return True
         return super()._stale(holder, host)
-
-
-def _slurm_task() -> str | None:
-    """`ARRAYJOB_TASK` of the Slurm array task this process runs in, else None."""
-    job, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
-    return f"{job}_{task}" if job and task else None
-
-
-def _slurm_task_ended(task: str) -> bool:
-    """Whether Slurm no longer holds array task `task` (`JOB_TASK`): squeue does not list it, or no
-    longer knows the job. False when squeue cannot be asked (no Slurm here: the lock stays)."""
-    try:
-        done = subprocess.run(
-            ["squeue", "--noheader", "--array", "--format=%i", f"--jobs={task.split('_')[0]}"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    if done.returncode:
-        return "Invalid job id" in done.stderr
-    return task not in done.stdout.split()
 
 
 def _step(args: list[str], log: Path, launcher: list[str]) -> int:
@@ -317,13 +315,13 @@ def _evaluable(folder: Path, checkpoint: Path, kind: str) -> tuple[Path | None, 
     return (out, 0) if code == 0 else (None, code)
 
 
-def execute(folder: Path, launcher: list[str] | None = None) -> int:
+def execute(folder: Path, launcher: list[str] | None = None, queue: TaskQueue | None = None) -> int:
     """Run (or finish) one prepared run under its `RunLock`: fit unless fitted, then the evaluation;
     done.json only once the evaluation's metrics file exists. `launcher` (e.g. `srun
     --kill-on-bad-exit=1`) starts `fit` and `test` over the job's ranks; this process alone judges
     what is left, writes the state files and runs `uvrb`. Returns the first non-zero exit status,
     else 0; a run folder another process runs is an `OutputLocked` error."""
-    with RunLock(folder):
+    with RunLock(folder, queue):
         return _execute(folder, list(launcher or []))
 
 
@@ -428,7 +426,7 @@ def recorded_plan(runs_dir: Path) -> str:
     return plan_path
 
 
-def run_locally(runs: list[Run], pending: list[Run], runs_dir: Path) -> int:
+def run_locally(runs: list[Run], pending: list[Run], runs_dir: Path, queue: TaskQueue | None = None) -> int:
     """`grid --local`: the `pending` runs one after another in this process's machine, a run another
     process holds left alone (its .run.lock); 1 when any failed, else 0."""
     failures = 0
@@ -438,7 +436,7 @@ def run_locally(runs: list[Run], pending: list[Run], runs_dir: Path) -> int:
             name = f"[{run_.index}] {run_.row.name} seed {run_.seed}"
             print(f"{name} ...", flush=True)
             try:
-                code = execute(run_.folder(runs_dir))
+                code = execute(run_.folder(runs_dir), queue=queue)
             except OutputLocked as locked:
                 print(f"{name}: left alone, {locked}", flush=True)
                 bar.advance(left_alone=1)

@@ -10,7 +10,6 @@ second `grid --slurm` leaves queued, running and requeued runs alone (`submitted
 
 from __future__ import annotations
 
-import getpass
 import json
 import re
 import shlex
@@ -23,6 +22,7 @@ from pathlib import Path
 from lit_retrieval.errors import InputError, UsageError
 from lit_retrieval.grid.plan import Plan, Run
 from lit_retrieval.grid.runs import RUN_FILE, execute, read_object, row_config, write_atomic
+from lit_retrieval.launch.queue import SlurmQueue
 from lit_retrieval.launch.resources import Resources, resources
 from lit_retrieval.launch.templates import render_template, shipped_templates, template_variables, write_job_script
 
@@ -128,19 +128,6 @@ def record_submission(folder: Path, job: str | None, task: int, script: Path) ->
     write_atomic(folder / SUBMISSION, json.dumps(record))
 
 
-def queued_tasks(squeue: str = "squeue") -> set[str]:
-    """`JOBID_TASK` of every array task of this user that Slurm still holds (pending, running,
-    requeued or completing), from `squeue --array`; a `UsageError` when squeue cannot answer."""
-    command = [squeue, "--noheader", "--array", "--format=%i", f"--user={getpass.getuser()}"]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        raise UsageError(squeue, f"cannot ask Slurm which runs are still queued or running ({err})") from None
-    if done.returncode:
-        raise UsageError(squeue, f"cannot ask Slurm which runs are still queued or running: {done.stderr.strip()}")
-    return set(done.stdout.split())
-
-
 def submitted_and_queued(folders: dict[int, Path], squeue: str = "squeue") -> dict[int, str]:
     """{run index: JOBID_TASK} of the runs whose submitted array task Slurm still holds. squeue is
     asked only when some run has a submission record; an unreadable record counts as none."""
@@ -155,7 +142,7 @@ def submitted_and_queued(folders: dict[int, Path], squeue: str = "squeue") -> di
                 records[index] = f"{record['job']}_{record.get('task', index)}"
     if not records:
         return {}
-    queued = queued_tasks(squeue)
+    queued = SlurmQueue(squeue).held_tasks()
     return {index: task for index, task in records.items() if task in queued}
 
 
@@ -170,4 +157,4 @@ def run_array_task(plan: Plan, runs: list[Run], task: int, runs_dir: Path, launc
         raise UsageError(
             str(folder), "not prepared: `lit-retrieval grid PLAN --out RUNS_DIR --slurm` writes it before submitting"
         )
-    return execute(folder, shlex.split(launcher))
+    return execute(folder, shlex.split(launcher), SlurmQueue())
