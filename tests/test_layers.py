@@ -154,6 +154,90 @@ def data_backward_edges(root: Path = PACKAGE) -> list[str]:
     return problems
 
 
+# The rooms the layers do not show (docs/architecture.md, "Layers"): Slurm lives in `launch/` alone, and a
+# command parses its arguments and calls the library (no classes of its own, no long helpers beside `run`).
+SLURM_PROGRAMS = {"sbatch", "squeue", "scontrol", "sinfo", "srun", "scancel"}
+COMMAND_HELPER_LINES = 15  # an argument check or conversion; more is library work that belongs below
+
+
+def _code_strings(tree: ast.AST) -> list[ast.Constant]:
+    """The string constants of a module that are not docstrings."""
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+    ]
+
+
+def slurm_outside_launch(root: Path = PACKAGE) -> list[str]:
+    """Code outside `launch/` that names a Slurm program or writes `#SBATCH` lines (docstrings may
+    describe them)."""
+    problems = []
+    for path in sorted(root.rglob("*.py")):
+        if path.relative_to(root).parts[0] == "launch":
+            continue
+        for node in _code_strings(ast.parse(path.read_text(), str(path))):
+            if node.value.strip() in SLURM_PROGRAMS or "#SBATCH" in node.value:
+                problems.append(f"{path}:{node.lineno}: {node.value.strip()[:40]!r}")
+    return problems
+
+
+def commands_that_do_more_than_parse(root: Path = PACKAGE) -> list[str]:
+    """Classes in `commands/`, and functions there besides the entry points (`run`, a sub-command's
+    `run_<name>`, `parse_args`) longer than `COMMAND_HELPER_LINES`."""
+    problems = []
+    for path in sorted((root / "commands").glob("*.py")):
+        for node in ast.parse(path.read_text(), str(path)).body:
+            if isinstance(node, ast.ClassDef):
+                problems.append(f"{path}:{node.lineno}: class {node.name}")
+            elif isinstance(node, ast.FunctionDef) and not (
+                node.name in ("run", "parse_args") or node.name.startswith("run_")
+            ):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > COMMAND_HELPER_LINES:
+                    problems.append(f"{path}:{node.lineno}: {node.name} ({lines} lines)")
+    return problems
+
+
+def test_slurm_lives_in_the_launch_room():
+    assert slurm_outside_launch() == []
+
+
+def test_commands_only_parse():
+    assert commands_that_do_more_than_parse() == []
+
+
+def test_the_room_checks_catch_what_they_name(tmp_path):
+    fake = tmp_path / "lit_retrieval"
+    for room in ("commands", "grid", "launch"):
+        (fake / room).mkdir(parents=True)
+    (fake / "launch" / "queue.py").write_text('import subprocess\nsubprocess.run(["squeue"])\n')
+    (fake / "grid" / "runs.py").write_text(
+        '"""Asks `squeue`."""\nimport subprocess\nsubprocess.run(["squeue", "-h"])\n'
+    )
+    (fake / "grid" / "jobs.py").write_text('SCRIPT = "#!/bin/bash\\n#SBATCH --array=0-3\\n"\n')
+    body = "\n".join(f"    x = {i}" for i in range(COMMAND_HELPER_LINES))
+    (fake / "commands" / "grid.py").write_text(
+        f"class Submitter:\n    pass\n\n\ndef helper():\n{body}\n\n\ndef run(argv):\n{body}\n"
+    )
+    assert slurm_outside_launch(fake) == [
+        f"{fake / 'grid' / 'jobs.py'}:1: '#!/bin/bash\\n#SBATCH --array=0-3'",
+        f"{fake / 'grid' / 'runs.py'}:3: 'squeue'",
+    ]
+    assert commands_that_do_more_than_parse(fake) == [
+        f"{fake / 'commands' / 'grid.py'}:1: class Submitter",
+        f"{fake / 'commands' / 'grid.py'}:5: helper ({COMMAND_HELPER_LINES + 1} lines)",
+    ]
+
+
 def test_imports_follow_the_layers():
     assert backward_edges() == []
 

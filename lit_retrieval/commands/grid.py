@@ -27,7 +27,7 @@ from lit_retrieval.errors import UsageError
 from lit_retrieval.grid.plan import load_plan
 from lit_retrieval.grid.runs import prepare, record_plan, run_locally, status
 from lit_retrieval.launch.queue import SlurmQueue
-from lit_retrieval.launch.submission import array_groups, run_array_task, submit_arrays, submitted_and_queued
+from lit_retrieval.launch.submission import SBATCH, array_groups, run_array_task, submit_arrays, submitted_and_queued
 from lit_retrieval.progress import add_progress_arguments, configure_from
 
 
@@ -70,7 +70,7 @@ def run(argv: list[str]) -> int:
     parser.add_argument(
         "--dry-run", action="store_true", help="resolve every row's configs and list the runs; write and run nothing"
     )
-    parser.add_argument("--sbatch", default="sbatch", help=argparse.SUPPRESS)
+    parser.add_argument("--sbatch", default=SBATCH, help=argparse.SUPPRESS)
     add_progress_arguments(parser)
     args = parser.parse_args(argv)
     configure_from(args)

@@ -31,7 +31,7 @@ from lit_retrieval.uvrb.runner import markdown_table, run_benchmark
 from lit_retrieval.uvrb.tasks import read_task_list
 
 
-def report(argv: list[str]) -> int:
+def run_report(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="lit-retrieval uvrb report", description="UVRB ability table from per-dataset scores."
     )
@@ -51,7 +51,7 @@ def report(argv: list[str]) -> int:
 
 def run(argv: list[str]) -> int:
     if argv and argv[0] == "report":
-        return report(argv[1:])
+        return run_report(argv[1:])
     parser = argparse.ArgumentParser(
         prog="lit-retrieval uvrb", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

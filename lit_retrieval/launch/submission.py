@@ -27,6 +27,7 @@ from lit_retrieval.launch.resources import Resources, resources
 from lit_retrieval.launch.templates import render_template, shipped_templates, template_variables, write_job_script
 
 SUBMISSION = "slurm.json"
+SBATCH = "sbatch"  # the submitting program (`grid --sbatch` names another, e.g. a test's fake)
 SUBMITTED = re.compile(r"Submitted batch job (\d+)")
 
 
