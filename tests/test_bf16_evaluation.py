@@ -19,7 +19,7 @@ import lightning as L
 import pytest
 import torch
 
-from head_checks import bind_seeded, features
+from helpers.head_checks import bind_seeded, features
 from lit_retrieval.data import MultiEventDataModule
 from lit_retrieval.data.media.shots import ShotConfig
 from lit_retrieval.metrics.analyses import AnalysesConfig

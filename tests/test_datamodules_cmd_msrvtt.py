@@ -12,7 +12,7 @@ from lit_retrieval.data.bad_records import RecordCollector
 from lit_retrieval.data.datasets.condensed_movies import CondensedMoviesParser
 from lit_retrieval.data.datasets.msrvtt import MSRVTTParser
 from lit_retrieval.data.media.shots import ShotConfig
-from media import FPS, write_shots_video
+from helpers.media import FPS, write_shots_video
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DOWNLOADED = {"2019/Zz1Yy2Xx3Ww": [12, 25], "2019/Aa1Bb2Cc3Dd": [], "2017/Ee4Ff5Gg6Hh": [20], "2018/Ii7Jj8Kk9Ll": []}

@@ -11,8 +11,8 @@ import pytest
 from lit_retrieval.data.bad_records import RecordCollector
 from lit_retrieval.data.datasets.charades import CharadesDataModule, CharadesParser, read_lengths
 from lit_retrieval.data.records import AnnotationError
-from media import write_noise_video
-from multi_caption import CLIP4CLIP_RECIPE, cli_test, shipped_recipe
+from helpers.media import write_noise_video
+from helpers.multi_caption import CLIP4CLIP_RECIPE, cli_test, shipped_recipe
 
 HEADER = ["id", "subject", "scene", "quality", "relevance", "verified", "script", "objects", "descriptions"]
 HEADER += ["actions", "length"]

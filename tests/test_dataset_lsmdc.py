@@ -8,7 +8,7 @@ import pytest
 from lit_retrieval.data.bad_records import RecordCollector
 from lit_retrieval.data.datasets.lsmdc import LSMDCDataModule, LSMDCParser, clip_span
 from lit_retrieval.data.records import AnnotationError
-from multi_caption import CLIP4CLIP_RECIPE, shipped_recipe
+from helpers.multi_caption import CLIP4CLIP_RECIPE, shipped_recipe
 
 BEAUTY = "0001_American_Beauty_00.00.51.926-00.00.54.530"
 BEAUTY_2 = "0001_American_Beauty_00.01.02.000-00.01.03.250"  # aligned 1.25 s: extracted 2 s

@@ -12,8 +12,8 @@ from lit_retrieval.data.bad_records import RecordCollector
 from lit_retrieval.data.datasets.msrvtt import MSRVTTDataModule, MSRVTTParser
 from lit_retrieval.data.records import AnnotationError
 from lit_retrieval.errors import ConfigError
-from media import write_noise_video
-from multi_caption import cli_test
+from helpers.media import write_noise_video
+from helpers.multi_caption import cli_test
 
 SPLIT = {"train": ["video0", "video1", "video2"], "validate": ["video3"], "test": ["video4", "video5", "video6"]}
 CAPTIONS = {

@@ -14,8 +14,8 @@ from lit_retrieval.data.datasets.youcook2 import YouCook2DataModule, YouCook2Par
 from lit_retrieval.data.records import AnnotationError
 from lit_retrieval.melon_build.config import CollectConfig, SourceConfig
 from lit_retrieval.melon_build.sources import collect
-from media import write_noise_video
-from multi_caption import CLIP4CLIP_RECIPE, shipped_recipe
+from helpers.media import write_noise_video
+from helpers.multi_caption import CLIP4CLIP_RECIPE, shipped_recipe
 
 
 def entry(subset, recipe, duration, segments):

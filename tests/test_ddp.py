@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fit_configs import clean_launch_env, clip_fit_config
+from helpers.fit_configs import clean_launch_env, clip_fit_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,7 +35,7 @@ def test_dual_encoder_ddp_fit_with_mea_and_cross_device_negatives(tmp_path, tiny
             },
             "callbacks": [
                 {"class_path": "lit_retrieval.callbacks.TrainingCurves"},
-                {"class_path": "stop_callbacks.RecordBatches", "init_args": {"out": str(record)}},
+                {"class_path": "helpers.stop_callbacks.RecordBatches", "init_args": {"out": str(record)}},
             ],
         },
         model={"mea": {"weight": 0.5}, "cross_device": True},

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_gve_embedder import embedder, items, media, perturb_lora  # noqa: F401 (media: a fixture)
+from helpers.gve_embedder import embedder, items, media, perturb_lora  # noqa: F401 (media: a fixture)
 
 from lit_retrieval.data.items import MediaItem
 

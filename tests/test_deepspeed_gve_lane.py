@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from fit_configs import clean_launch_env
+from helpers.fit_configs import clean_launch_env
 
 pytest.importorskip("deepspeed")
 

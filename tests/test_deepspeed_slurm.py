@@ -15,8 +15,8 @@ import pytest
 
 from lit_retrieval.checkpoint_io import checkpoint_step
 
-from test_deepspeed import KEEP_FROZEN, assert_same_weights, cli, convert, quickstart, strategy
-from test_slurm_cluster import fit_job, output, preempt_once, submit
+from helpers.deepspeed_runs import KEEP_FROZEN, assert_same_weights, cli, convert, quickstart, strategy
+from helpers.slurm_jobs import fit_job, output, preempt_once, submit
 
 pytestmark = [pytest.mark.slurm, pytest.mark.distributed, pytest.mark.slow]
 
@@ -31,7 +31,7 @@ def test_zero3_fit_preempted_under_slurm_resumes_its_hpc_directory_to_the_uninte
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     cli("fit", *quickstart(whole, corpus, 2), *strategy("zero3"), *KEEP_FROZEN)  # 2 epochs of 2 steps
     run, marker = tmp_path / "run", tmp_path / "paused"
-    pause = {"class_path": "interrupt_callbacks.PauseAtStep", "init_args": {"step": 3, "marker": str(marker)}}
+    pause = {"class_path": "helpers.interrupt_callbacks.PauseAtStep", "init_args": {"step": 3, "marker": str(marker)}}
     args = [*quickstart(run, corpus, 2), *strategy("zero3"), *KEEP_FROZEN, "--trainer.callbacks+", json.dumps(pause)]
     config, *extra = args[1:]  # fit.sbatch passes CONFIG after its own --config, the rest as EXTRA
     values = {"TASKS_PER_NODE": "2", "CPUS_PER_TASK": "1", "MEM": "8G", "JOB_NAME": "zero3"}

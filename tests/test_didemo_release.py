@@ -12,7 +12,7 @@ import pytest
 from lit_retrieval.data import DiDeMoDataModule
 from lit_retrieval.data.formats.didemo import DiDeMoParser
 from lit_retrieval.errors import ConfigError
-from media import write_noise_video
+from helpers.media import write_noise_video
 
 VAL = Path(__file__).parent / "fixtures" / "didemo" / "val_data.json"
 DOG = "39457011@N00_5403825464_79c0f43b72"  # named .mov (2 moments) and .mp4 (2 moments)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from lit_retrieval.data import DiDeMoDataModule
-from media import write_noise_video
+from helpers.media import write_noise_video
 
 FPS = 4  # frames at 0, 0.25, 0.5, ... s
 

@@ -14,7 +14,7 @@ from lit_retrieval.data import MultiEventDataModule, VideoDecodeError
 from lit_retrieval.models.encoders import CLIPEncoder
 from lit_retrieval.models.heads import MeanPHead
 from lit_retrieval.modules import DualEncoderRetrieval, OptimConfig
-from fit_configs import clip_fit_config
+from helpers.fit_configs import clip_fit_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

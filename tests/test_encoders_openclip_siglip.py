@@ -15,7 +15,7 @@ import pytest
 import torch
 import yaml
 
-from fit_configs import clip_fit_config
+from helpers.fit_configs import clip_fit_config
 from lit_retrieval.errors import ConfigError
 from lit_retrieval.models.encoders import OpenCLIPEncoder, SiglipEncoder
 from lit_retrieval.models.heads import MeanPHead, SeqTransfHead, TempMeHead, TS2NetHead

@@ -4,14 +4,12 @@ loop and a score matrix computed with plain torch; skipped and undecodable test 
 import json
 from pathlib import Path
 
-import lightning as L
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 import yaml
 
-from lit_retrieval.callbacks.metrics_report import MetricsReport
 from lit_retrieval.cli import main
 from lit_retrieval.data import MultiEventDataModule
 from lit_retrieval.models.encoders import CLIPEncoder
@@ -19,8 +17,9 @@ from lit_retrieval.models.heads import MeanPHead
 from lit_retrieval.models.heads.base import SimilarityHead
 from lit_retrieval.modules import DualEncoderRetrieval
 from lit_retrieval.modules.evaluation import EvaluationConfig, NothingToEvaluateError, RetrievalEvaluator
-from fit_configs import clip_fit_config
-from media import write_noise_video
+from helpers.fit_configs import clip_fit_config
+from helpers.media import write_noise_video
+from helpers.evaluation_runs import eval_trainer
 
 # 3 queries x 4 videos; query i describes video i, video 3 has no query.
 HAND = torch.tensor([[0.9, 0.1, 0.5, 0.2], [0.8, 0.3, 0.7, 0.1], [0.2, 0.6, 0.6, 0.4]])
@@ -98,18 +97,6 @@ def test_block_scoring_equals_the_full_matrix_and_a_rank_loop():
     assert ranked.ranks.tolist() == brute
     assert ranked.metrics["t2v/R@1"] == pytest.approx(100 * sum(r <= 1 for r in brute) / 7)
     assert ranked.metrics["t2v/MnR"] == pytest.approx(sum(brute) / 7)
-
-
-def eval_trainer(root):
-    return L.Trainer(
-        accelerator="cpu",
-        default_root_dir=str(root),
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[MetricsReport()],
-    )
 
 
 def test_saved_test_scores_equal_a_plain_torch_matrix(tmp_path, corpus, tiny_clip):

@@ -28,7 +28,7 @@ from lit_retrieval.data.media.frame_cache import (
     StaleCacheEntry,
 )
 from lit_retrieval.data.media.video import VideoDecodeError
-from media import write_noise_video, write_timed_video
+from helpers.media import write_noise_video, write_timed_video
 
 FRAMES, SIZE = 6, 24
 

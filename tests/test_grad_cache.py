@@ -45,8 +45,8 @@ from lit_retrieval.models.heads import (
 from lit_retrieval.modules import DualEncoderRetrieval, EmbedderConfig, GVERetrieval, MEAConfig, SALIRetrieval
 from lit_retrieval.modules import grad_cache as grad_cache_module
 from lit_retrieval.modules.grad_cache import GradCacheConfig
-from media import write_noise_video
-from test_gve_embedder import SMALL
+from helpers.media import write_noise_video
+from helpers.gve_embedder import SMALL
 
 GRAD_REL, GRAD_ABS, LOSS_REL = 5e-5, 1e-6, 1e-6
 
@@ -170,7 +170,7 @@ def test_sali_with_shots_and_relational_queries_trains_exactly(tiny_clip):
 
 def test_uatvr_is_refused_in_one_line_with_exit_status_2(tiny_clip, tmp_path, capsys, monkeypatch):
     """Through `lit-retrieval fit` (the CLI error contract): one line naming the option, exit 2."""
-    from fit_configs import clip_fit_config
+    from helpers.fit_configs import clip_fit_config
 
     from lit_retrieval.cli import main
 

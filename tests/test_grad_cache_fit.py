@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from fit_configs import clip_fit_config
+from helpers.fit_configs import clip_fit_config
 from lit_retrieval.cli import main
 
 TRAINER = {
@@ -35,7 +35,7 @@ def fit(run: Path, tiny_clip: Path, corpus: Path, grad_cache: dict | None, stop_
         }
     ]
     if stop_after_epoch0:
-        callbacks.append({"class_path": "stop_callbacks.StopAfterEpoch", "init_args": {"epoch": 0}})
+        callbacks.append({"class_path": "helpers.stop_callbacks.StopAfterEpoch", "init_args": {"epoch": 0}})
     logger = {
         "class_path": "lightning.pytorch.loggers.CSVLogger",
         "init_args": {"save_dir": str(run), "name": "logs", "version": "fit"},
@@ -104,7 +104,7 @@ def test_two_cpu_ranks_train_the_cached_fit_as_the_plain_one(strategy, tmp_path,
     import subprocess
     import sys
 
-    from fit_configs import clean_launch_env
+    from helpers.fit_configs import clean_launch_env
 
     root = Path(__file__).resolve().parents[1]
     launch = ["--trainer.strategy", "ddp"]

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fit_configs import base_trainer, clip_fit_config, run_grid_here
+from helpers.fit_configs import base_trainer, clip_fit_config, run_grid_here
 from lit_retrieval.commands import run_command
 from lit_retrieval.errors import UsageError
 from lit_retrieval.grid.plan import load_plan
-from test_grid import fake_slurm
+from helpers.fake_slurm import fake_slurm
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fit_configs import base_trainer, clean_launch_env, clip_fit_config
+from helpers.fit_configs import base_trainer, clean_launch_env, clip_fit_config
 from lit_retrieval.commands import run_command
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]

@@ -7,57 +7,14 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from PIL import Image
 from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
 
 from lit_retrieval.data.items import ItemError, MediaItem
 from lit_retrieval.data.media.video import VideoDecodeError
-from lit_retrieval.models.gve import GVEEmbedder, InputConfig, AdapterConfig, last_token_pool
-from media import full_decode, write_noise_video
-from mrope_reference import batch_reference_positions
-
-SMALL = InputConfig(
-    max_frames=4,
-    video_min_pixels=4 * 784,
-    video_max_pixels=16 * 784,
-    image_min_pixels=4 * 784,
-    image_max_pixels=16 * 784,
-    max_tokens=512,
-)
-
-
-@pytest.fixture(scope="module")
-def media(tmp_path_factory):
-    root = tmp_path_factory.mktemp("gve_media")
-    video = write_noise_video(root / "clip.mp4", seconds=6)
-    image = root / "frame.png"
-    Image.fromarray(np.random.default_rng(1).integers(0, 256, (40, 50, 3), dtype=np.uint8)).save(image)
-    return {"video": str(video), "image": str(image), "root": root}
-
-
-def items(media) -> list[MediaItem]:
-    return [
-        MediaItem(text="a red circle moves right"),
-        MediaItem(image=media["image"]),
-        MediaItem(video=media["video"]),
-        MediaItem(text="the same object, larger", image=media["image"]),
-        MediaItem(text="then it stops", video=media["video"], start=1.0, end=4.0),
-    ]
-
-
-def embedder(path, **kwargs) -> GVEEmbedder:
-    return GVEEmbedder(
-        str(path), inputs=kwargs.pop("inputs", SMALL), dtype="float32", attn_implementation="sdpa", **kwargs
-    )
-
-
-def perturb_lora(model: GVEEmbedder, seed: int = 0) -> None:
-    """LoRA B starts at zero (no effect); give it values so adapters matter."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if "lora_B" in name:
-                param.copy_(torch.randn(param.shape, generator=generator) * 0.5)
+from lit_retrieval.models.gve import InputConfig, AdapterConfig, last_token_pool
+from helpers.gve_embedder import SMALL, embedder, items, media, perturb_lora  # noqa: F401 (media: a fixture)
+from helpers.media import full_decode
+from helpers.mrope_reference import batch_reference_positions
 
 
 def test_last_token_pool_takes_last_attended_position():
@@ -68,7 +25,7 @@ def test_last_token_pool_takes_last_attended_position():
     assert last_token_pool(hidden, left).flatten().tolist() == [4.0, 9.0]
 
 
-def test_pooled_token_is_end_of_text_and_padding_side_does_not_matter(tiny_qwen, media):
+def test_pooled_token_is_end_of_text_and_padding_side_does_not_matter(tiny_qwen, media):  # noqa: F811
     model = embedder(tiny_qwen, lora=None).eval()
     batch = model.process(items(media), "Find the video.")
     eod = model.processing.tokenizer.convert_tokens_to_ids("<|endoftext|>")
@@ -103,7 +60,7 @@ def test_lora_touches_only_language_model_projections(tiny_qwen):
     assert lora.r["default"] == 16 and lora.scaling["default"] == 2.0 and lora.lora_dropout["default"].p == 0.1
 
 
-def test_every_input_format_embeds_with_right_video_geometry(tiny_qwen, media):
+def test_every_input_format_embeds_with_right_video_geometry(tiny_qwen, media):  # noqa: F811
     model = embedder(tiny_qwen, lora=AdapterConfig(r=4))
     batch = model.process(items(media))
     video_pad = model.processing.tokenizer.convert_tokens_to_ids("<|video_pad|>")
@@ -129,7 +86,7 @@ def test_frame_count_rounds_to_temporal_patches(tiny_qwen, seconds, frames):
     assert embedder(tiny_qwen, lora=None, inputs=InputConfig()).processing.frame_count(seconds) == 8
 
 
-def test_over_long_text_is_cut_to_the_cap_and_counted(tiny_qwen, media):
+def test_over_long_text_is_cut_to_the_cap_and_counted(tiny_qwen, media):  # noqa: F811
     cap = InputConfig(**{**SMALL.__dict__, "max_tokens": 120})
     model = embedder(tiny_qwen, lora=None, inputs=cap)
     long = MediaItem(text="word " * 200, video=media["video"])
@@ -142,7 +99,7 @@ def test_over_long_text_is_cut_to_the_cap_and_counted(tiny_qwen, media):
         tight.process([MediaItem(text="x", video=media["video"])])
 
 
-def test_bad_media_errors_name_the_file(tiny_qwen, media, tmp_path):
+def test_bad_media_errors_name_the_file(tiny_qwen, media, tmp_path):  # noqa: F811
     model = embedder(tiny_qwen, lora=None)
     broken = tmp_path / "broken.mp4"
     broken.write_bytes(b"\x00" * 500)
@@ -193,7 +150,7 @@ def plain_transformers_embeddings(path, texts_and_videos, instruction):
     return F.normalize(hidden[:, -1].float(), dim=-1)
 
 
-def test_released_checkpoint_embeds_as_with_plain_transformers(tiny_qwen, media, tmp_path):
+def test_released_checkpoint_embeds_as_with_plain_transformers(tiny_qwen, media, tmp_path):  # noqa: F811
     trained = embedder(tiny_qwen, lora=AdapterConfig(r=4))
     perturb_lora(trained)
     release = tmp_path / "gve_release"
@@ -208,7 +165,7 @@ def test_released_checkpoint_embeds_as_with_plain_transformers(tiny_qwen, media,
         )
 
 
-def test_adapter_saves_alone_and_reloads(tiny_qwen, media, tmp_path):
+def test_adapter_saves_alone_and_reloads(tiny_qwen, media, tmp_path):  # noqa: F811
     trained = embedder(tiny_qwen, lora=AdapterConfig(r=4))
     perturb_lora(trained, seed=3)
     trained.save_adapter(tmp_path / "adapter")
@@ -220,7 +177,7 @@ def test_adapter_saves_alone_and_reloads(tiny_qwen, media, tmp_path):
     assert not any(p.requires_grad for p in reloaded.parameters())
 
 
-def test_release_in_the_old_key_layout_with_a_custom_class_name_loads(tiny_qwen, media, tmp_path):
+def test_release_in_the_old_key_layout_with_a_custom_class_name_loads(tiny_qwen, media, tmp_path):  # noqa: F811
     """GVE's hub checkpoints use the pre-4.52 layout (`model.layers.*`, `visual.*`) and name the
     remote class `Qwen25VLForEmbedding`; the native class must load them without remote code."""
     import json

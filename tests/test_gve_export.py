@@ -18,7 +18,7 @@ from lit_retrieval.commands import run_command
 from lit_retrieval.data.items import MediaItem
 from lit_retrieval.errors import UsageError
 from lit_retrieval.models.gve.processing import GVEProcessing
-from mrope_reference import batch_reference_positions
+from helpers.mrope_reference import batch_reference_positions
 
 
 @pytest.fixture(scope="module")

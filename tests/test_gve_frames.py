@@ -11,7 +11,7 @@ from transformers import AutoProcessor
 
 from lit_retrieval.data.items import MediaItem
 from lit_retrieval.models.gve.processing import GVEProcessing, InputConfig
-from media import full_decode, write_noise_video, write_timed_video
+from helpers.media import full_decode, write_noise_video, write_timed_video
 
 PIXELS = 4 * 784
 SMALL_PIXELS = dict(video_min_pixels=PIXELS, video_max_pixels=PIXELS, image_min_pixels=PIXELS, image_max_pixels=PIXELS)

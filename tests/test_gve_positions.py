@@ -15,9 +15,9 @@ from PIL import Image
 from lit_retrieval.data.items import MediaItem
 from lit_retrieval.models.gve import GVEEmbedder, InputConfig
 from lit_retrieval.models.gve.positions import MRopeLayout, release_mrope_positions
-from media import write_noise_video
-from mrope_reference import batch_reference_positions
-from test_gve_embedder import SMALL  # the small pixel budgets of the embedder tests
+from helpers.media import write_noise_video
+from helpers.mrope_reference import batch_reference_positions
+from helpers.gve_embedder import SMALL  # the small pixel budgets of the embedder tests
 
 FIXTURE = Path(__file__).parent / "fixtures" / "mrope" / "positions.json"
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from head_checks import (
+from helpers.head_checks import (
     assert_gradients_reach_every_parameter_and_steps_lower_the_loss,
     assert_trains_with_mea_evaluates_in_blocks_and_reloads,
     bind_seeded,

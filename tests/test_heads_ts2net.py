@@ -4,7 +4,7 @@ blockwise scoring, gradients and learning (Liu et al., arXiv:2207.07852)."""
 import pytest
 import torch
 
-from head_checks import assert_gradients_reach_every_parameter_and_steps_lower_the_loss
+from helpers.head_checks import assert_gradients_reach_every_parameter_and_steps_lower_the_loss
 from lit_retrieval.models.encoders import CLIPEncoder
 from lit_retrieval.models.features import TextFeatures, VideoFeatures
 from lit_retrieval.models.heads import TS2NetHead

@@ -16,7 +16,7 @@ import torch
 
 from lit_retrieval.data import MultiEventDataModule
 from lit_retrieval.data.gve.multitask import MultiTaskDataModule
-from test_multitask import processing  # noqa: F401 (fixture)
+from helpers.gve_embedder import processing  # noqa: F401 (fixture)
 
 
 def signal_workers_and_continue(loader) -> None:

@@ -17,31 +17,12 @@ from lit_retrieval.cli import main
 from lit_retrieval.commands import run_command
 from lit_retrieval.data import MELONDataModule
 from lit_retrieval.melon_build.llm_stages import ReviewError
-from fit_configs import clip_fit_config
-from melon_build_endpoint import FakeChatEndpoint, Reply, melon_responder
-from melon_build_fixture import ColourEmbedder, make_fixture
+from helpers.fit_configs import clip_fit_config
+from helpers.melon_build_endpoint import FakeChatEndpoint, Reply, melon_responder
+from helpers.melon_build_fixture import ColourEmbedder, make_fixture
+from helpers.melon_build_runs import CHAT, build, decide, reviewed_build
 
 REPO = Path(__file__).resolve().parents[1]
-CHAT = {"model": "fake", "backoff_s": 0.001, "max_retries": 1}
-
-
-def build(config: Path, out: Path, *extra: str) -> int:
-    return run_command("build-melon", ["--config", str(config), "--out", str(out), *extra])
-
-
-def decide(out: Path, decision: str) -> None:
-    """A reviewer's pass over OUT/review.jsonl: every flagged event gets `decision`."""
-    path = out / "review.jsonl"
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
-    path.write_text("".join(json.dumps({**row, "decision": decision}) + "\n" for row in rows))
-
-
-def reviewed_build(config: Path, out: Path, decision: str = "reject") -> int:
-    """A build whose write stops at the pending review, the review, and the write again."""
-    with pytest.raises(ReviewError, match="still pending"):
-        build(config, out)
-    decide(out, decision)
-    return build(config, out, "--stage", "write")
 
 
 def event(start, end, theme, *texts):

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from email.utils import formatdate
 
 import pytest
-from melon_build_endpoint import FakeChatEndpoint, Reply, image_urls, message_texts
+from helpers.melon_build_endpoint import FakeChatEndpoint, Reply, image_urls, message_texts
 
 from lit_retrieval.errors import ConfigError
 from lit_retrieval.melon_build.chat import (

@@ -8,7 +8,7 @@ import io
 import json
 
 import pytest
-from melon_build_endpoint import FakeChatEndpoint, Reply, image_urls, melon_responder, message_texts
+from helpers.melon_build_endpoint import FakeChatEndpoint, Reply, image_urls, melon_responder, message_texts
 from PIL import Image
 
 from lit_retrieval.errors import ConfigError, InputError

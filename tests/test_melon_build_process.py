@@ -6,35 +6,16 @@ counts in its statistics exactly the requests the server received."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from lit_retrieval.melon_build.chat import logged_calls
-from melon_build_endpoint import FakeChatEndpoint, image_urls, melon_responder
-from melon_build_fixture import make_fixture
-from test_melon_build import CHAT, reviewed_build
-
-TESTS = Path(__file__).resolve().parent
-
-
-def build_command(config: Path, out: Path) -> tuple[list[str], dict[str, str]]:
-    """The command line of a build and its environment (the fixture's embedder imports from tests/)."""
-    command = [sys.executable, "-m", "lit_retrieval", "build-melon", "--config", str(config), "--out", str(out)]
-    path = os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH", "")) if p)
-    return command, {**os.environ, "PYTHONPATH": path}
-
-
-def stage_of(request: dict) -> str:
-    """The stage a request the server received was for (the default prompts' wording)."""
-    if image_urls(request):
-        return "judge"
-    return "qa-to-caption" if "Question:" in json.dumps(request["messages"]) else "summarise"
+from helpers.melon_build_endpoint import FakeChatEndpoint, melon_responder
+from helpers.melon_build_fixture import make_fixture
+from helpers.melon_build_runs import CHAT, build_command, reviewed_build, stage_of
 
 
 def test_an_endpoint_nothing_listens_on_stops_the_build_at_once(tmp_path):

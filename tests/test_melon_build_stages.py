@@ -22,8 +22,8 @@ from lit_retrieval.melon_build.pipeline import shard_of, split_of
 from lit_retrieval.melon_build.report import length_bucket
 from lit_retrieval.melon_build.sources import Segment, collect
 from lit_retrieval.melon_build.stage_cache import StageCache
-from fit_configs import clip_fit_config
-from melon_build_fixture import A1, write_colour_video
+from helpers.fit_configs import clip_fit_config
+from helpers.melon_build_fixture import A1, write_colour_video
 
 
 def test_a_torn_last_line_is_redone_and_later_lines_stay_readable(tmp_path):

@@ -24,13 +24,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from melon_build_fixture import write_colour_video
+from helpers.melon_build_fixture import write_colour_video
 
 # five build-melon processes, ~10 s each to start (45 s on a quiet 2-core machine, 80 s on a busy one)
 pytestmark = pytest.mark.slow
 
 TESTS = Path(__file__).resolve().parent
-SERVER = TESTS / "openai_wire_server.py"
+SERVER = TESTS / "helpers" / "openai_wire_server.py"
 
 # (start, end, text, colour shown); the QA video's text is the answer, which the server returns as caption
 QA = [
@@ -98,7 +98,7 @@ def make_inputs(root: Path, chat: dict) -> Path:
             {"name": "chap", "format": "chapters", "annotation": "chapters.json", "videos": "videos/chap"},
         ],
         "video_root": "videos",
-        "v2t": {"embedder": {"class_path": "melon_build_fixture.ColourEmbedder"}},
+        "v2t": {"embedder": {"class_path": "helpers.melon_build_fixture.ColourEmbedder"}},
         "split": {"test_fraction": 1.0},
         "llm": {"judge_frames": 1},
         "chat": chat,

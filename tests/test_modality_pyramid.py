@@ -12,6 +12,7 @@ import pytest
 import torch
 import yaml
 
+from helpers.gve_fit_configs import write_config
 from lit_retrieval.callbacks.modality_pyramid import cap_passes, curriculum_sigma, expected_passes, task_probabilities
 from lit_retrieval.data.batching.samplers import TaskBatchSampler, default_steps
 from lit_retrieval.cli import main
@@ -30,48 +31,6 @@ def test_probabilities_are_a_softmax_of_alignment_over_sigma():
         assert task_probabilities(alignment, sigma) == pytest.approx([w / sum(weights) for w in weights])
     sharp, flat = task_probabilities(alignment, 0.1), task_probabilities(alignment, 1.0)
     assert sharp[2] > flat[2] and sharp[0] < flat[0]  # low sigma favours well-aligned tasks
-
-
-def write_config(
-    path,
-    tiny_qwen,
-    gve_tasks,
-    run_dir,
-    epochs=2,
-    steps=3,
-    workers=0,
-    stop_after=None,
-    crash_at=None,
-    every_n_steps=None,
-):
-    config = yaml.safe_load(open("configs/gve/tiny_cpu.yaml"))
-    config["trainer"].update(max_epochs=epochs, default_root_dir=str(run_dir))
-    if stop_after is not None:
-        config["trainer"]["callbacks"].append(
-            {"class_path": "stop_callbacks.StopAfterEpoch", "init_args": {"epoch": stop_after}}
-        )
-    if crash_at is not None:
-        config["trainer"]["callbacks"].append(
-            {"class_path": "stop_callbacks.CrashAtStep", "init_args": {"step": crash_at}}
-        )
-    if every_n_steps is not None:
-        config["trainer"]["callbacks"][0]["init_args"]["every_n_train_steps"] = every_n_steps
-    config["trainer"]["logger"]["init_args"]["save_dir"] = str(run_dir)
-    config["trainer"]["callbacks"][0]["init_args"]["dirpath"] = str(run_dir / "checkpoints")
-    config["trainer"]["callbacks"][1]["init_args"]["num_probe_pairs"] = 6
-    model = config["model"]["init_args"]
-    model["embedder"]["model_path"] = str(tiny_qwen)
-    model["embedder"]["inputs"]["max_frames"] = 2
-    data = config["data"]["init_args"]
-    data.update(steps_per_epoch=steps, num_workers=workers)
-    by_name = {s.name: s.path for s in gve_tasks["train"]}
-    for task in data["tasks"]:
-        task.update(path=by_name[task["name"]], batch_size=4)
-    val = {s.name: s.path for s in gve_tasks["val"]}
-    for task in data["val_tasks"]:
-        task["path"] = val[task["name"]]
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 def test_size_weighting_and_pass_cap_worked_by_hand():
@@ -234,14 +193,14 @@ def test_two_process_ddp_fit_shares_tasks_splits_samples_and_agrees(tmp_path, ti
     import subprocess
     import sys
 
-    from fit_configs import clean_launch_env
+    from helpers.fit_configs import clean_launch_env
 
     run = tmp_path / "ddp"
     config = write_config(tmp_path / "ddp.yaml", tiny_qwen, gve_tasks, run, epochs=2, steps=3)
     raw = yaml.safe_load(config.read_text())
     raw["trainer"].update(devices=2, strategy="ddp")
     raw["trainer"]["callbacks"].append(
-        {"class_path": "stop_callbacks.RecordBatches", "init_args": {"out": str(tmp_path / "record")}}
+        {"class_path": "helpers.stop_callbacks.RecordBatches", "init_args": {"out": str(tmp_path / "record")}}
     )
     config.write_text(yaml.safe_dump(raw))
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -94,7 +94,7 @@ def run_fit(tmp_path, corpus, tiny_clip, max_epochs=3, ckpt_path=None, logger=Fa
     )
     extra = [Interrupt(stop_after)] if stop_after else []
     if crash_at:
-        from stop_callbacks import CrashAtStep
+        from helpers.stop_callbacks import CrashAtStep
 
         extra.append(CrashAtStep(crash_at))
     trainer = L.Trainer(

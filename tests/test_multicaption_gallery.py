@@ -9,7 +9,7 @@ import torch
 from lit_retrieval.data.batching.dataset import MultiEventDataset
 from lit_retrieval.data.records import Event, VideoRecord
 from lit_retrieval.modules.evaluation import EvalBatch, RetrievalEvaluator
-from media import write_noise_video
+from helpers.media import write_noise_video
 
 VIDEO_OF_RECORD = {0: "a", 1: "b", 2: "a", 3: "c", 4: "a"}  # video a has three captions
 VIDEO_REP = {"a": [1.0, 0.0, 0.0], "b": [0.0, 1.0, 0.0], "c": [0.0, 0.0, 1.0]}

@@ -9,13 +9,12 @@ from dataclasses import replace
 import pytest
 import torch
 
+from helpers.gve_embedder import processing  # noqa: F401 (a fixture)
 from lit_retrieval.data.items import parse_format
 from lit_retrieval.data.gve.multitask import MultiTaskDataModule, content_key
 from lit_retrieval.data.records import AnnotationError
 from lit_retrieval.data.batching.samplers import TaskBatchSampler
 from lit_retrieval.data.gve.tasks import TaskSpec, read_task, write_task
-from lit_retrieval.models.gve import GVEProcessing, InputConfig
-from transformers import AutoProcessor
 
 
 def test_parse_format():
@@ -127,19 +126,6 @@ def test_sampler_rejects_bad_probabilities():
             sampler.set_probabilities(bad)
 
 
-@pytest.fixture(scope="module")
-def processing(tiny_qwen):
-    inputs = InputConfig(
-        max_frames=2,
-        video_min_pixels=3136,
-        video_max_pixels=3136,
-        image_min_pixels=3136,
-        image_max_pixels=3136,
-        max_tokens=1024,
-    )
-    return GVEProcessing(AutoProcessor.from_pretrained(str(tiny_qwen)), inputs)
-
-
 def test_synthetic_tasks_read_back_in_their_formats(gve_tasks):
     formats = {spec.name: spec.format for spec in gve_tasks["train"]}
     assert formats == {"syn_t2v": "T->V", "syn_t2i": "T->I", "syn_i2v": "I->V", "syn_v2v": "V->V", "syn_tv2v": "TV->V"}
@@ -151,7 +137,7 @@ def test_synthetic_tasks_read_back_in_their_formats(gve_tasks):
     assert tv.query.text.startswith("then: ") and tv.negatives[0].end == tv.query.end and tv.positive.end > tv.query.end
 
 
-def test_data_module_batches(gve_tasks, processing):
+def test_data_module_batches(gve_tasks, processing):  # noqa: F811
     dm = MultiTaskDataModule(gve_tasks["train"], gve_tasks["val"], steps_per_epoch=6, num_workers=0, seed=0)
     dm.processing = processing
     dm.setup("fit")
@@ -170,7 +156,7 @@ def test_data_module_batches(gve_tasks, processing):
         dm.set_task_probabilities({"syn_t2v": 1.0})
 
 
-def test_eval_batches_cover_queries_and_distinct_targets(gve_tasks, processing):
+def test_eval_batches_cover_queries_and_distinct_targets(gve_tasks, processing):  # noqa: F811
     dm = MultiTaskDataModule(gve_tasks["train"], gve_tasks["val"], num_workers=0, eval_batch_size=5)
     dm.processing = processing
     dm.setup("fit")
@@ -213,7 +199,7 @@ def test_content_key_is_stable_across_processes_and_distinguishes_windows():
     assert 0 <= content_key(a) < 2**63 and torch.tensor([content_key(a)]).dtype == torch.int64
 
 
-def test_undecodable_pair_raises_or_is_replaced(tmp_path, gve_tasks, processing):
+def test_undecodable_pair_raises_or_is_replaced(tmp_path, gve_tasks, processing):  # noqa: F811
     from lit_retrieval.data.gve.multitask import TaskData, TrainBatches
     from lit_retrieval.data.media.video import VideoDecodeError
 

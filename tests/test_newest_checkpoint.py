@@ -81,7 +81,7 @@ def test_the_fit_template_resumes_a_newer_last_checkpoint_over_a_stale_hpc_one(t
 
     import yaml
 
-    from fit_configs import clean_launch_env, clip_fit_config
+    from helpers.fit_configs import clean_launch_env, clip_fit_config
     from lit_retrieval.cli import main
     from lit_retrieval.commands.slurm import render_template
 
@@ -122,7 +122,9 @@ def test_the_fit_template_resumes_a_newer_last_checkpoint_over_a_stale_hpc_one(t
         path.write_text(yaml.safe_dump(raw))
         return path
 
-    first = config(2, {"class_path": "interrupt_callbacks.SignalAtStep", "init_args": {"step": 2, "signum": 10}})
+    first = config(
+        2, {"class_path": "helpers.interrupt_callbacks.SignalAtStep", "init_args": {"step": 2, "signum": 10}}
+    )
     saved_env = dict(os.environ)
     try:
         os.environ.update({k: env[k] for k in (*SLURM_ENV, "PATH")})
@@ -132,7 +134,7 @@ def test_the_fit_template_resumes_a_newer_last_checkpoint_over_a_stale_hpc_one(t
         os.environ.update(saved_env)
     assert checkpoint_step(run / "hpc_ckpt_1.ckpt") == 2 and checkpoint_step(run / "checkpoints" / "last.ckpt") == 8
     start = tmp_path / "start.txt"
-    second = config(3, {"class_path": "interrupt_callbacks.RecordStartStep", "init_args": {"path": str(start)}})
+    second = config(3, {"class_path": "helpers.interrupt_callbacks.RecordStartStep", "init_args": {"path": str(start)}})
     values = {
         "CONFIG": str(second),
         "ACCOUNT": "proj",
@@ -156,7 +158,7 @@ def test_evaluating_the_newest_checkpoint_of_a_run_without_one_is_refused(tmp_pa
     checkpoint: one error line naming the folder, exit status 2 (not a test of the untrained model)."""
     import yaml
 
-    from fit_configs import clip_fit_config
+    from helpers.fit_configs import clip_fit_config
     from lit_retrieval.cli import main
 
     run = tmp_path / "run"

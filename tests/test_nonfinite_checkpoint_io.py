@@ -23,7 +23,7 @@ from lit_retrieval.models.encoders import CLIPEncoder
 from lit_retrieval.models.heads import MeanPHead
 from lit_retrieval.modules import DualEncoderRetrieval
 from lit_retrieval.modules.nonfinite import NonFinitePolicy
-from fit_configs import clip_fit_config
+from helpers.fit_configs import clip_fit_config
 
 
 class NaNOnCall(torch.nn.Module):

@@ -8,63 +8,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import lightning as L
 import pytest
-import torch
 import yaml
 
+from helpers.brute_force_negatives import NEGATIVES
 from lit_retrieval.cli import main
 from lit_retrieval.data import MultiTaskDataModule
 from lit_retrieval.data.gve.tasks import TaskSpec
 from lit_retrieval.errors import ConfigError
-from lit_retrieval.models.gve import GVEEmbedder
 from lit_retrieval.models.gve.tiny import save_tiny_qwen25vl
 
 TOPICS = ["volcano", "violin", "harbour", "glacier", "comet", "orchard", "bakery", "tundra", "lantern", "canyon"]
-NEGATIVES = 2
-
-
-class BruteForceNegatives(L.Callback):
-    """At each epoch start (after the mining): the negatives of every pair equal the `NEGATIVES`
-    highest-cosine candidates (distinct targets, then the corpus file's items) other than its positive
-    under the epoch's prober: `prober_path` at the first epoch, then the model being trained."""
-
-    def __init__(self, prober_path: str, corpus: str, record: str) -> None:
-        self.prober_path = prober_path
-        self.corpus = corpus
-        self.record = record  # the checked epochs, one per line (the CLI builds this class from its own import)
-
-    def expected(self, prober, data) -> list[list[str]]:
-        extra = [json.loads(line) for line in open(self.corpus)]
-        candidates = list({r.positive.key: r.positive for r in data.records}.values())
-        candidates += [type(candidates[0])(text=t) for t in extra if t not in {c.text for c in candidates}]
-        with torch.no_grad():
-            queries = prober.embed([r.query for r in data.records], data.spec.instruction).float()
-            targets = prober.embed(candidates, data.spec.target_instruction).float()
-        ranked = []
-        for i, record in enumerate(data.records):
-            scored = [
-                (float(queries[i] @ targets[j]), c.key)
-                for j, c in enumerate(candidates)
-                if c.key != record.positive.key
-            ]
-            ranked.append([key for _, key in sorted(scored, reverse=True)[:NEGATIVES]])
-        return ranked
-
-    def on_train_epoch_start(self, trainer, module) -> None:
-        epoch = trainer.current_epoch
-        data = trainer.datamodule.train_data[0]
-        own = self.expected(module.embedder, data)
-        if epoch == 0:
-            expected = self.expected(
-                GVEEmbedder(self.prober_path, lora=None, inputs=module.embedder.processing.config), data
-            )
-            assert expected != own  # Psi_1 is not the model: the check can tell which one mined
-        else:
-            expected = own
-        assert [[n.key for n in r.negatives] for r in data.records] == expected, epoch
-        with open(self.record, "a") as handle:
-            handle.write(f"{trainer.global_rank}:{epoch}\n")
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +75,7 @@ def brute_force_check(tmp_path: Path, other_prober: Path, text_task: Path) -> di
     """The `BruteForceNegatives` callback config: re-mines with `other_prober` by a loop, records to checked.txt."""
     record = str(tmp_path / "checked.txt")
     init = {"prober_path": str(other_prober), "corpus": str(text_task / "corpus.jsonl"), "record": record}
-    return {"class_path": "test_prober_negatives.BruteForceNegatives", "init_args": init}
+    return {"class_path": "helpers.brute_force_negatives.BruteForceNegatives", "init_args": init}
 
 
 @pytest.mark.parametrize(
@@ -148,7 +102,7 @@ def test_two_process_ddp_mining_equals_the_brute_force_on_every_rank(tmp_path, t
     import subprocess
     import sys
 
-    from fit_configs import clean_launch_env
+    from helpers.fit_configs import clean_launch_env
 
     check = brute_force_check(tmp_path, other_prober, text_task)
     config = gve_config(tmp_path, tiny_qwen, text_task, [MINER, check], str(other_prober))

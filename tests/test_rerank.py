@@ -19,7 +19,7 @@ from lit_retrieval.models.heads.base import SimilarityHead
 from lit_retrieval.models.heads.tight import TightTransfHead
 from lit_retrieval.modules import DualEncoderRetrieval
 from lit_retrieval.modules.evaluation import EvaluationConfig, candidate_scorer
-from test_evaluation import eval_trainer
+from helpers.evaluation_runs import eval_trainer
 
 
 def test_rerank_by_hand():

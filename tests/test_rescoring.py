@@ -30,7 +30,7 @@ from lit_retrieval.models.encoders import CLIPEncoder
 from lit_retrieval.models.heads import MeanPHead
 from lit_retrieval.modules import DualEncoderRetrieval
 from lit_retrieval.modules.evaluation import EvaluationConfig
-from test_evaluation import eval_trainer
+from helpers.evaluation_runs import eval_trainer
 
 # video 0 is a hub: the raw top-1 of every text; texts 1 and 2 belong to videos 1 and 2
 HUB = torch.tensor([[0.9, 0.1, 0.1], [0.6, 0.5, 0.1], [0.6, 0.1, 0.5]], dtype=torch.float64)
@@ -257,7 +257,7 @@ def test_metrics_command_refuses_bad_rescoring_options(tmp_path, capsys, argv, m
 def test_three_processes_rescore_and_rerank_as_one(tmp_path, tiny_clip, corpus):
     """DDP on 3 CPU processes, one rank without a batch (its videos undecodable): the re-scored and
     re-ranked metrics of every rank are the one-process ones."""
-    from test_ddp_evaluation import annotations, test_metrics
+    from helpers.evaluation_runs import annotations, test_metrics
 
     annotation = annotations(corpus, tmp_path, 7, (1, 2, 5))
     evaluation = {

@@ -14,8 +14,8 @@ from lit_retrieval.commands import run_command
 from lit_retrieval.data.media.shots import ShotDetectorConfig, detect_many
 from lit_retrieval.search.index import VideoIndex, build_video_index, list_videos
 from lit_retrieval.search.loading import ModelSpec
-from media import write_noise_video, write_shots_video
-from test_search_index import KnownVectors
+from helpers.media import write_noise_video, write_shots_video
+from helpers.known_vectors import KnownVectors
 
 SPEC = ModelSpec(model="/nowhere/model")
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from head_checks import assert_gradients_reach_every_parameter_and_steps_lower_the_loss, bind_seeded
+from helpers.head_checks import assert_gradients_reach_every_parameter_and_steps_lower_the_loss, bind_seeded
 from lit_retrieval.callbacks import MetricsReport
 from lit_retrieval.commands import run_command
 from lit_retrieval.data import MultiEventDataModule

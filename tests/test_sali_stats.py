@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fit_configs import clip_fit_config
+from helpers.fit_configs import clip_fit_config
 from lit_retrieval.cli import main
 from lit_retrieval.commands import run_command
 from lit_retrieval.commands.sali_stats import PAPER_SHARES
 from lit_retrieval.data.media.shots import ShotCache, ShotDetectorConfig
-from media import write_noise_video
+from helpers.media import write_noise_video
 
 # (split, query, shot count); relational = an interpersonal verb and two person mentions (SALI Sec. 2)
 VIDEOS = [

@@ -23,7 +23,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 from lit_retrieval.data.annotations import load_annotations  # noqa: E402
 from lit_retrieval.data.text.queries import concat_query  # noqa: E402
 from lit_retrieval.serve.app import Limits, create_app  # noqa: E402
-from serve_helpers import LiveServer, free_port, make_service  # noqa: E402
+from helpers.serve_helpers import LiveServer, free_port, make_service  # noqa: E402
 
 
 @pytest.fixture(scope="module")

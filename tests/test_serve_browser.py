@@ -17,7 +17,7 @@ from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 from lit_retrieval.data.annotations import load_annotations  # noqa: E402
 from lit_retrieval.data.items import MediaItem  # noqa: E402
 from lit_retrieval.data.text.queries import concat_query  # noqa: E402
-from serve_helpers import LiveServer, make_service  # noqa: E402
+from helpers.serve_helpers import LiveServer, make_service  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")

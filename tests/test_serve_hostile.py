@@ -27,8 +27,8 @@ from lit_retrieval.data.text.queries import concat_query  # noqa: E402
 from lit_retrieval.search.index import VideoIndex, build_video_index, list_videos  # noqa: E402
 from lit_retrieval.search.loading import ModelSpec  # noqa: E402
 from lit_retrieval.serve.app import Limits, SearchService, create_app  # noqa: E402
-from media import write_noise_video  # noqa: E402
-from serve_helpers import AnnotationVectors, LiveServer, make_service  # noqa: E402
+from helpers.media import write_noise_video  # noqa: E402
+from helpers.serve_helpers import AnnotationVectors, LiveServer, make_service  # noqa: E402
 
 NON_UTF8 = os.fsdecode(b"caf\xe9 \xff\xfe clip.mp4")  # Latin-1 and stray bytes, as old archives have
 

@@ -19,9 +19,9 @@ import pytest
 pytest.importorskip("fastapi")
 
 from lit_retrieval.serve.app import Limits  # noqa: E402
-from serve_helpers import LiveServer, free_port, make_service  # noqa: E402
+from helpers.serve_helpers import LiveServer, free_port, make_service  # noqa: E402
 
-HELPERS = Path(__file__).with_name("serve_helpers.py")
+HELPERS = Path(__file__).parent / "helpers" / "serve_helpers.py"
 JSON_HEAD = b"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
 
 

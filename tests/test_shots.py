@@ -18,7 +18,7 @@ from lit_retrieval.data.media.shots import (
     frame_shot_index,
 )
 from lit_retrieval.data.media.video import VideoDecodeError
-from media import FPS, write_shots_video
+from helpers.media import FPS, write_shots_video
 
 
 @pytest.fixture(scope="module")

@@ -4,18 +4,16 @@ variables Lightning's SLURMEnvironment reads, resume arguments, and the SIGUSR1 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
-import lightning as L
 import torch
 import pytest
 import yaml
 
 from lit_retrieval.commands.slurm import integer_expression, log_folders, render_template, template_variables
-from fit_configs import clip_fit_config
+from helpers.fit_configs import clip_fit_config
 
 ROOT = Path(__file__).resolve().parents[1]
 FIT = dict(CONFIG="configs/gve/train.yaml", ACCOUNT="proj", PARTITION="a100")
@@ -201,26 +199,6 @@ def test_slurm_environment_reads_rank_and_world_size(monkeypatch):
     assert slurm.main_address == "gpu01" and 10000 <= slurm.main_port <= 20000
 
 
-class RecordStart(L.Callback):
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def on_train_start(self, trainer, module):
-        Path(self.path).write_text(str(trainer.global_step))
-
-
-class SendRequeueSignal(L.Callback):
-    """What Slurm does `--signal` seconds before the time limit."""
-
-    def __init__(self, step: int = 2) -> None:
-        self.step = step
-
-    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-        if trainer.global_step == self.step and not getattr(self, "sent", False):
-            self.sent = True
-            os.kill(os.getpid(), signal.SIGUSR1)
-
-
 @pytest.mark.slow
 def test_sigusr1_saves_an_hpc_checkpoint_requeues_and_the_requeued_job_resumes(
     tmp_path, tiny_clip, corpus, monkeypatch
@@ -250,7 +228,7 @@ def test_sigusr1_saves_an_hpc_checkpoint_requeues_and_the_requeued_job_resumes(
             "limit_val_batches": 0,
             "default_root_dir": str(run),
             "logger": False,
-            "callbacks": [{"class_path": "test_slurm.SendRequeueSignal"}],
+            "callbacks": [{"class_path": "helpers.interrupt_callbacks.SendRequeueSignal"}],
         },
         data={"num_frames": 4},
     )
@@ -261,11 +239,15 @@ def test_sigusr1_saves_an_hpc_checkpoint_requeues_and_the_requeued_job_resumes(
     assert (tmp_path / "scontrol.log").read_text().split() == ["requeue", "4242"]
     assert torch.load(run / "hpc_ckpt_1.ckpt", weights_only=False)["global_step"] == 2
     start = tmp_path / "start.txt"
-    config["trainer"]["callbacks"] = [{"class_path": "test_slurm.RecordStart", "init_args": {"path": str(start)}}]
+    config["trainer"]["callbacks"] = [
+        {"class_path": "helpers.interrupt_callbacks.RecordStart", "init_args": {"path": str(start)}}
+    ]
     path.write_text(yaml.safe_dump(config))
     # the requeued job: no --ckpt_path, Lightning finds the hpc checkpoint. The first fit's end made this
     # process ignore SIGUSR1; this fit gets Lightning's handler again and requeues on it
-    config["trainer"]["callbacks"] += [{"class_path": "test_slurm.SendRequeueSignal", "init_args": {"step": 3}}]
+    config["trainer"]["callbacks"] += [
+        {"class_path": "helpers.interrupt_callbacks.SendRequeueSignal", "init_args": {"step": 3}}
+    ]
     path.write_text(yaml.safe_dump(config))
     main(["fit", "--config", str(path)])
     assert start.read_text() == "2"
@@ -290,7 +272,7 @@ def test_sigusr1_after_training_ended_and_during_a_test_neither_kills_nor_requeu
     """Issue 45: SIGUSR1 while the final checkpoint is written, after Lightning's teardown (whose
     default disposition killed the rank: srun then failed the job), and during `test`: each process
     goes on and exits 0, writes no hpc checkpoint and calls no `scontrol requeue`."""
-    from fit_configs import clean_launch_env
+    from helpers.fit_configs import clean_launch_env
 
     env = {**clean_launch_env(str(ROOT / "tests")), **SLURM_TASK}
     env["PATH"] = fake_tools(tmp_path)["PATH"]
@@ -303,7 +285,9 @@ def test_sigusr1_after_training_ended_and_during_a_test_neither_kills_nor_requeu
         "default_root_dir": str(run),
         "logger": False,
         "enable_progress_bar": False,
-        "callbacks": [{"class_path": "interrupt_callbacks.SignalSelfAtRunEnd", "init_args": {"record": str(log)}}],
+        "callbacks": [
+            {"class_path": "helpers.interrupt_callbacks.SignalSelfAtRunEnd", "init_args": {"record": str(log)}}
+        ],
     }
     path = tmp_path / "fit.yaml"
     path.write_text(yaml.safe_dump(clip_fit_config(tiny_clip, corpus, trainer, data={"num_frames": 2})))

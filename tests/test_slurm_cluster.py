@@ -28,121 +28,30 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 import yaml
 
-from fit_configs import clean_launch_env, clip_fit_config
+from helpers.fit_configs import clip_fit_config
+from helpers.slurm_jobs import (
+    CPU_FIT,
+    assert_index_as_one_process,
+    fit_job,
+    job_env,
+    output,
+    preempt_once,
+    render,
+    submit,
+    wait_for,
+    wait_for_end,
+)
 from lit_retrieval.cli import main
-from test_interruptions import assert_same_logs, assert_same_state, final_state, write_config
-from test_progress import ESCAPE
+from helpers.resumed_fits import assert_same_logs, assert_same_state, final_state, write_config
+from helpers.terminal import ESCAPE
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
-VENV = Path(sys.executable).parent.parent  # the environment running the tests; the jobs activate it
-ENDED = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE")
-COMMON = {"ACCOUNT": "test", "PARTITION": "local", "TIME": "15", "VENV": str(VENV)}
-CPU_FIT = {"GPUS": "0", "TASKS_PER_NODE": "1", "ACCELERATOR": "cpu", "CPUS_PER_TASK": "1", "MEM": "6G"}
-WAIT = 900  # seconds a job may take, queueing behind other tests' jobs on 2 CPUs included
-
-
-def job_env() -> dict[str, str]:
-    """What the jobs inherit (sbatch exports the submitter's environment): this checkout and the
-    tests' callbacks on PYTHONPATH, no rank or Slurm variables of the test process."""
-    env = clean_launch_env(str(ROOT / "tests"))
-    env["PYTHONPATH"] = f"{ROOT}:{env['PYTHONPATH']}"
-    return env
-
-
-def render(template: str, out: Path, **values: str) -> Path:
-    """`lit-retrieval slurm slurm/<template> --set ... --out out` (the command users run)."""
-    settings = [f"{k}={v}" for k, v in {**COMMON, **values}.items()]
-    subprocess.run(
-        [sys.executable, "-m", "lit_retrieval", "slurm", f"slurm/{template}", "--set", *settings, "--out", str(out)],
-        cwd=ROOT,
-        env=job_env(),
-        check=True,
-        capture_output=True,
-    )
-    return out
-
-
-def submit(script: Path) -> str:
-    done = subprocess.run(
-        ["sbatch", "--parsable", str(script)], cwd=ROOT, env=job_env(), capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip().split(";")[0]
-
-
-def job(job_id: str) -> dict[str, str]:
-    """`scontrol show job -o` as a dict (JobState, Restarts, ExitCode, ...)."""
-    out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True).stdout
-    return dict(field.split("=", 1) for field in out.split() if "=" in field)
-
-
-def assert_index_as_one_process(config: Path, videos: Path, sharded: Path, single: Path) -> None:
-    """`index` builds `sharded` from the embedded parts an array wrote; its vectors equal one process's."""
-    import faiss
-
-    from lit_retrieval.commands import run_command
-    from lit_retrieval.search.index import VideoIndex
-
-    index_args = ["--config", str(config), "--videos", str(videos), "--out", str(sharded)]
-    assert run_command("index", index_args) == 0
-
-    def vectors(path: Path) -> dict[str, np.ndarray]:
-        index = VideoIndex.load(path)
-        flat = faiss.downcast_index(index.index)
-        return dict(zip(index.videos, flat.reconstruct_n(0, flat.ntotal)))
-
-    got, want = vectors(sharded), vectors(single)
-    assert got.keys() == want.keys() and len(want) == 24
-    for video, vector in want.items():
-        np.testing.assert_allclose(got[video], vector, atol=1e-5)
-
-
-def wait_for(what: str, done, job_id: str, timeout: float = WAIT, show=job) -> None:
-    """Poll `done` each second; past `timeout` fail with the job's record (`show`: this cluster's)."""
-    deadline = time.monotonic() + timeout
-    while not done():
-        assert time.monotonic() < deadline, f"{what}: not after {timeout} s; job {job_id}: {show(job_id)}"
-        time.sleep(1)
-
-
-def wait_for_end(job_id: str, restarts: int = 0, show=job, timeout: float = WAIT) -> dict[str, str]:
-    """The job's record once it has ended after `restarts` requeues."""
-    info: dict[str, str] = {}
-
-    def ended() -> bool:
-        info.update(show(job_id))
-        return info.get("JobState") in ENDED and int(info.get("Restarts", 0)) >= restarts
-
-    wait_for(f"job {job_id} to end", ended, job_id, timeout, show)
-    return info
-
-
-def preempt_once(job_id: str, paused: Path) -> dict[str, str]:
-    """Once the fit has written `paused`, SIGUSR1 to the job's step (Lightning saves and requeues), then
-    the job's record after it ran again to its end."""
-    wait_for(f"the fit to write {paused.name}", paused.exists, job_id)
-    subprocess.run(["scancel", "--signal=USR1", job_id], check=True)
-    # Slurm holds a requeued job back about 2 minutes (its begin time); start it as soon as it is pending again
-    requeued = {"JobState": "PENDING", "Restarts": "1"}
-    wait_for("the requeue", lambda: requeued.items() <= job(job_id).items(), job_id)
-    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], capture_output=True)
-    return wait_for_end(job_id, restarts=1)
-
-
-def output(run: Path) -> str:
-    return "".join(p.read_text() for p in sorted((run / "slurm").glob("*.out")))
-
-
-def fit_job(tmp_path: Path, config: Path, run: Path, **values: str) -> Path:
-    values = {**CPU_FIT, "CONFIG": str(config), "RUN_DIR": str(run), **values}
-    return render("fit.sbatch", tmp_path / "fit.sbatch", **values)
 
 
 def pause_config(tmp_path: Path, tiny_clip: Path, corpus: Path, run: Path) -> tuple[Path, Path, Path]:
@@ -151,8 +60,8 @@ def pause_config(tmp_path: Path, tiny_clip: Path, corpus: Path, run: Path) -> tu
     appended to a file. Returns the config, the pause marker and the file of start steps."""
     marker, starts = tmp_path / "paused", tmp_path / "starts.txt"
     callbacks = [
-        {"class_path": "interrupt_callbacks.PauseAtStep", "init_args": {"step": 5, "marker": str(marker)}},
-        {"class_path": "interrupt_callbacks.RecordStartStep", "init_args": {"path": str(starts)}},
+        {"class_path": "helpers.interrupt_callbacks.PauseAtStep", "init_args": {"step": 5, "marker": str(marker)}},
+        {"class_path": "helpers.interrupt_callbacks.RecordStartStep", "init_args": {"path": str(starts)}},
     ]
     config = write_config(tmp_path / "fit.yaml", tiny_clip, corpus, run, callbacks=callbacks, num_workers=2)
     return config, marker, starts
@@ -165,7 +74,7 @@ def whole(tiny_clip, corpus, tmp_path_factory) -> Path:
     CPUS_PER_TASK=1 sets it; another thread count sums in another order and differs in the last bits)."""
     run = tmp_path_factory.mktemp("whole")
     record = {
-        "class_path": "interrupt_callbacks.RecordStateAtSteps",
+        "class_path": "helpers.interrupt_callbacks.RecordStateAtSteps",
         "init_args": {"steps": [5], "out": str(run / "states")},
     }
     config = write_config(run / "fit.yaml", tiny_clip, corpus, run, callbacks=[record])
@@ -198,7 +107,7 @@ def test_fit_with_two_tasks_on_gloo_equals_one_process(slurm_cluster, tmp_path, 
                 "logger": False,
                 "enable_progress_bar": False,
                 "callbacks": [
-                    {"class_path": "stop_callbacks.RecordBatches", "init_args": {"out": str(run / "record")}},
+                    {"class_path": "helpers.stop_callbacks.RecordBatches", "init_args": {"out": str(run / "record")}},
                     {
                         "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
                         "init_args": {"dirpath": str(run / "checkpoints"), "save_last": True, "save_top_k": 0},
@@ -400,7 +309,7 @@ def test_sigusr1_after_training_between_the_steps_and_during_the_test_step_leave
             "init_args": {"save_dir": str(run), "name": "logs", "version": "fit"},
         },
         "callbacks": [
-            {"class_path": "interrupt_callbacks.HoldForSignalAtRunEnd", "init_args": {"folder": str(held)}},
+            {"class_path": "helpers.interrupt_callbacks.HoldForSignalAtRunEnd", "init_args": {"folder": str(held)}},
             {
                 "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
                 "init_args": {"dirpath": str(run / "checkpoints"), "save_last": True, "save_top_k": 0},

@@ -37,8 +37,8 @@ import pytest
 import torch
 import yaml
 
-from fit_configs import base_trainer, clip_fit_config
-from test_slurm_cluster import (
+from helpers.fit_configs import base_trainer, clip_fit_config
+from helpers.slurm_jobs import (
     ENDED,
     assert_index_as_one_process,
     job_env,
@@ -148,7 +148,7 @@ def ddp_config(path: Path, tiny_clip: Path, corpus: Path, run: Path, *callbacks:
     """The tiny CLIP fit of 2 epochs of 2 global batches of 8 (4 ranks x 2) with cross-device negatives (the
     global batch decides the loss, so the ranks' layout does not), a checkpoint after every step, each rank's
     record (multinode_callbacks.RecordRank in `run/ranks`)."""
-    record = {"class_path": "multinode_callbacks.RecordRank", "init_args": {"out": str(run / "ranks")}}
+    record = {"class_path": "helpers.multinode_callbacks.RecordRank", "init_args": {"out": str(run / "ranks")}}
     trainer = {
         "max_epochs": 2,
         "logger": False,
@@ -288,10 +288,10 @@ def test_a_node_lost_mid_fit_ends_the_job_and_the_next_start_resumes_without_tra
     started = time.monotonic()
     run, marker, release, starts = tmp_path / "run", tmp_path / "paused", tmp_path / "release", tmp_path / "starts"
     pause = {
-        "class_path": "interrupt_callbacks.PauseAtStep",
+        "class_path": "helpers.interrupt_callbacks.PauseAtStep",
         "init_args": {"step": 3, "marker": str(marker), "release": str(release)},
     }
-    start_step = {"class_path": "interrupt_callbacks.RecordStartStep", "init_args": {"path": str(starts)}}
+    start_step = {"class_path": "helpers.interrupt_callbacks.RecordStartStep", "init_args": {"path": str(starts)}}
     model_and_data = two_by_two["tiny_clip"], two_by_two["corpus"]  # the reference's (it may be another worker's)
     config = ddp_config(tmp_path / "fit.yaml", *model_and_data, run, pause, start_step)
     script = fit_script(tmp_path / "fit.sbatch", config, run, 2, 2, JOB_NAME="node_lost")
@@ -356,7 +356,7 @@ def deepspeed_args(stage: int, run: Path, tiny_clip: Path, corpus: Path, epochs:
     raw = yaml.safe_load(config.read_text())
     raw["trainer"]["callbacks"] = [
         raw["trainer"]["callbacks"][0],
-        {"class_path": "interrupt_callbacks.RecordStartStep", "init_args": {"path": str(run / "starts")}},
+        {"class_path": "helpers.interrupt_callbacks.RecordStartStep", "init_args": {"path": str(run / "starts")}},
         checkpoint_callback(run),  # a directory per save: once per epoch, not per step
     ]
     raw["data"]["init_args"]["batch_size"] = 4  # 2 ranks x 4: 2 global batches of 8 per epoch, as the DDP runs

@@ -33,7 +33,7 @@ from lit_retrieval.search.cache import EmbeddingCache
 from lit_retrieval.search.embedders import HeadItemEncoder
 from lit_retrieval.uvrb.runner import evaluate_task
 from lit_retrieval.uvrb.tasks import RetrievalTaskSpec, load_retrieval_task
-from fit_configs import clip_fit_config
+from helpers.fit_configs import clip_fit_config
 
 FRAMES, SIZE = 4, 32
 PAIRWISE: dict[str, Callable] = {

@@ -20,8 +20,8 @@ from lit_retrieval.search.embedders import GVEItemEmbedder, MTEBEncoderEmbedder
 from lit_retrieval.search.loading import ModelSpec, load_item_embedder
 from lit_retrieval.uvrb.runner import run_benchmark
 from lit_retrieval.uvrb.tasks import FieldMap, RetrievalTaskSpec, load_retrieval_task
-from fit_configs import clip_fit_config
-from media import write_noise_video
+from helpers.fit_configs import clip_fit_config
+from helpers.media import write_noise_video
 
 SMALL = InputConfig(
     max_frames=2,

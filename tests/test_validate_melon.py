@@ -9,7 +9,7 @@ import pytest
 
 from lit_retrieval.cli import main
 from lit_retrieval.commands import run_command
-from media import write_noise_video
+from helpers.media import write_noise_video
 
 FIXTURES = Path(__file__).parent / "fixtures" / "melon"
 

@@ -3,7 +3,7 @@ import math
 import av
 import numpy as np
 import pytest
-from media import full_decode, write_noise_video, write_timed_video
+from helpers.media import full_decode, write_noise_video, write_timed_video
 
 from lit_retrieval.data.annotations import load_annotations
 from lit_retrieval.data.datasets.synthetic import BACKGROUNDS

@@ -4,7 +4,7 @@ that can be shown and embedded (thumbnails, GVE clips, the server's moment windo
 
 import av
 import pytest
-from media import write_video_with_audio
+from helpers.media import write_video_with_audio
 
 from lit_retrieval.data.media.video import video_duration
 from lit_retrieval.models.gve.processing import InputConfig, sample_clip

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import yaml
 
-from fit_configs import clip_fit_config
-from media import torchcodec_or_skip, write_noise_video, write_shots_video, write_timed_video
+from helpers.fit_configs import clip_fit_config
+from helpers.media import torchcodec_or_skip, write_noise_video, write_shots_video, write_timed_video
 from lit_retrieval.data.media.torchcodec_decoder import FFMPEG_PACKAGES, frames_played_at
 from lit_retrieval.data.media.video import SamplingSpec, VideoDecodeError, sample_frames, video_duration
 from lit_retrieval.errors import ConfigError, input_error_line

@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from fit_configs import clip_fit_config
+from helpers.fit_configs import clip_fit_config
 
 if importlib.util.find_spec("wandb") is None:
     if os.environ.get("CI"):  # the dev extra installs it: missing under CI is a failure

@@ -3,6 +3,8 @@ uninterrupted run's state there."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -139,3 +141,23 @@ class HoldForSignalAtRunEnd(L.Callback):
     def teardown(self, trainer: L.Trainer, module: L.LightningModule, stage: str) -> None:
         if stage == "fit":
             self._hold("fit_teardown")
+
+
+class RecordStart(L.Callback):
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def on_train_start(self, trainer, module):
+        Path(self.path).write_text(str(trainer.global_step))
+
+
+class SendRequeueSignal(L.Callback):
+    """What Slurm does `--signal` seconds before the time limit."""
+
+    def __init__(self, step: int = 2) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if trainer.global_step == self.step and not getattr(self, "sent", False):
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGUSR1)

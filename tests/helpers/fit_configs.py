@@ -98,7 +98,7 @@ def run_grid_here(work: Path, args: list[str]) -> int:
     from lit_retrieval.commands import run_command
 
     previous, env = os.getcwd(), os.environ.copy()
-    launch = clean_launch_env(str(Path(__file__).resolve().parent))  # keeps PATH and this checkout's PYTHONPATH
+    launch = clean_launch_env(str(Path(__file__).resolve().parents[1]))  # keeps PATH and this checkout's PYTHONPATH
     os.chdir(work)
     os.environ.clear()
     os.environ.update(launch)

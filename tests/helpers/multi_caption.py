@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import yaml
 
-from fit_configs import clip_fit_config
+from helpers.fit_configs import clip_fit_config
 from lit_retrieval.cli import main
 
 # CLIP4Clip's README scripts for MSR-VTT, MSVD and LSMDC: --max_frames, --max_words, global --batch_size,
@@ -34,7 +34,7 @@ def shipped_recipe(name: str, capsys) -> tuple[str, dict[str, Any]]:
     """The data module and the CLIP4Clip recipe values (`CLIP4CLIP_RECIPE`'s keys) that
     `lit-retrieval fit --config configs/datasets/NAME --print_config` resolves."""
     with pytest.raises(SystemExit) as done:
-        main(["fit", "--config", str(Path(__file__).parents[1] / "configs" / "datasets" / name), "--print_config"])
+        main(["fit", "--config", str(Path(__file__).parents[2] / "configs" / "datasets" / name), "--print_config"])
     assert done.value.code in (0, None)
     config = yaml.safe_load(capsys.readouterr().out)
     model, data = config["model"]["init_args"], config["data"]["init_args"]

@@ -210,7 +210,7 @@ def make_fixture(root: Path, chat: dict | None, **overrides) -> Path:
             {"name": "qa", "format": "qa", "annotation": "sources/qa.json", "videos": "videos/qa"},
         ],
         "video_root": "videos",
-        "v2t": {"embedder": {"class_path": "melon_build_fixture.ColourEmbedder"}},
+        "v2t": {"embedder": {"class_path": "helpers.melon_build_fixture.ColourEmbedder"}},
         "split": {"test_fraction": 0.4, "seed": 0},
         "chat": chat,
         **overrides,

@@ -1,5 +1,5 @@
 """An OpenAI chat-completions server for checking `build-melon` from the outside, written from the wire
-format alone (it shares no code with tests/melon_build_endpoint.py): `POST /v1/chat/completions` with a
+format alone (it shares no code with tests/helpers/melon_build_endpoint.py): `POST /v1/chat/completions` with a
 JSON body `{"model", "messages", "response_format", ...}`, answered by
 `{"id", "object": "chat.completion", "created", "model", "choices": [{"index", "message": {"role",
 "content"}, "finish_reason"}], "usage"}`, errors as an HTTP status with `{"error": {"message", "type",
@@ -7,7 +7,7 @@ JSON body `{"model", "messages", "response_format", ...}`, answered by
 
 Run in its own process, so that a test can SIGKILL it mid-stage:
 
-    python tests/openai_wire_server.py PLAN.json STATE_DIR
+    python tests/helpers/openai_wire_server.py PLAN.json STATE_DIR
 
 It writes its port to `STATE_DIR/port` once listening, and appends to `STATE_DIR/requests.jsonl` one
 line per request it receives, `{"event": "received", "stage", "item", "fault", "t"}`, synced to disk
