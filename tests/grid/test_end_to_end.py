@@ -284,7 +284,7 @@ def test_a_deepspeed_checkpoint_directory_is_converted_before_the_evaluation(loc
     convert = (run / "convert.log").read_text()
     assert f"$ lit-retrieval convert-checkpoint {checkpoint} {run / 'converted' / 'last.ckpt'}" in convert
     # the directory has DeepSpeed's layout but no ZeRO shards: with DeepSpeed (the default install) the
-    # conversion fails on it as without DeepSpeed; real conversions: tests/test_deepspeed.py
+    # conversion fails on it as without DeepSpeed; real conversions: tests/training/test_deepspeed.py
     assert code == 1 and json.loads((run / "failed.json").read_text())["step"] == "convert-checkpoint"
     assert (run / "test.log").stat().st_size == test_log and not (run / "done.json").exists()
     if importlib.util.find_spec("deepspeed") is None:

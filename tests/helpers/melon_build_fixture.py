@@ -7,7 +7,7 @@ intervals show one solid colour each, and descriptions that name a colour.
 names, so cos(text, window) is the share of the window showing the named colour: 1 for an aligned
 segment, 0 for a misaligned one.
 
-What each video is for (hand counts in tests/test_melon_build.py):
+What each video is for (hand counts in tests/melon_build/test_end_to_end.py):
 - cook/y1 aligned, 4 segments; cook/y2 two near-identical adjacent captions (T2T); cook/y3 90 s
   (short); cook/y4 5 segments of which 2 show another colour than they name (V2T removes 2);
   cook/y5 a one-word description (broken); cook/y6 a segment past the video's end (invalid).

@@ -1,4 +1,4 @@
-"""A callback for the multi-node Slurm tests (tests/test_slurm_multinode.py): what each rank of a job was
+"""A callback for the multi-node Slurm tests (tests/launch/test_slurm_multinode.py): what each rank of a job was
 told by Slurm and Lightning, and which samples it trained on."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ DeepSpeed's CPU accelerator, SIGUSR1 to the job's step (what `--signal=SIGUSR1@R
 before the time limit): Lightning writes the hpc checkpoint, a DeepSpeed directory, and requeues; the
 restart resumes it with `--ckpt_path newest` and completes the run, to the uninterrupted run's weights.
 Lightning's DeepSpeed strategy reads the checkpoint after the training loader was built, which had
-made the restart train its step 4 on the epoch's first batch again (tests/test_resume_order.py)."""
+made the restart train its step 4 on the epoch's first batch again (tests/training/test_resume_order.py)."""
 
 from __future__ import annotations
 

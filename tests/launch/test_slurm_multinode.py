@@ -271,7 +271,7 @@ def test_fit_on_two_nodes_ranks_shards_and_weights(two_by_two):
     for name, value in reference.items():
         torch.testing.assert_close(weights[name], value, atol=1e-6, rtol=1e-5, msg=name)
     one_weights = final_weights(two_by_two["one"])
-    for name, value in one_weights.items():  # and one process's batch of 8, as tests/test_slurm_cluster.py
+    for name, value in one_weights.items():  # and one process's batch of 8, as tests/launch/test_slurm_cluster.py
         torch.testing.assert_close(weights[name], value, atol=2e-5, rtol=1e-4, msg=name)
     timing("ddp_two_nodes", started, max_abs_vs_one_node=max(differences.values()))
 

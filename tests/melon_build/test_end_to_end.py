@@ -1,4 +1,4 @@
-"""build-melon end to end over the synthetic multi-source fixture (tests/melon_build_fixture.py) and
+"""build-melon end to end over the synthetic multi-source fixture (tests/helpers/melon_build_fixture.py) and
 the fake chat endpoint: the exact annotation, each stage's removals against a hand count, the human
 review of the judge's flags, resuming after a failing endpoint or a stop mid-stage with no repeated
 work, a 2-shard build equal to a 1-shard build, and the output read and trained on with

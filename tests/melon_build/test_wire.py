@@ -1,6 +1,6 @@
 """build-melon's documented promises (docs/melon.md, "The chat endpoint"; "Caching, resuming, shards")
 checked from the outside: the real `lit-retrieval build-melon` CLI as a subprocess against an
-OpenAI chat-completions server written from the wire format alone (tests/openai_wire_server.py, its own
+OpenAI chat-completions server written from the wire format alone (tests/helpers/openai_wire_server.py, its own
 process on 127.0.0.1, sharing no code with the project's fake endpoint), which logs every request it
 receives and every valid answer it sends.
 
@@ -109,7 +109,7 @@ def make_inputs(root: Path, chat: dict) -> Path:
 
 
 class WireServer:
-    """tests/openai_wire_server.py as a process with fault plan `plan`; its log under `state`."""
+    """tests/helpers/openai_wire_server.py as a process with fault plan `plan`; its log under `state`."""
 
     def __init__(self, state: Path, plan: dict[str, list[dict]] | None = None) -> None:
         state.mkdir(parents=True)

@@ -120,8 +120,8 @@ def test_cli_fit_then_test_writes_metrics(tmp_path, corpus, tiny_clip):
     assert {"t2v/R@1", "t2v/MdR", "v2t/Rsum", "v2t/MnR"} <= set(metrics["test"])
 
 
-# MELON parts parse as the rows that compose them (tests/test_configs_melon.py); plans are grids of
-# runs, not training configs (tests/test_grid.py)
+# MELON parts parse as the rows that compose them (tests/repository/test_configs_melon.py); plans are grids of
+# runs, not training configs (tests/grid/test_end_to_end.py)
 TRAINING_CONFIGS = sorted(
     str(p.relative_to(ROOT))
     for p in (ROOT / "configs").rglob("*.yaml")

@@ -2,7 +2,7 @@
 
 Paths are read from the backticked spans and fenced code blocks of README.md, docs/*.md,
 slurm/README.md and configs/**/README.md. A token counts as a repository path when it ends in a
-file extension of the project (e.g. `configs/quickstart.yaml`, `tests/media.py`) or starts with a
+file extension of the project (e.g. `configs/quickstart.yaml`, `tests/helpers/media.py`) or starts with a
 top-level folder of the repository (`benchmarks/`, `configs/sali/grid/`). It must exist relative to
 the repository root, or relative to `lit_retrieval/` (docs/architecture.md names modules by their
 path inside the package, e.g. `data/video.py`). Placeholders (`<name>`, `$VAR`, `RUN_DIR/...`) and

@@ -17,7 +17,7 @@ in bf16-mixed):
   without DeepSpeed to the metrics the DeepSpeed run logged.
 
 GVE under every shipped DeepSpeed config as a user launches it (bf16-mixed, the config's callbacks,
-ZeRO-2's loader without a batch sampler): tests/test_deepspeed_gve_lane.py.
+ZeRO-2's loader without a batch sampler): tests/training/test_deepspeed_gve_lane.py.
 """
 
 from __future__ import annotations

@@ -99,7 +99,7 @@ STRATEGY_ATOL = {
 @pytest.mark.parametrize("strategy", sorted(STRATEGY_ATOL))
 def test_two_cpu_ranks_train_the_cached_fit_as_the_plain_one(strategy, tmp_path, tiny_clip, corpus):
     """Lightning's DDP (gloo, 2 ranks) and the real DeepSpeed engine (ZeRO-2 on DeepSpeed's CPU
-    accelerator; tests/test_deepspeed.py's lane), with MEA and cross-device negatives: the bucketed
+    accelerator; tests/training/test_deepspeed.py's lane), with MEA and cross-device negatives: the bucketed
     all-reduce and ZeRO's gradient partitioning see one backward per step, as without caching."""
     import subprocess
     import sys

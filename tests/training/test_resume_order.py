@@ -4,7 +4,7 @@ the checkpoint is read after the training loader was built.
 Lightning's DeepSpeed strategy restores a checkpoint after its own setup (`restore_checkpoint_after_setup`),
 and the setup runs `configure_optimizers`, which sizes the schedule with `trainer.estimated_stepping_batches`
 and so builds the training loader before the data module's saved position is known. The ZeRO-3 run
-preempted at step 3 of 4 (tests/test_deepspeed_slurm.py) then trained its 4th step on the first batch of
+preempted at step 3 of 4 (tests/launch/test_deepspeed_slurm.py) then trained its 4th step on the first batch of
 the epoch again. `AfterSetup` is a one-process strategy with DeepSpeed's order of restoring.
 """
 
