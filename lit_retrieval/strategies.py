@@ -3,7 +3,7 @@
 
 With `trainer.accelerator: cpu` it starts the real DeepSpeed engine on DeepSpeed's CPU
 accelerator (DeepSpeed's choice when no GPU is visible, or `DS_ACCELERATOR=cpu`) over gloo: to
-debug a DeepSpeed config on a laptop, and what CI runs (tests/test_deepspeed.py). On CPU it
+debug a DeepSpeed config on a laptop, and what CI runs (tests/training/test_deepspeed.py). On CPU it
 lifts Lightning's CUDA-only checks and nothing else:
 
 - `setup_environment` refuses every accelerator but CUDA: a CPU accelerator is let through;
@@ -29,7 +29,7 @@ launches one asynchronous all-gather per parameter and waits for the last only, 
 one CUDA stream but not under gloo, whose collectives run on a pool of threads: an earlier parameter
 could still be filled with its old values after rank 0 had loaded it, so one or two of a checkpoint's
 tensors were left at their initialisation, differently from run to run
-(tests/test_deepspeed_gather.py).
+(tests/training/test_deepspeed_gather.py).
 
     trainer:
       strategy:

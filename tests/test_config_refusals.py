@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fit_configs import clean_launch_env, clip_fit_config
+from helpers.fit_configs import clean_launch_env, clip_fit_config
 from lit_retrieval.errors import ConfigError
 from lit_retrieval.models.encoders.clip import typed_clip_config
 

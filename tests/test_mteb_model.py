@@ -23,8 +23,8 @@ from lit_retrieval.search.cache import EmbeddingCache
 from lit_retrieval.search.loading import ModelSpec
 from lit_retrieval.uvrb.runner import evaluate_task
 from lit_retrieval.uvrb.tasks import RetrievalTaskSpec
-from fit_configs import clip_fit_config
-from media import full_decode, torchcodec_or_skip, write_noise_video, write_timed_video
+from helpers.fit_configs import clip_fit_config
+from helpers.media import full_decode, torchcodec_or_skip, write_noise_video, write_timed_video
 
 mteb = pytest.importorskip("mteb", reason="the `mteb` extra (pip install -e '.[mteb]')")
 

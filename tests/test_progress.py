@@ -19,9 +19,8 @@ import pytest
 import torch
 from rich.console import Console
 
+from helpers.terminal import ESCAPE
 from lit_retrieval.progress import Every, Progress, format_duration, format_rate, parse_every
-
-ESCAPE = re.compile(r"\x1b|\r")
 
 
 class FakeClock:
@@ -263,10 +262,9 @@ def test_cache_frames_without_a_terminal_writes_periodic_plain_lines(corpus, tmp
 
 def test_build_melon_without_a_terminal_writes_each_stages_lines(tmp_path):
     """Each stage's lines; an LLM stage's counts are the requests the server received (one retried)."""
-    from melon_build_endpoint import FakeChatEndpoint, Reply, melon_responder
-    from melon_build_fixture import make_fixture
-    from test_melon_build import CHAT
-    from test_melon_build_process import build_command, stage_of
+    from helpers.melon_build_endpoint import FakeChatEndpoint, Reply, melon_responder
+    from helpers.melon_build_fixture import make_fixture
+    from helpers.melon_build_runs import CHAT, build_command, stage_of
 
     with FakeChatEndpoint(melon_responder()) as server:
         server.script("Question:", Reply(status=503))  # one qa-to-caption attempt retried

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from lit_retrieval.data.datasets.synthetic import SynthConfig, generate_corpus
-from fit_configs import clean_launch_env, clip_fit_config
+from helpers.fit_configs import clean_launch_env, clip_fit_config
 
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = {"enable_progress_bar": False, "enable_model_summary": False, "num_sanity_val_steps": 0}

@@ -9,9 +9,9 @@ over the leading dimensions and differentiable.
 - `ot_match`: the capacity-constrained entropic OT of Sec. 3: plan T >= 0 with row sums 1/R and
   column sums <= c, computed by log-domain Sinkhorn (Chizat et al. 2018, the row step an
   equality projection, the column step the inequality projection `g = min(0, ...)`); score
-  s_OT = <T, M>. It is `ot.partial.entropic_partial_wasserstein(a, b, -M, eps, m=1)` of POT (tests/test_matching.py
-  compares the plans), hand-written because POT's partial solver is not batched over pairs and not
-  cheaply differentiable.
+  s_OT = <T, M>. It is `ot.partial.entropic_partial_wasserstein(a, b, -M, eps, m=1)` of POT
+  (tests/models/test_matching.py compares the plans), hand-written because POT's partial solver is
+  not batched over pairs and not cheaply differentiable.
 - `film_grammar_penalty`: our reading of SALI's shot/reverse-shot penalty (the equation is missing
   from the paper text); see its docstring.
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from media import write_noise_video
+from helpers.media import write_noise_video
 
 from .files import (
     CHARADES_HEADER,
@@ -73,6 +73,22 @@ class Case:
     @property
     def id(self) -> str:
         return f"{self.entry}:{self.name}"
+
+
+def error_line(stderr: str, command: str) -> str:
+    """The one contract line of `stderr`: the only line starting with `lit-retrieval`, and the last
+    one (library log lines such as Lightning's "Seed set to 0" may come before it)."""
+    assert "Traceback" not in stderr, stderr[-3000:]
+    lines = [line for line in stderr.splitlines() if line.startswith("lit-retrieval")]
+    assert len(lines) == 1, stderr[-3000:]
+    assert stderr.rstrip("\n").splitlines()[-1] == lines[0], stderr[-3000:]
+    assert lines[0].startswith(f"lit-retrieval {command}: "), lines[0]
+    return lines[0]
+
+
+def check(line: str, path: str, reason: str) -> None:
+    assert path in line, f"{path!r} not named in: {line}"
+    assert reason.lower() in line.lower(), f"{reason!r} not in: {line}"
 
 
 CASES: list[Case] = []

@@ -196,7 +196,7 @@ CACHE_FRAMES, CACHE_SIZE = 2, 16
 def cached_corpus(root: Path) -> dict:
     """Two real videos (v1 for training, v2 for testing), their annotation and a raw frame cache of
     both in `root/cache` (v1's frames first); returns the data module's init args reading it."""
-    from media import write_noise_video
+    from helpers.media import write_noise_video
 
     from lit_retrieval.data.batching.dataset import MultiEventDataset
     from lit_retrieval.data.media.frame_cache import CacheJob, CacheWriter

@@ -15,7 +15,7 @@ import pytest
 import lit_retrieval.data.datasets
 from lit_retrieval.cli import main
 
-from .cases import CASES, Case, by_entry
+from .cases import CASES, Case, by_entry, check, error_line
 
 pytestmark = pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")  # in-process runs pass argv
 # dataset modules with no cases, and why: each other module of lit_retrieval/data/datasets/ reads a
@@ -41,22 +41,6 @@ ENTRY_POINTS = {
     "cache-frames",
     "shots",
 }
-
-
-def error_line(stderr: str, command: str) -> str:
-    """The one contract line of `stderr`: the only line starting with `lit-retrieval`, and the last
-    one (library log lines such as Lightning's "Seed set to 0" may come before it)."""
-    assert "Traceback" not in stderr, stderr[-3000:]
-    lines = [line for line in stderr.splitlines() if line.startswith("lit-retrieval")]
-    assert len(lines) == 1, stderr[-3000:]
-    assert stderr.rstrip("\n").splitlines()[-1] == lines[0], stderr[-3000:]
-    assert lines[0].startswith(f"lit-retrieval {command}: "), lines[0]
-    return lines[0]
-
-
-def check(line: str, path: str, reason: str) -> None:
-    assert path in line, f"{path!r} not named in: {line}"
-    assert reason.lower() in line.lower(), f"{reason!r} not in: {line}"
 
 
 def test_every_dataset_module_has_cases():

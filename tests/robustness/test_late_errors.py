@@ -19,9 +19,8 @@ from lit_retrieval.cli import main
 from lit_retrieval.errors import UsageError, input_error_line
 from lit_retrieval.search.index import IndexConfig, make_index
 
-from .cases import shared_clip, video_corpus
+from .cases import check, error_line, shared_clip, video_corpus
 from .files import dual_encoder, fit_config
-from .test_contract import check, error_line
 
 pytestmark = pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")
 

@@ -12,7 +12,7 @@ frame by index, which PyAV's path returns there too. Consecutive targets on one 
 as in `video._collect_exact`.
 
 At the original size the frames are identical to PyAV's (tested on constant-rate, VFR, B-frame,
-open-GOP and offset-start H.264 and on MPEG-4 Part 2: `tests/test_video_torchcodec.py`). With
+open-GOP and offset-start H.264 and on MPEG-4 Part 2: `tests/data/media/test_video_torchcodec.py`). With
 `size`, torchcodec's `Resize` transform scales the RGB frame (bilinear swscale) where PyAV scales the
 YUV frame while converting it: the same geometry and crop, pixels that differ by rounding and chroma
 interpolation (docs/datasets.md gives the measured difference).

@@ -3,7 +3,7 @@
 The model is the native `Qwen2_5_VLForConditionalGeneration` (through `AutoModelForImageTextToText`,
 so a Qwen2-VL prober such as GME loads too) from a local directory: a Qwen2.5-VL-3B/7B-Instruct
 snapshot, a released GVE checkpoint (its custom class is only a wrapper around the same weights;
-tests/test_gve_embedder.py loads that layout), or a tiny random model. The embedding is the final hidden state
+tests/models/gve/test_embedder.py loads that layout), or a tiny random model. The embedding is the final hidden state
 of the last attended position (A.7: p_i = max{j | M_ij = 1}, padding side agnostic), L2-normalised.
 
 LoRA (A.8, Tab. 9): rank 16, alpha 32, dropout 0.1 on q/k/v/up/down/gate projections of the

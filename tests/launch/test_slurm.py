@@ -1,0 +1,323 @@
+"""Slurm templates rendered and run under a fake `srun`/`scontrol`: the launch command, the
+variables Lightning's SLURMEnvironment reads, resume arguments, and the SIGUSR1 requeue path."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+import pytest
+import yaml
+
+from lit_retrieval.launch.templates import integer_expression, log_folders, render_template, template_variables
+from helpers.fit_configs import clip_fit_config
+
+ROOT = Path(__file__).resolve().parents[2]
+SBATCH = ROOT / "lit_retrieval" / "launch" / "sbatch"  # the shipped Slurm templates
+FIT = dict(CONFIG="configs/gve/train.yaml", ACCOUNT="proj", PARTITION="a100")
+FIT_SET = [f"{k}={v}" for k, v in FIT.items()]
+
+
+def fake_tools(tmp_path: Path) -> dict[str, str]:
+    """`srun` and `scontrol` that record their arguments, and an empty venv to activate."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("srun", "scontrol"):
+        script = bin_dir / tool
+        script.write_text(f'#!/bin/bash\necho "$@" >> "{tmp_path}/{tool}.log"\n')
+        script.chmod(0o755)
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin" / "activate").write_text("")
+    return {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_NODELIST": "gpu[01-02]",
+    }
+
+
+def run_job(tmp_path: Path, template: str, values: dict) -> list[str]:
+    job = tmp_path / "job.sbatch"
+    job.write_text(
+        render_template(
+            (SBATCH / template).read_text(),
+            {**values, "VENV": str(tmp_path / "venv")},
+        )
+    )
+    log = tmp_path / "srun.log"
+    log.unlink(missing_ok=True)
+    env = {
+        **os.environ,
+        "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_NODELIST": "gpu[01-02]",
+    }
+    subprocess.run(["bash", str(job)], env=env, check=True, capture_output=True)
+    return log.read_text().split() if log.exists() else []
+
+
+def test_every_template_declares_what_it_uses_and_renders():
+    for template in sorted((SBATCH).glob("*.sbatch")):
+        declared = template_variables(template.read_text())
+        required = {k: "x" for k, v in declared.items() if v is None}
+        script = render_template(template.read_text(), required)
+        assert "{{" not in script and "#@" not in script and script.startswith("#!/bin/bash")
+
+
+def render_fit(cwd: Path, *settings: str) -> subprocess.CompletedProcess:
+    """`lit-retrieval slurm fit.sbatch --set SETTINGS` run in `cwd`, as a user types it."""
+    command = [
+        sys.executable,
+        "-m",
+        "lit_retrieval",
+        "slurm",
+        str(SBATCH / "fit.sbatch"),
+        "--set",
+        *settings,
+    ]
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+
+
+def test_rendering_makes_the_log_folders_slurm_opens_before_the_script_runs(tmp_path):
+    """`lit-retrieval slurm fit.sbatch --set ... --out job.sbatch && sbatch job.sbatch` must run
+    as printed: Slurm opens `--output` before the script's own `mkdir`, so the renderer makes it."""
+    run_dir = tmp_path / "runs" / "gve-3b_r1.5"
+    out = render_fit(tmp_path, *FIT_SET, f"RUN_DIR={run_dir}", "--out", "j")
+    assert out.returncode == 0, out.stderr
+    assert (run_dir / "slurm").is_dir()
+    relative = render_fit(tmp_path, *FIT_SET, "RUN_DIR=rel")  # printed, not written: made all the same
+    assert relative.returncode == 0 and (tmp_path / "rel" / "slurm").is_dir()
+
+
+def test_log_folders_follow_slurms_option_forms_and_chdir(tmp_path):
+    script = "\n".join(
+        [
+            "#!/bin/bash",
+            "#SBATCH --chdir=/work/job",
+            "#SBATCH --output=logs/out/%x-%j.out",
+            "#SBATCH -e errs/%j.err",
+            "#SBATCH --error /abs/err/x.err",
+            "#SBATCH -o/abs/o/y.out",
+            "#SBATCH --output=by-user-%u/x.out",
+            "#SBATCH --open-mode=append",
+            "# SBATCH --output=commented/x.out",
+            "echo --output=not/a/directive",
+        ]
+    )
+    expected = [Path("/work/job/logs/out"), Path("/work/job/errs"), Path("/abs/err"), Path("/abs/o")]
+    assert log_folders(script, tmp_path) == expected
+    assert log_folders("#SBATCH --output=x.out\n", tmp_path) == [tmp_path]
+
+
+def test_renderer_errors_name_the_variables():
+    text = (SBATCH / "fit.sbatch").read_text()
+    with pytest.raises(ValueError, match=r"missing required variable\(s\) \['RUN_DIR'\]"):
+        render_template(text, FIT)
+    with pytest.raises(ValueError, match="unknown variable"):
+        render_template(text, {**FIT, "RUN_DIR": "r", "GPU": "4"})
+    settings = {"COMMAND": "shots --list v.txt", "ACCOUNT": "a", "PARTITION": "p", "LOG_DIR": "l", "SHARDS": "12"}
+    array = render_template((SBATCH / "array.sbatch").read_text(), settings)
+    assert "#SBATCH --array=0-11" in array
+
+
+def test_set_values_are_verbatim_and_only_a_templates_own_defaults_compute():
+    """Issue 24: `--set TIME=2-00` (two days) was computed to `--time=2` (minutes), `ACCOUNT=123-45`
+    to 78, `JOB_NAME=2024-01` a traceback and `9**9**9` was evaluated."""
+    text = (SBATCH / "array.sbatch").read_text()
+    base = {"COMMAND": "shots --list v.txt", "ACCOUNT": "a", "PARTITION": "p", "LOG_DIR": "l"}
+    for key, value in [
+        ("TIME", "2-00"),
+        ("TIME", "1-12"),
+        ("ACCOUNT", "123-45"),
+        ("JOB_NAME", "2024-01"),
+        ("JOB_NAME", "9**9**9"),
+        ("JOB_NAME", "{{TIME}}"),
+    ]:
+        script = render_template(text, {**base, key: value})
+        option = {"TIME": "time", "ACCOUNT": "account", "JOB_NAME": "job-name"}[key]
+        assert f"#SBATCH --{option}={value}\n" in script, (key, value)
+    assert "#SBATCH --array=0-6" in render_template(text, {**base, "SHARDS": "7"})  # LAST_SHARD={{SHARDS}} - 1
+    assert "#SBATCH --array=0-15" in render_template(text, base)
+    with pytest.raises(ValueError, match=r"LAST_SHARD .*needs integers.*'x - 1'"):
+        render_template(text, {**base, "SHARDS": "x"})
+    with pytest.raises(ValueError, match="needs integers"):
+        render_template(text, {**base, "SHARDS": "9**9**9"})
+
+
+@pytest.mark.parametrize(
+    ("expression", "value"),
+    [("16 - 1", 15), ("2*3+4", 10), ("2 + 3 * 4 - 1", 13), ("-3 + 5", 2), ("4 * -2", -8), ("007", 7)],
+)
+def test_integer_expression_follows_arithmetic(expression, value):
+    assert integer_expression(expression) == value
+
+
+@pytest.mark.parametrize("expression", ["", "3 -", "* 2", "2 ** 3", "9**9**9", "1.5", "1/2", "(1)", "x", "1e9"])
+def test_integer_expression_refuses_anything_else(expression):
+    with pytest.raises(ValueError, match="not an integer expression"):
+        integer_expression(expression)
+
+
+def test_fit_job_launches_one_task_per_gpu_and_resumes(tmp_path):
+    run_dir = tmp_path / "run"
+    values = {**FIT, "RUN_DIR": str(run_dir), "NODES": "2", "GPUS": "4", "EXTRA": "--trainer.max_epochs 3"}
+    script = render_template((SBATCH / "fit.sbatch").read_text(), values)
+    assert (
+        "#SBATCH --nodes=2" in script and "#SBATCH --ntasks-per-node=4" in script and "#SBATCH --gres=gpu:4" in script
+    )
+    assert "#SBATCH --signal=SIGUSR1@300" in script and "#SBATCH --requeue" in script
+    fake_tools(tmp_path)
+    args = run_job(tmp_path, "fit.sbatch", values)
+    assert args[:6] == [
+        "--kill-on-bad-exit=1",
+        "lit-retrieval",
+        "fit",
+        "--config",
+        "configs/gve/train.yaml",
+        "--trainer.num_nodes",
+    ]
+    assert args[6:13] == [
+        "2",
+        "--trainer.devices",
+        "4",
+        "--trainer.accelerator",
+        "gpu",
+        "--trainer.default_root_dir",
+        str(run_dir),
+    ]
+    # which checkpoint `newest` picks is tested with real fits (test_newest_checkpoint.py, test_slurm_cluster.py)
+    assert args[13:15] == ["--ckpt_path", "newest"] and args[-2:] == ["--trainer.max_epochs", "3"]
+
+
+def test_slurm_environment_reads_rank_and_world_size(monkeypatch):
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
+    env = {
+        "SLURM_NTASKS": "8",
+        "SLURM_NTASKS_PER_NODE": "4",
+        "SLURM_PROCID": "5",
+        "SLURM_LOCALID": "1",
+        "SLURM_NODEID": "1",
+        "SLURM_NODELIST": "gpu[01-02]",
+        "SLURM_JOB_NAME": "lit-retrieval-fit",
+        "SLURM_JOB_ID": "4242",
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert SLURMEnvironment.detect()
+    slurm = SLURMEnvironment()
+    assert (slurm.world_size(), slurm.global_rank(), slurm.local_rank(), slurm.node_rank()) == (8, 5, 1, 1)
+    assert slurm.main_address == "gpu01" and 10000 <= slurm.main_port <= 20000
+
+
+@pytest.mark.slow
+def test_sigusr1_saves_an_hpc_checkpoint_requeues_and_the_requeued_job_resumes(
+    tmp_path, tiny_clip, corpus, monkeypatch
+):
+    from lit_retrieval.cli import main
+
+    env = fake_tools(tmp_path)
+    monkeypatch.setenv("PATH", env["PATH"])
+    for key, value in {
+        "SLURM_NTASKS": "1",
+        "SLURM_NTASKS_PER_NODE": "1",
+        "SLURM_PROCID": "0",
+        "SLURM_LOCALID": "0",
+        "SLURM_NODEID": "0",
+        "SLURM_NODELIST": "gpu01",
+        "SLURM_JOB_NAME": "lit-retrieval-fit",
+        "SLURM_JOB_ID": "4242",
+    }.items():
+        monkeypatch.setenv(key, value)
+    run = tmp_path / "run"
+    config = clip_fit_config(
+        tiny_clip,
+        corpus,
+        {
+            "devices": 1,
+            "max_epochs": 2,
+            "limit_val_batches": 0,
+            "default_root_dir": str(run),
+            "logger": False,
+            "callbacks": [{"class_path": "helpers.interrupt_callbacks.SendRequeueSignal"}],
+        },
+        data={"num_frames": 4},
+    )
+    path = tmp_path / "fit.yaml"
+    path.write_text(yaml.safe_dump(config))
+    main(["fit", "--config", str(path)])
+    assert (run / "hpc_ckpt_1.ckpt").is_file()
+    assert (tmp_path / "scontrol.log").read_text().split() == ["requeue", "4242"]
+    assert torch.load(run / "hpc_ckpt_1.ckpt", weights_only=False)["global_step"] == 2
+    start = tmp_path / "start.txt"
+    config["trainer"]["callbacks"] = [
+        {"class_path": "helpers.interrupt_callbacks.RecordStart", "init_args": {"path": str(start)}}
+    ]
+    path.write_text(yaml.safe_dump(config))
+    # the requeued job: no --ckpt_path, Lightning finds the hpc checkpoint. The first fit's end made this
+    # process ignore SIGUSR1; this fit gets Lightning's handler again and requeues on it
+    config["trainer"]["callbacks"] += [
+        {"class_path": "helpers.interrupt_callbacks.SendRequeueSignal", "init_args": {"step": 3}}
+    ]
+    path.write_text(yaml.safe_dump(config))
+    main(["fit", "--config", str(path)])
+    assert start.read_text() == "2"
+    assert torch.load(run / "hpc_ckpt_2.ckpt", weights_only=False)["global_step"] == 3
+    assert (tmp_path / "scontrol.log").read_text().split() == ["requeue", "4242"] * 2
+
+
+SLURM_TASK = {
+    "SLURM_NTASKS": "1",
+    "SLURM_NTASKS_PER_NODE": "1",
+    "SLURM_PROCID": "0",
+    "SLURM_LOCALID": "0",
+    "SLURM_NODEID": "0",
+    "SLURM_NODELIST": "gpu01",
+    "SLURM_JOB_NAME": "lit-retrieval-fit",
+    "SLURM_JOB_ID": "4242",
+}
+
+
+@pytest.mark.slow
+def test_sigusr1_after_training_ended_and_during_a_test_neither_kills_nor_requeues(tmp_path, tiny_clip, corpus):
+    """Issue 45: SIGUSR1 while the final checkpoint is written, after Lightning's teardown (whose
+    default disposition killed the rank: srun then failed the job), and during `test`: each process
+    goes on and exits 0, writes no hpc checkpoint and calls no `scontrol requeue`."""
+    from helpers.fit_configs import clean_launch_env
+
+    env = {**clean_launch_env(str(ROOT / "tests")), **SLURM_TASK}
+    env["PATH"] = fake_tools(tmp_path)["PATH"]
+    run, log = tmp_path / "run", tmp_path / "signalled.txt"
+    trainer = {
+        "devices": 1,
+        "max_epochs": 1,
+        "limit_train_batches": 2,
+        "limit_val_batches": 0,
+        "default_root_dir": str(run),
+        "logger": False,
+        "enable_progress_bar": False,
+        "callbacks": [
+            {"class_path": "helpers.interrupt_callbacks.SignalSelfAtRunEnd", "init_args": {"record": str(log)}}
+        ],
+    }
+    path = tmp_path / "fit.yaml"
+    path.write_text(yaml.safe_dump(clip_fit_config(tiny_clip, corpus, trainer, data={"num_frames": 2})))
+    printed = ""
+    for command in (["fit"], ["test", "--ckpt_path", "newest"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "lit_retrieval", *command, "--config", str(path)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, (command, done.returncode, done.stderr[-3000:])
+        printed += done.stdout + done.stderr
+    assert log.read_text().split() == ["train_end", "fit_teardown", "test_start"]
+    assert "training ended: SIGUSR1 (Slurm's requeue signal) is ignored from now on" in printed
+    assert not list(run.glob("hpc_ckpt_*")) and not (tmp_path / "scontrol.log").exists()
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 2

@@ -1,0 +1,124 @@
+"""A run resumed inside an epoch trains on the batches the uninterrupted run trained on next, also when
+the checkpoint is read after the training loader was built.
+
+Lightning's DeepSpeed strategy restores a checkpoint after its own setup (`restore_checkpoint_after_setup`),
+and the setup runs `configure_optimizers`, which sizes the schedule with `trainer.estimated_stepping_batches`
+and so builds the training loader before the data module's saved position is known. The ZeRO-3 run
+preempted at step 3 of 4 (tests/launch/test_deepspeed_slurm.py) then trained its 4th step on the first batch of
+the epoch again. `AfterSetup` is a one-process strategy with DeepSpeed's order of restoring.
+"""
+
+from __future__ import annotations
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.strategies import SingleDeviceStrategy
+
+from lit_retrieval.data import MultiEventDataModule, MultiTaskDataModule
+
+
+class AfterSetup(SingleDeviceStrategy):
+    """Restores the checkpoint after the strategy's setup, as Lightning's DeepSpeed strategy does."""
+
+    @property
+    def restore_checkpoint_after_setup(self) -> bool:
+        return True
+
+
+class RecordBatches(L.LightningModule):
+    """Records the dataset indices of every training batch; sizes a schedule as our modules do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+        self.seen: list[list[int]] = []
+
+    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
+        self.seen.append(batch["index"].tolist())
+        return (self.weight - 1).pow(2).sum()
+
+    def configure_optimizers(self):
+        steps = self.trainer.estimated_stepping_batches  # builds the training loader (Lightning's fit loop)
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+        schedule = torch.optim.lr_scheduler.LinearLR(optimizer, 1.0, 0.5, total_iters=int(steps))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
+class SaveAndStopAt(L.Callback):
+    """After optimizer step `step`: writes the checkpoint (as Lightning's SIGUSR1 handler does) and stops."""
+
+    def __init__(self, step: int, path: str) -> None:
+        self.step, self.path = step, path
+
+    def on_train_batch_end(self, trainer: L.Trainer, module, outputs, batch, batch_idx: int) -> None:
+        if trainer.global_step == self.step:
+            trainer.save_checkpoint(self.path)
+            trainer.should_stop = True
+
+
+def fit(corpus, root, strategy, callbacks=(), ckpt_path=None) -> list[list[int]]:
+    data = MultiEventDataModule(
+        str(corpus / "annotations.json"), num_frames=2, image_size=32, batch_size=4, num_workers=0, val_split=None
+    )
+    module = RecordBatches()
+    trainer = L.Trainer(
+        accelerator="cpu",
+        strategy=strategy,
+        max_epochs=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=str(root),
+        callbacks=list(callbacks),
+    )
+    trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
+    return module.seen
+
+
+@pytest.mark.parametrize("restore", ["before_setup", "after_setup"])
+def test_a_run_resumed_mid_epoch_trains_on_the_uninterrupted_runs_next_batches(corpus, tmp_path, restore):
+    def strategy():
+        return AfterSetup(torch.device("cpu")) if restore == "after_setup" else "auto"
+
+    whole = fit(corpus, tmp_path / "whole", strategy())
+    per_epoch = len(whole) // 2
+    assert per_epoch >= 3 and whole[:per_epoch] != whole[per_epoch:]  # a new order each epoch
+    stop = per_epoch + 1  # one batch into the second epoch
+    checkpoint = tmp_path / "mid.ckpt"
+    first = fit(corpus, tmp_path / "first", strategy(), [SaveAndStopAt(stop, str(checkpoint))])
+    assert first == whole[:stop]
+    resumed = fit(corpus, tmp_path / "resumed", strategy(), ckpt_path=str(checkpoint))
+    assert resumed == whole[stop:]
+
+
+def no_items(items, instruction):
+    raise AssertionError("the sampler test reads no item")
+
+
+def test_gve_task_sampler_takes_a_position_read_after_its_loader_was_built(gve_tasks):
+    def batches(state: dict[str, int] | None, built_first: bool) -> list:
+        data = MultiTaskDataModule(gve_tasks["train"], steps_per_epoch=6, num_workers=0, seed=0)
+        data.processing = no_items
+        data.setup("fit")
+        if state is not None and not built_first:
+            data.load_state_dict(state)
+        data.train_dataloader()
+        if state is not None and built_first:
+            data.load_state_dict(state)
+        return [list(batch) for batch in data.sampler]
+
+    def epoch_batches(epoch: int) -> list:
+        data = MultiTaskDataModule(gve_tasks["train"], steps_per_epoch=6, num_workers=0, seed=0)
+        data.processing = no_items
+        data.setup("fit")
+        data.train_dataloader()
+        data.sampler.set_epoch(epoch)
+        return [list(batch) for batch in data.sampler]
+
+    uninterrupted = epoch_batches(1)
+    assert len(uninterrupted) == 6 and uninterrupted != epoch_batches(0)
+    position = {"epoch": 1, "batches": 2}
+    assert batches(position, built_first=False) == uninterrupted[2:]
+    assert batches(position, built_first=True) == uninterrupted[2:]

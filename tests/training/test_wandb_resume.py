@@ -1,0 +1,87 @@
+"""A resumed fit continues its W&B run (issue 42): two real `lit-retrieval fit` processes with
+Lightning's `WandbLogger` in W&B's offline mode (nothing leaves the machine), the second resuming
+the first's last checkpoint; W&B's own offline run folders (`wandb/offline-run-<time>-<id>`) show
+which run each process wrote."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from helpers.fit_configs import clip_fit_config
+
+if importlib.util.find_spec("wandb") is None:
+    if os.environ.get("CI"):  # the dev extra installs it: missing under CI is a failure
+        raise ImportError("wandb is not installed (the dev extra includes lit-retrieval[wandb])")
+    pytest.skip("the wandb extra (pip install 'lit-retrieval[wandb]')", allow_module_level=True)
+
+from lightning.pytorch.loggers import WandbLogger  # noqa: E402
+
+from lit_retrieval.callbacks.resume_checkpoint import continue_wandb_runs  # noqa: E402
+
+
+def fit(config: Path, *args: str) -> None:
+    env = {**os.environ, "WANDB_SILENT": "true", "WANDB_MODE": "offline"}
+    done = subprocess.run(
+        [sys.executable, "-m", "lit_retrieval", "fit", "--config", str(config), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def run_ids(save_dir: Path) -> list[str]:
+    """The run id of each offline W&B run folder, oldest first."""
+    return [p.name.rsplit("-", 1)[1] for p in sorted((save_dir / "wandb").glob("offline-run-*"))]
+
+
+def test_a_resumed_fit_logs_into_the_same_wandb_run(tmp_path, tiny_clip, corpus):
+    trainer = {
+        "devices": 1,
+        "max_epochs": 1,
+        "limit_train_batches": 2,
+        "limit_val_batches": 0,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "default_root_dir": str(tmp_path / "run"),
+        "logger": {
+            "class_path": "lightning.pytorch.loggers.WandbLogger",
+            "init_args": {"save_dir": str(tmp_path / "wb"), "project": "lit", "offline": True},
+        },
+        "callbacks": [
+            {
+                "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                "init_args": {"dirpath": str(tmp_path / "ckpt"), "save_last": True, "save_top_k": 0},
+            }
+        ],
+    }
+    config = tmp_path / "fit.yaml"
+    config.write_text(yaml.safe_dump(clip_fit_config(tiny_clip, corpus, trainer)))
+    fit(config)
+    (first,) = run_ids(tmp_path / "wb")
+    state = torch.load(tmp_path / "ckpt" / "last.ckpt", map_location="cpu", weights_only=False)["callbacks"]
+    assert [s["wandb_ids"] for k, s in state.items() if k.startswith("ResumeCheckpoint")] == [[first]]
+    fit(config, "--trainer.max_epochs", "2", "--ckpt_path", str(tmp_path / "ckpt" / "last.ckpt"))
+    assert run_ids(tmp_path / "wb") == [first, first]  # a second process, the same run
+    fit(config, "--trainer.max_epochs", "1")  # a fresh fit: a new run
+    assert len(set(run_ids(tmp_path / "wb"))) == 2
+
+
+def test_an_id_the_user_gives_wins_and_a_started_run_is_left_alone(tmp_path):
+    given = WandbLogger(save_dir=str(tmp_path), offline=True, id="mine")
+    fresh = WandbLogger(save_dir=str(tmp_path), offline=True)
+    trainer = type("Trainer", (), {"loggers": [given, fresh]})()
+    continue_wandb_runs(trainer, ["saved0", "saved1"])
+    assert (given.version, fresh.version) == ("mine", "saved1")
+    assert fresh._wandb_init["id"] == "saved1" and fresh._wandb_init["resume"] == "allow"
+    started = WandbLogger(save_dir=str(tmp_path), offline=True)
+    started._experiment = object()  # a run already created
+    continue_wandb_runs(type("Trainer", (), {"loggers": [started]})(), ["saved"])
+    assert started._id is None
