@@ -1,4 +1,4 @@
-"""Jobs on the REAL test Slurm (`slurm/local_cluster.sh`), as the `slurm`-marked tests submit them: the
+"""Jobs on the REAL test Slurm (`tests/launch/local_cluster.sh`), as the `slurm`-marked tests submit them: the
 project's templates rendered with `lit-retrieval slurm`, submitted with `sbatch` in this checkout's
 environment, and polled with `scontrol show job` (the test cluster keeps no accounting) with bounded waits."""
 
@@ -35,10 +35,10 @@ def job_env() -> dict[str, str]:
 
 
 def render(template: str, out: Path, **values: str) -> Path:
-    """`lit-retrieval slurm slurm/<template> --set ... --out out` (the command users run)."""
+    """`lit-retrieval slurm <template> --set ... --out out` (the command users run: the shipped template)."""
     settings = [f"{k}={v}" for k, v in {**COMMON, **values}.items()]
     subprocess.run(
-        [sys.executable, "-m", "lit_retrieval", "slurm", f"slurm/{template}", "--set", *settings, "--out", str(out)],
+        [sys.executable, "-m", "lit_retrieval", "slurm", template, "--set", *settings, "--out", str(out)],
         cwd=ROOT,
         env=job_env(),
         check=True,
