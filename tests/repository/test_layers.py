@@ -330,3 +330,52 @@ def test_the_import_check_fails_on_a_module_that_loads_faiss():
     code = "import sys, lit_retrieval.search.index; print('faiss' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "True"
+
+
+# The tests mirror the package (tests/README.md): a folder of tests/ is a part of lit_retrieval/ or one of these
+TESTS = PACKAGE.parent / "tests"
+CROSS_CUTTING_TEST_FOLDERS = {"training", "repository", "robustness", "helpers", "fixtures"}
+TEST_DATA_MODULES = {"robustness/cases.py", "robustness/files.py"}  # the robustness table, beside its one test
+
+
+def tests_out_of_place(tests: Path = TESTS, package: Path = PACKAGE) -> list[str]:
+    """Test folders that mirror no part of the package, Python files among the tests that are not
+    `test_*.py`, and test files that import another test file (what tests share is in `helpers/`)."""
+    problems = []
+    for folder in sorted(p for p in tests.rglob("*") if p.is_dir() and p.name != "__pycache__"):
+        relative = folder.relative_to(tests)
+        if relative.parts[0] in CROSS_CUTTING_TEST_FOLDERS:
+            continue
+        if not (package / relative).is_dir():
+            problems.append(f"tests/{relative}/: no lit_retrieval/{relative}/ to mirror")
+    for path in sorted(tests.rglob("*.py")):
+        relative = path.relative_to(tests)
+        if relative.parts[0] in ("helpers", "fixtures") or path.name in ("__init__.py", "conftest.py"):
+            continue
+        if not path.name.startswith("test_") and relative.as_posix() not in TEST_DATA_MODULES:
+            problems.append(f"tests/{relative}: not a test file (shared code goes to tests/helpers/)")
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            if any(n.rpartition(".")[2].startswith("test_") for n in names):
+                problems.append(f"tests/{relative}:{node.lineno}: imports a test file")
+    return problems
+
+
+def test_the_tests_mirror_the_package():
+    assert tests_out_of_place() == []
+
+
+def test_the_mirror_check_catches_a_stray_folder_a_helper_and_a_test_import(tmp_path):
+    package, tests = tmp_path / "lit_retrieval", tmp_path / "tests"
+    (package / "data" / "media").mkdir(parents=True)
+    (tests / "data" / "media").mkdir(parents=True)
+    (tests / "datasets").mkdir()
+    (tests / "data" / "media" / "test_video.py").write_text("from test_shots import SHOTS\n")
+    (tests / "data" / "media" / "video_files.py").write_text("")
+    assert tests_out_of_place(tests, package) == [
+        "tests/datasets/: no lit_retrieval/datasets/ to mirror",
+        "tests/data/media/test_video.py:1: imports a test file",
+        "tests/data/media/video_files.py: not a test file (shared code goes to tests/helpers/)",
+    ]
