@@ -7,7 +7,7 @@ name). A default may refer to other variables; a default that combines them with
 (digits, + - *, e.g. `LAST_SHARD={{SHARDS}} - 1`) is computed by `integer_expression` (a parser for
 integers and + - *, never `eval`), and needs those variables to be integers. Slurm opens a job's
 `#SBATCH --output` / `--error` files before the script runs, so a missing folder kills the job with
-no log; `write_job_script` makes those folders (`log_folders`), so `sbatch` runs the script as written.
+no log; `make_log_folders` makes those folders (`log_folders`), so `sbatch` runs the script as written.
 Hand-written rather than Jinja2: the language is these two forms, and a job script must never run
 code from a template.
 """
