@@ -58,14 +58,17 @@ def perturb_lora(model: GVEEmbedder, seed: int = 0) -> None:
                 param.copy_(torch.randn(param.shape, generator=generator) * 0.5)
 
 
+# the smallest inputs the tiny Qwen2.5-VL takes: 2 frames of one 56 x 56 patch grid, 1,024 tokens
+SMALL_INPUTS = InputConfig(
+    max_frames=2,
+    video_min_pixels=3136,
+    video_max_pixels=3136,
+    image_min_pixels=3136,
+    image_max_pixels=3136,
+    max_tokens=1024,
+)
+
+
 @pytest.fixture(scope="module")
 def processing(tiny_qwen):
-    inputs = InputConfig(
-        max_frames=2,
-        video_min_pixels=3136,
-        video_max_pixels=3136,
-        image_min_pixels=3136,
-        image_max_pixels=3136,
-        max_tokens=1024,
-    )
-    return GVEProcessing(AutoProcessor.from_pretrained(str(tiny_qwen)), inputs)
+    return GVEProcessing(AutoProcessor.from_pretrained(str(tiny_qwen)), SMALL_INPUTS)

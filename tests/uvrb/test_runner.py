@@ -4,6 +4,7 @@ the MTEB and dual-encoder adapters."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -14,23 +15,15 @@ import torch
 from lit_retrieval.commands import run_command
 from lit_retrieval.data.annotations import load_annotations
 from lit_retrieval.data.items import MediaItem
-from lit_retrieval.models.gve import GVEEmbedder, InputConfig
+from lit_retrieval.models.gve import GVEEmbedder
 from lit_retrieval.search.cache import EmbeddingCache
 from lit_retrieval.search.embedders import GVEItemEmbedder, MTEBEncoderEmbedder
 from lit_retrieval.search.loading import ModelSpec, load_item_embedder
 from lit_retrieval.uvrb.runner import run_benchmark
 from lit_retrieval.uvrb.tasks import FieldMap, RetrievalTaskSpec, load_retrieval_task
 from helpers.fit_configs import clip_fit_config
+from helpers.gve_embedder import SMALL_INPUTS
 from helpers.media import write_noise_video
-
-SMALL = InputConfig(
-    max_frames=2,
-    video_min_pixels=3136,
-    video_max_pixels=3136,
-    image_min_pixels=3136,
-    image_max_pixels=3136,
-    max_tokens=1024,
-)
 
 
 def write_jsonl(path, rows):
@@ -55,7 +48,7 @@ def t2v_task(corpus, tmp_path_factory):
 
 
 def tiny_gve(tiny_qwen) -> GVEItemEmbedder:
-    return GVEItemEmbedder(GVEEmbedder(str(tiny_qwen), lora=None, inputs=SMALL, dtype="float32"), "tiny")
+    return GVEItemEmbedder(GVEEmbedder(str(tiny_qwen), lora=None, inputs=SMALL_INPUTS, dtype="float32"), "tiny")
 
 
 def test_task_loading_with_renamed_fields_and_errors(tmp_path):
@@ -111,7 +104,7 @@ def test_cache_key_changes_with_the_model_settings(tmp_path, tiny_qwen):
     cache.embed(tiny_gve(tiny_qwen), items, None, 4, "t")
     other = GVEItemEmbedder(
         GVEEmbedder(
-            str(tiny_qwen), lora=None, inputs=InputConfig(**{**SMALL.__dict__, "max_tokens": 999}), dtype="float32"
+            str(tiny_qwen), lora=None, inputs=dataclasses.replace(SMALL_INPUTS, max_tokens=999), dtype="float32"
         ),
         "tiny",
     )
