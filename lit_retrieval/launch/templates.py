@@ -146,14 +146,15 @@ def shipped_templates() -> dict[str, Traversable]:
 
 
 def template_text(name: str) -> tuple[str, str]:
-    """(where, text) of a Slurm template: the file `name` if it exists, else the shipped template of that
-    file name (`fit.sbatch`, or a path ending in it such as the `slurm/fit.sbatch` of earlier releases),
-    so the command the docs print works from any folder."""
+    """(where, text) of a Slurm template: the file `name` if it exists, else the shipped template named
+    `name` (`fit.sbatch`, or `slurm/fit.sbatch` as earlier releases' docs print it), so the documented
+    command works from any folder. A missing file in any other folder is refused: a mistyped path to a
+    template of one's own must not render the shipped one instead."""
     path = Path(name)
     if path.is_file():
         return name, path.read_text()
     shipped = shipped_templates()
-    if path.name not in shipped:
+    if path.parent not in (Path("."), Path("slurm")) or path.name not in shipped:
         raise UsageError(name, f"no such file, and no shipped template of that name (shipped: {', '.join(shipped)})")
     return f"{path.name} (shipped)", shipped[path.name].read_text()
 

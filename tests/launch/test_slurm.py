@@ -12,7 +12,14 @@ import torch
 import pytest
 import yaml
 
-from lit_retrieval.launch.templates import integer_expression, log_folders, render_template, template_variables
+from lit_retrieval.errors import UsageError
+from lit_retrieval.launch.templates import (
+    integer_expression,
+    log_folders,
+    render_template,
+    template_text,
+    template_variables,
+)
 from helpers.fit_configs import clip_fit_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -321,3 +328,18 @@ def test_sigusr1_after_training_ended_and_during_a_test_neither_kills_nor_requeu
     assert "training ended: SIGUSR1 (Slurm's requeue signal) is ignored from now on" in printed
     assert not list(run.glob("hpc_ckpt_*")) and not (tmp_path / "scontrol.log").exists()
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 2
+
+
+def test_a_template_name_finds_the_file_then_the_shipped_template_never_a_mistyped_path(tmp_path, monkeypatch):
+    """`fit.sbatch` and the older `slurm/fit.sbatch` name the shipped file, byte for byte; a file of one's own
+    wins over it; a missing file in another folder (a typo in the path of one's own copy) is refused."""
+    monkeypatch.chdir(tmp_path)
+    shipped = (SBATCH / "fit.sbatch").read_text()
+    assert template_text("fit.sbatch") == ("fit.sbatch (shipped)", shipped)
+    assert template_text("slurm/fit.sbatch") == ("fit.sbatch (shipped)", shipped)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "fit.sbatch").write_text("#@ RUN_DIR\necho {{RUN_DIR}}\n")
+    assert template_text("mine/fit.sbatch") == ("mine/fit.sbatch", "#@ RUN_DIR\necho {{RUN_DIR}}\n")
+    for missing in ("mnie/fit.sbatch", "fitt.sbatch"):
+        with pytest.raises(UsageError, match="no such file, and no shipped template of that name"):
+            template_text(missing)
