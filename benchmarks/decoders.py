@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 from frame_sampling import LONG, Geometry, best_of, video
 
-from lit_retrieval.data.media.torchcodec_decoder import frames_played_at, require_torchcodec
+from lit_retrieval.data.media.torchcodec_decoder import frames_played_at, require
 from lit_retrieval.data.media.video import sample_frames
 
 CLIP = Geometry(60, 30, 640, 360, 60)
@@ -107,7 +107,7 @@ def main() -> None:
     parser.add_argument("--device", default=None, help="also torchcodec on this device (cuda: NVDEC)")
     parser.add_argument("--videos", nargs="+", choices=list(VIDEOS), default=list(VIDEOS))
     args = parser.parse_args()
-    require_torchcodec()  # one line saying what to install, before any video is written
+    require()  # one line saying what to install, before any video is written
     rows = []
     for name in args.videos:
         path = video(VIDEOS[name])

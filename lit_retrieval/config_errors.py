@@ -1,7 +1,9 @@
 """Config errors that name the valid choices: misspelled keys and unknown classes.
 
 jsonargparse reports "Option 'batchsize' is not accepted" and "module ... has no attribute ...";
-this adds the accepted options (closest first) or the classes the module offers.
+this adds the accepted options (closest first) or the classes the module offers. It drops, without a
+word, an unknown key whose value is an empty mapping (`rescore: {is: {}}`: the mapping flattens to no
+option at all); `unknown_empty_mappings` finds such keys in the config files a command was given.
 """
 
 from __future__ import annotations
@@ -10,7 +12,12 @@ import difflib
 import importlib
 import inspect
 import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
+import yaml
+from jsonargparse import Namespace
 from jsonargparse._parameter_resolvers import get_signature_parameters
 from lightning.pytorch.cli import LightningArgumentParser
 
@@ -61,3 +68,46 @@ class ExplainingArgumentParser(LightningArgumentParser):
         if self.exit_on_error:
             raise ConfigError(explain(message)) from ex
         return super().error(explain(message), ex)
+
+
+def _empty_mappings(raw: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    """The key paths of a loaded YAML document whose value is `{}`."""
+    if isinstance(raw, dict):
+        for key, value in raw.items():
+            if value == {}:
+                yield (*path, str(key))
+            else:
+                yield from _empty_mappings(value, (*path, str(key)))
+
+
+def _parent_keys(parsed: Namespace, path: tuple[str, ...]) -> list[str] | None:
+    """The keys the parsed config holds where `path` ends (a class's `init_args` looked into), or None
+    when `path`'s last key is among them or a key before it is not (a list, a free-form value)."""
+    node: Any = parsed
+    for position, key in enumerate(path):
+        if isinstance(node, Namespace) and key not in vars(node) and isinstance(vars(node).get("init_args"), Namespace):
+            node = node.init_args
+        if not isinstance(node, (Namespace, dict)):
+            return None
+        keys = list(vars(node) if isinstance(node, Namespace) else node)
+        if key not in keys:
+            return keys if position == len(path) - 1 else None
+        node = node[key]
+    return None
+
+
+def unknown_empty_mappings(files: list[str], parsed: Namespace) -> list[str]:
+    """One line per key of `files` (YAML configs, in order) that holds `{}` and that `parsed` (what
+    jsonargparse made of them) does not have: a key it dropped instead of refusing."""
+    problems = []
+    for name in files:
+        try:
+            raw = yaml.safe_load(Path(name).read_text())
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue  # the parser itself has refused or read it
+        for path in _empty_mappings(raw):
+            valid = _parent_keys(parsed, path)
+            if valid is not None:
+                choices = ", ".join(_closest_first(path[-1], sorted(valid)))
+                problems.append(f"'{'.'.join(path)}' (in {name}) is not an option; valid there: {choices}")
+    return problems

@@ -44,8 +44,8 @@ from lit_retrieval.callbacks.resume_checkpoint import (
 )
 from lit_retrieval.callbacks.trained_config import TrainedModelConfig, trained_model_config
 from lit_retrieval.checkpoint_io import SafeCheckpointIO, checkpoint_metadata, newest_resume_checkpoint
-from lit_retrieval.config_errors import ExplainingArgumentParser
-from lit_retrieval.errors import UsageError, check_at_least
+from lit_retrieval.config_errors import ExplainingArgumentParser, unknown_empty_mappings
+from lit_retrieval.errors import ConfigError, UsageError, check_at_least
 from lit_retrieval.strategies import check_deepspeed_installed
 
 
@@ -109,6 +109,10 @@ class RetrievalCLI(LightningCLI):
             merged = merged_dict_flags(parser, list(given))
             args = merged if merged != list(given) else args
         super().parse_arguments(parser, args)
+        parsed = self.config.get(str(self.config.get("subcommand")), self.config)
+        dropped = unknown_empty_mappings([str(path) for path in parsed.get("config") or []], parsed)
+        if dropped:
+            raise ConfigError(dropped[0])
 
     def _run_subcommand(self, subcommand: str) -> None:
         try:

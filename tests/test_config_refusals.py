@@ -198,3 +198,21 @@ def test_config_classes_raise_the_projects_config_error():
                         if name in ("ValueError", "TypeError") and where not in ALLOWED:
                             offenders.append(f"{where[0]}:{node.lineno} {cls.name}.{method.name} raises {name}")
     assert not offenders, "\n".join(offenders)
+
+
+@pytest.mark.parametrize(
+    ("overlay", "key", "valid"),
+    [
+        ({"evaluation": {"rescore": {"is": {}}}}, "model.init_args.evaluation.rescore.is", "dsl, inverted_softmax"),
+        ({"bogus": {}}, "model.init_args.bogus", "encoder"),
+    ],
+)
+def test_an_unknown_key_holding_an_empty_mapping_is_refused(tmp_path, overlay, key, valid):
+    """jsonargparse flattens `{}` to no option at all, so an unknown key holding it used to vanish
+    (`rescore: {is: {}}` ran without any re-scoring); it is refused like any other unknown key."""
+    extra = tmp_path / "extra.yaml"
+    extra.write_text(yaml.safe_dump({"model": {"init_args": overlay}}))
+    out = cli("test", "--config", str(ROOT / "configs" / "quickstart.yaml"), "--config", str(extra), cwd=tmp_path)
+    line = one_error_line(out, "test")
+    assert f"'{key}' (in {extra}) is not an option; valid there:" in line
+    assert valid in line

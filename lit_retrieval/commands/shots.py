@@ -3,8 +3,9 @@ the shot cache a SALI data module reads.
 
     lit-retrieval shots VIDEO... | --dir DIR | --list FILE  [--config TRAIN.yaml] [--workers 8]
 
-`--config` takes the detector settings and cache folder from a training config's `data.shots`
-(so training finds every video cached); explicit options override them. Finished videos are cached
+`--config` takes the detector settings and cache folder from a training config's `data.shots`, parsed
+as `lit-retrieval fit` parses it (several `--config` files compose, later ones winning), so training
+finds every video cached; explicit options override them. Finished videos are cached
 one by one: an interrupted run loses nothing, and a rerun only detects what is missing or changed
 (a video that failed is tried again once its file changed, or with `--retry-failed`). One run
 writes a cache folder at a time (each shard of an array job takes its own lock): a second is
@@ -17,10 +18,8 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict, replace
 from pathlib import Path
-
-import yaml
 
 from lit_retrieval.commands.sharding import add_shard_arguments, check_shard
 from lit_retrieval.data.media.shots import ShotDetectorConfig, ShotConfig, detect_many
@@ -32,19 +31,21 @@ from lit_retrieval.progress import add_progress_arguments, configure_from
 VIDEO_EXTS = (".mp4", ".mkv", ".webm", ".avi", ".mov", ".m4v")
 
 
-def options_from_config(path: str) -> ShotConfig:
-    """`data.init_args.shots` (or `data.shots`) of a training YAML as `ShotConfig`."""
-    config = yaml.safe_load(Path(path).read_text()) or {}
-    data = config.get("data", {})
-    shots = (data.get("init_args", data) or {}).get("shots")
-    if not shots:
-        raise ValueError(f"{path}: no data.shots section")
-    known = {f.name for f in fields(ShotConfig)}
-    unknown = set(shots) - known
-    if unknown:
-        raise ValueError(f"{path}: unknown data.shots keys {sorted(unknown)} (known: {sorted(known)})")
-    detector = ShotDetectorConfig(**shots.get("detector", {}))
-    return ShotConfig(**{**shots, "detector": detector})
+def options_from_config(paths: list[str]) -> ShotConfig:
+    """`data.init_args.shots` of the training config composed from `paths`, as `fit` parses it."""
+    from lit_retrieval.retrieval_cli import training_config
+
+    missing = [path for path in paths if not Path(path).is_file()]
+    if missing:
+        raise UsageError(missing[0], "No such file")
+    try:
+        shots = training_config(paths).get("data.init_args.shots")
+    except ConfigError as err:
+        raise ConfigError(f"{', '.join(paths)}: {err}") from None
+    if shots is None:
+        raise ConfigError(f"{', '.join(paths)}: no data.shots section")
+    settings = shots.get("init_args", shots).as_dict()
+    return ShotConfig(**{**settings, "detector": ShotDetectorConfig(**settings["detector"])})
 
 
 def _videos(args: argparse.Namespace) -> list[str]:
@@ -65,7 +66,9 @@ def run(argv: list[str]) -> int:
     parser.add_argument("videos", nargs="*", help="video files")
     parser.add_argument("--dir", help="every video under this folder")
     parser.add_argument("--list", help="a text file with one video path per line")
-    parser.add_argument("--config", help="training YAML whose data.shots gives the settings")
+    parser.add_argument(
+        "--config", action="append", help="training YAML whose data.shots gives the settings (repeatable: composed)"
+    )
     parser.add_argument("--cache", help="cache folder (default: the config's, else cache/shots)")
     parser.add_argument("--detector", choices=["adaptive", "content"])
     parser.add_argument("--threshold", type=float, help="detector threshold (adaptive 3.0, content 27.0 by default)")
@@ -86,12 +89,7 @@ def run(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     check_shard(parser, args)
     configure_from(args)
-    try:
-        options = options_from_config(args.config) if args.config else ShotConfig()
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{args.config}: not valid YAML ({' '.join(str(err).split())})") from None
-    except (ValueError, TypeError) as err:
-        raise ConfigError(str(err) if str(err).startswith(str(args.config)) else f"{args.config}: {err}") from None
+    options = options_from_config(args.config) if args.config else ShotConfig()
     overrides = {
         "detector": args.detector,
         "threshold": args.threshold,

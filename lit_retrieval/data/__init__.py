@@ -35,7 +35,7 @@ _EXPORTS = {
     "ShotConfig": "media.shots",
     "ShotDetectorConfig": "media.shots",
     "FrameSample": "media.video",
-    "VideoDecodeError": "media.video",
+    "VideoDecodeError": "media.decoding",
     "sample_frames": "media.video",
     "AnnotationError": "records",
     "Event": "records",

@@ -1,51 +1,83 @@
 """The MELON analyses of an evaluation stage (`evaluation.analyses`, `AnalysesConfig`; MELON Sec. 5.3,
-Tab. 5-6, Fig. 5-6), the evaluator's side: Avg-Event R@1 scores each event alone as a query, event
-orders and query modes score the queries encoded another way (`RetrievalEvaluator.encoded_rows`),
-and the per-query values (rank, number of events, duration, tokens) are merged over processes
-before the metrics of `lit_retrieval.metrics.analyses` slice them."""
+Tab. 5-6, Fig. 5-6), as functions of plain inputs the evaluator calls: the per-query values the slices
+read (`per_query_values`), the single-event queries of Avg-Event R@1 and which query each belongs to
+(`single_event_queries`), the queries encoded another way (`query_variants`: event orders, query
+modes), and the metrics of the values merged over processes (`merged_analyses`). The evaluator encodes
+and scores the queries these name, and merges the values; `lit_retrieval.metrics.analyses` slices them."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
-import lightning as L
 import numpy as np
 import torch
 
 from lit_retrieval.data.text.queries import QueryMode, reorder_events
 from lit_retrieval.errors import ConfigError
-from lit_retrieval.metrics.analyses import avg_event_hits, avg_event_metrics, slice_groups, sliced_metrics
-from lit_retrieval.metrics.ranking import text_to_video_ranks
-from lit_retrieval.metrics.retrieval import RetrievalMetrics
-
-if TYPE_CHECKING:  # the evaluator calls this module
-    from lit_retrieval.modules.evaluation import EvalSplit, RetrievalEvaluator
+from lit_retrieval.metrics.analyses import AnalysesConfig, avg_event_metrics, slice_groups, sliced_metrics
 
 
-def analyses(
-    evaluator: RetrievalEvaluator, model: L.LightningModule, split: EvalSplit, ranks: torch.Tensor
-) -> dict[str, float]:
-    """The `AnalysesConfig` of this process's queries against the whole gallery, merged over ranks."""
-    config = evaluator.config.analyses
-    assert config is not None
-    device, ties = split.index.device, evaluator.config.ties
-    events, targets = split.events, split.targets
-    num_events = torch.tensor([len(e) for e in events], dtype=torch.long, device=device)
-    per_query = {"rank": ranks, "num_events": num_events, "duration": split.attributes["duration"].double()}
+def per_query_values(
+    events: list[list[str]],
+    ranks: torch.Tensor,
+    durations: torch.Tensor,
+    config: AnalysesConfig,
+    count_tokens: Callable[[list[list[str]]], list[int]] | None,
+    model_name: str,
+) -> dict[str, torch.Tensor]:
+    """Each query's text-to-video rank, number of events, video duration and (with token slices)
+    its length in the text tower's tokens (`count_tokens` of the model named `model_name`), `[queries]` each."""
+    device = ranks.device
+    values = {
+        "rank": ranks,
+        "num_events": torch.tensor([len(e) for e in events], dtype=torch.long, device=device),
+        "duration": durations.double(),
+    }
     if config.slices and config.token_edges:
-        per_query["tokens"] = query_tokens(model, events, device)
+        values["tokens"] = token_counts(events, count_tokens, device, model_name)
+    return values
+
+
+def token_counts(
+    events: list[list[str]],
+    count_tokens: Callable[[list[list[str]]], list[int]] | None,
+    device: torch.device,
+    model_name: str,
+) -> torch.Tensor:
+    """Each query's length in the model's text tokens before truncation, `[queries]`; a model that
+    cannot count them (`count_tokens` None) is refused by name."""
+    if count_tokens is None:
+        raise ConfigError(f"analyses.token_edges: {model_name} does not count query tokens")
+    return torch.tensor(count_tokens(events) if events else [], dtype=torch.long, device=device)
+
+
+def single_event_queries(events: list[list[str]], device: torch.device) -> tuple[list[list[str]], torch.Tensor]:
+    """Avg-Event R@1's queries, each event of each query alone, and the query each came from."""
+    owner = torch.repeat_interleave(
+        torch.arange(len(events), device=device), torch.tensor([len(e) for e in events], device=device)
+    )
+    return [[d] for e in events for d in e], owner
+
+
+def query_variants(
+    events: list[list[str]], index: torch.Tensor, config: AnalysesConfig
+) -> dict[str, tuple[list[list[str]], QueryMode | None]]:
+    """The queries encoded another way, by metric prefix: each `event_orders` order (a query's
+    random order seeded by (`seed`, its dataset index)) and each `query_modes` mode."""
+    variants: dict[str, tuple[list[list[str]], QueryMode | None]] = {}
+    for order in config.event_orders:
+        reordered = [
+            reorder_events(e, order, np.random.default_rng([config.seed, int(i)])) for e, i in zip(events, index)
+        ]
+        variants[f"order/{order}"] = (reordered, None)
+    for mode in config.query_modes:
+        variants[f"query_mode/{mode}"] = (events, mode)
+    return variants
+
+
+def merged_analyses(merged: dict[str, torch.Tensor], config: AnalysesConfig) -> dict[str, float]:
+    """The length / event-count / token slices and Avg-Event R@1 of every process's per-query values."""
     out: dict[str, float] = {}
-    if config.avg_event:
-        singles = [[d] for e in events for d in e]
-        owner = torch.repeat_interleave(torch.arange(len(events), device=device), num_events)
-        single_ranks = torch.cat(
-            [
-                text_to_video_ranks(scores, targets[owner[rows]], ties)
-                for rows, scores in evaluator.encoded_rows(model, singles, split.gallery)
-            ]
-        )
-        per_query["avg_event"] = avg_event_hits(single_ranks.to(device), owner, len(events))
-    merged = evaluator.merge_queries(model, split, per_query)
     if config.slices:
         groups = slice_groups(
             merged["num_events"], merged["duration"], config.length_edges, merged.get("tokens"), config.token_edges
@@ -53,26 +85,4 @@ def analyses(
         out.update(sliced_metrics(merged["rank"], groups))
     if config.avg_event:
         out.update(avg_event_metrics(merged["avg_event"], merged["num_events"]))
-    variants: dict[str, tuple[list[list[str]], QueryMode | None]] = {}
-    for order in config.event_orders:
-        reordered = [
-            reorder_events(e, order, np.random.default_rng([config.seed, int(i)])) for e, i in zip(events, split.index)
-        ]
-        variants[f"order/{order}"] = (reordered, None)
-    for mode in config.query_modes:
-        variants[f"query_mode/{mode}"] = (events, mode)
-    for name, (variant_events, mode) in variants.items():
-        metric = RetrievalMetrics(ties, evaluator.config.v2t_rule).to(device)
-        for rows, scores in evaluator.encoded_rows(model, variant_events, split.gallery, mode):
-            metric.update(scores, targets[rows], split.index[rows])
-        out.update({f"{name}/{k}": v for k, v in metric.compute().items()})
     return out
-
-
-def query_tokens(model: L.LightningModule, events: list[list[str]], device: torch.device) -> torch.Tensor:
-    """Each query's length in the model's text tokens before truncation (`query_token_counts`),
-    `[queries]`; a model that cannot count them is refused by name."""
-    count = getattr(model, "query_token_counts", None)
-    if count is None:
-        raise ConfigError(f"analyses.token_edges: {type(model).__name__} does not count query tokens")
-    return torch.tensor(count(events) if events else [], dtype=torch.long, device=device)

@@ -37,7 +37,6 @@ from lit_retrieval.modules.nonfinite import NonFiniteGuard, NonFinitePolicy
 from lit_retrieval.modules.objectives import StepTexts, TrainingObjectives, rename_legacy_objective_keys
 from lit_retrieval.modules.optim import OptimConfig, build_optimizer, build_scheduler, parameter_groups
 from lit_retrieval.modules.query_encoding import encode_multi_event, query_token_counts
-from lit_retrieval.modules.reranking import retriever_reps
 from lit_retrieval.modules.rng import rng_states, set_rng_states
 
 # Config dataclasses in the checkpoint's hyper-parameters load under torch.load's weights_only=True.
@@ -205,7 +204,7 @@ class DualEncoderRetrieval(L.LightningModule):
         if len(batch["index"]):
             with self.evaluator.encoding(self):  # the trainer's precision, or fp32 (`evaluation.fp32_encoders`)
                 text, video = self(batch)
-            retriever = retriever_reps(self.evaluator, self, batch, stage)  # `evaluation.rerank` only
+            retriever = self.evaluator.retriever_vectors(self, batch, stage)  # `evaluation.rerank` only
             self.evaluator.collect(stage, batch, text, video, self.spans, retriever)
 
     def _eval_end(self, stage: str) -> None:

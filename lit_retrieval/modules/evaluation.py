@@ -17,16 +17,18 @@ attributes. At the end of the stage the evaluator
 5. optionally writes the test score matrix (`save_scores`: gathered here, written by
    `lit_retrieval.metrics.score_files`, whose docstring is the format).
 
-The options that run besides the metrics each have their own module, called from `evaluate`:
+The options that run besides the metrics are methods of the evaluator, called from `evaluate`; each
+hands plain inputs (score rows, targets, ids, settings) to functions that return results, and merges
+what they return over processes (no function below calls back into the evaluator):
 
-- the MELON analyses (`AnalysesConfig`: Avg-Event R@1, slices, event orders, query modes; MELON
-  Sec. 5.3, Tab. 5-6, Fig. 5-6): `lit_retrieval.modules.analyses`;
-- on `test`, re-scoring the merged matrix (`rescore`: the methods of
+- the MELON analyses (`analyses`; `AnalysesConfig`: Avg-Event R@1, slices, event orders, query modes;
+  MELON Sec. 5.3, Tab. 5-6, Fig. 5-6): the queries and values of `lit_retrieval.modules.analyses`;
+- on `test`, re-scoring the merged matrix (`rescored`; `rescore`: the methods of
   `lit_retrieval.metrics.rescoring.RESCORINGS`, QB-Norm's querybank drawn by `query_bank`), keyed
-  by the method beside the raw metrics: `lit_retrieval.modules.rescoring`;
-- on `test`, re-ranking (`rerank`): an indexable retriever, CLIP4Clip's meanP on the module's own
-  encoder features, picks each query's top K and the head scores only those, reported as
-  `rerank/t2v/...` beside the full scoring: `lit_retrieval.modules.reranking`.
+  by the method beside the raw metrics;
+- on `test`, re-ranking (`reranked`; `rerank`): an indexable retriever, CLIP4Clip's meanP on the module's
+  own encoder features (`retriever_vectors`), picks each query's top K and the head scores only those
+  (`lit_retrieval.modules.reranking`), reported as `rerank/t2v/...` beside the full scoring.
 
 Video-to-text with several captions per video follows `v2t_rule` (ours `strict`, or CLIP4Clip's
 `group_max`; `lit_retrieval.metrics.ranking`), text-to-video ranks every caption as one query.
@@ -66,13 +68,20 @@ from lit_retrieval.metrics.analyses import AnalysesConfig
 from lit_retrieval.metrics.ranking import Ties, V2TRule, retrieval_metrics, text_to_video_ranks
 from lit_retrieval.metrics.relational import RelationalConfig, relational_metrics
 from lit_retrieval.metrics.rerank import RerankConfig
-from lit_retrieval.metrics.rescoring import RescoreConfig
+from lit_retrieval.metrics.rerank import RerankResult
+from lit_retrieval.metrics.rescoring import QueryBank, RescoreConfig, rescored_metrics
 from lit_retrieval.metrics.retrieval import RetrievalMetrics, first_occurrence
 from lit_retrieval.metrics.score_files import RELATIONAL_KEYS, write_bank, write_scores
 from lit_retrieval.models.heads.base import SimilarityHead, cat_reps, map_rep, rep_len
-from lit_retrieval.modules.analyses import analyses, query_tokens
-from lit_retrieval.modules.reranking import reranked
-from lit_retrieval.modules.rescoring import rescored
+from lit_retrieval.metrics.analyses import avg_event_hits
+from lit_retrieval.modules.analyses import (
+    merged_analyses,
+    per_query_values,
+    query_variants,
+    single_event_queries,
+    token_counts,
+)
+from lit_retrieval.modules.reranking import rerank_split, retriever_reps
 from lit_retrieval.precision import autocast_off, full_precision, full_precision_scoring
 
 ScoreFn = Callable[[Any, Any], torch.Tensor]
@@ -229,7 +238,7 @@ class RetrievalEvaluator:
         """Keep a data batch's query and video representations, and the per-query values the
         analyses read (`[B]` tensors): duration, and with `relational` the relational flag
         (`spans`) and the video's shot count; with `rerank`, the retriever's vectors
-        (`lit_retrieval.modules.reranking.retriever_reps`)."""
+        (`retriever_vectors`)."""
         device = batch["frames"].device
         attributes = {"duration": batch["duration"].to(device)}
         if self.config.relational is not None:
@@ -248,6 +257,18 @@ class RetrievalEvaluator:
     def count_skipped(self, stage: str, index: torch.Tensor) -> None:
         """Note the dataset indices of a batch's skipped (undecodable) videos."""
         self._skipped.setdefault(stage, []).append(index.long().cpu())
+
+    def retriever_vectors(
+        self, model: L.LightningModule, batch: dict[str, Any], stage: str
+    ) -> dict[str, torch.Tensor] | None:
+        """With `rerank` on `test`, the retriever's vectors of a batch (`reranking.retriever_reps` of the
+        module's own text and frame features, encoded in the evaluation's precision); `None` otherwise."""
+        if self.config.rerank is None or stage != "test":
+            return None
+        with self.encoding(model):
+            text = model.encode_queries(batch["events"])
+            video = model.encoder.encode_video(batch["frames"], batch["frame_mask"])
+        return retriever_reps(text, video)
 
     def wants(self, stage: str, option: AnalysesConfig | RelationalConfig | None) -> bool:
         return option is not None and stage in option.stages
@@ -320,7 +341,7 @@ class RetrievalEvaluator:
                 split.gallery = head.calibrate(bank, split.gallery, self.config.budget_bytes)
         head.before_evaluation(stage)
         if stage == "test" and self.config.rerank is not None and not self.config.rerank.full_scoring:
-            results = reranked(self, model, split)
+            results = self.reranked(model, split)
             if skipped:
                 results["skipped_videos"] = float(skipped)
             return results
@@ -331,9 +352,9 @@ class RetrievalEvaluator:
         )
         results = ranked.metrics
         if rescore:
-            results.update(rescored(self, model, split, ranked.scores))
+            results.update(self.rescored(model, split, ranked.scores))
         if self.config.rerank is not None and stage == "test":
-            results.update(reranked(self, model, split))
+            results.update(self.reranked(model, split))
         if stage == "val" and type(head).fit_on_validation is not SimilarityHead.fit_on_validation:
             # every process's queries in dataset order, each with its gallery column
             all_text = self.merge_queries(model, split, split.text)
@@ -341,7 +362,7 @@ class RetrievalEvaluator:
             with full_precision_scoring(head, model.device):
                 results.update(head.fit_on_validation(all_text, split.gallery, targets, retrieval_metrics))
         if self.wants(stage, self.config.analyses):
-            results.update(analyses(self, model, split, ranked.ranks))
+            results.update(self.analyses(model, split, ranked.ranks))
         if self.wants(stage, self.config.relational):
             merged = {
                 k: self.merge_queries(model, split, v) for k, v in {"rank": ranked.ranks, **split.attributes}.items()
@@ -354,6 +375,67 @@ class RetrievalEvaluator:
         if skipped:
             results["skipped_videos"] = float(skipped)
         return results
+
+    def rescored(self, model: L.LightningModule, split: EvalSplit, scores: torch.Tensor) -> dict[str, float]:
+        """The `rescore` metrics (`metrics.rescoring.rescored_metrics`) of every process's test rows (this
+        process's `scores`) merged in dataset order; with `qbnorm`, its querybank (`bank_size` training
+        queries scored against the gallery by the head, written with `save_scores` as `scores_bank.npy`)."""
+        config = self.config.rescore
+        assert config is not None
+        matrix, targets = self.merge_queries(model, split, scores), self.merge_queries(model, split, split.targets)
+        bank = None
+        if config.qbnorm is not None:
+            reps = self.query_bank(model, config.qbnorm.bank_size)
+            scored = self.score_rows(self.head_score(model.head), reps, split.gallery)
+            blocks = [rows for _, rows in scored] if self.config.save_scores else (rows for _, rows in scored)
+            bank = QueryBank.from_blocks(blocks, rep_len(split.gallery), config.qbnorm)
+            if self.config.save_scores:
+                self.save_bank(model, torch.cat(blocks))
+        return rescored_metrics(matrix, targets, config, bank, self.config.ties, self.config.v2t_rule)
+
+    def reranked(self, model: L.LightningModule, split: EvalSplit) -> dict[str, float]:
+        """`rerank/t2v/...` and `rerank/recall_ceiling` of every process's queries (`reranking.rerank_split`
+        of this process's, merged)."""
+        config = self.config.rerank
+        assert config is not None
+        if split.retriever is None:
+            raise ValueError(f"evaluation.rerank: {type(model).__name__} collects no retriever vectors")
+        local = rerank_split(
+            model.head,
+            split.text,
+            split.gallery,
+            split.retriever,
+            split.targets,
+            config.k,
+            self.config.ties,
+            self.config.memory_mb,
+        )
+        merged = self.merge_queries(model, split, {"ranks": local.ranks, "inside": local.inside.double()})
+        return RerankResult(merged["ranks"].cpu(), merged["inside"].cpu() > 0, local.k).metrics()
+
+    def analyses(self, model: L.LightningModule, split: EvalSplit, ranks: torch.Tensor) -> dict[str, float]:
+        """The `AnalysesConfig` of every process's queries against the whole gallery: the per-query values
+        and Avg-Event hits of this process's queries merged, then the query variants scored
+        (`lit_retrieval.modules.analyses`)."""
+        config = self.config.analyses
+        assert config is not None
+        device, ties, events = split.index.device, self.config.ties, split.events
+        count = getattr(model, "query_token_counts", None)
+        per_query = per_query_values(events, ranks, split.attributes["duration"], config, count, type(model).__name__)
+        if config.avg_event:
+            singles, owner = single_event_queries(events, device)
+            single_ranks = [
+                text_to_video_ranks(scores, split.targets[owner[rows]], ties)
+                for rows, scores in self.encoded_rows(model, singles, split.gallery)
+            ]
+            per_query["avg_event"] = avg_event_hits(torch.cat(single_ranks).to(device), owner, len(events))
+        out = merged_analyses(self.merge_queries(model, split, per_query), config)
+        for name, (variant_events, mode) in query_variants(events, split.index, config).items():
+            metric = RetrievalMetrics(ties, self.config.v2t_rule).to(device)
+            for rows, scores in self.encoded_rows(model, variant_events, split.gallery, mode):
+                metric.update(scores, split.targets[rows], split.index[rows])
+            out.update({f"{name}/{k}": v for k, v in metric.compute().items()})
+        return out
 
     @staticmethod
     def with_shapes(model: L.LightningModule, batches: list[EvalBatch]) -> list[EvalBatch]:
@@ -407,7 +489,7 @@ class RetrievalEvaluator:
     def query_bank(self, model: L.LightningModule, size: int) -> Any:
         """Text representations of `size` queries of the training split (seeded draw), the bank of
         test-time calibrations such as UCoFiA's SK-norm and of QB-Norm's re-scoring
-        (`lit_retrieval.modules.rescoring`); never the evaluated split."""
+        (`rescored`); never the evaluated split."""
         datasets = getattr(model.trainer.datamodule, "datasets", {}) if model.trainer is not None else {}
         if "train" not in datasets:
             raise ValueError("the head's calibration needs the training split as its query bank (data.train_split)")
@@ -442,7 +524,9 @@ class RetrievalEvaluator:
         device = split.index.device
         per_query = {"num_events": torch.tensor([len(e) for e in split.events], dtype=torch.long, device=device)}
         if hasattr(model, "query_token_counts"):
-            per_query["query_tokens"] = query_tokens(model, split.events, device)
+            per_query["query_tokens"] = token_counts(
+                split.events, model.query_token_counts, device, type(model).__name__
+            )
         counts = {name: values.tolist() for name, values in self.merge_queries(model, split, per_query).items()}
         flags: dict[str, Any] = {}
         relational = self.config.relational

@@ -1,54 +1,43 @@
-"""Retrieve-then-rerank on `test` (`evaluation.rerank`), the evaluator's side: the retriever's
-vectors of each batch (`retriever_reps`: CLIP4Clip's meanP, parameter-free and indexable, on the
-module's own text and frame features), the head's scores of each query's candidates
-(`candidate_scorer`), and the re-ranked metrics merged over processes (`reranked`); the ranks
-themselves are `lit_retrieval.metrics.rerank`'s."""
+"""Retrieve-then-rerank on `test` (`evaluation.rerank`), as functions of plain inputs the evaluator calls:
+the retriever's vectors of a batch (`retriever_reps`: CLIP4Clip's meanP, parameter-free and indexable,
+on the module's own text and frame features), the head's scores of each query's candidates
+(`candidate_scorer`), and the ranks of one process's queries (`rerank_split`); the evaluator merges
+them over processes. The ranks themselves are `lit_retrieval.metrics.rerank`'s."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import lightning as L
 import torch
 
+from lit_retrieval.metrics.ranking import Ties
 from lit_retrieval.metrics.rerank import CandidateScorer, RerankResult, rerank_ranks
 from lit_retrieval.models.heads.base import SimilarityHead, map_rep, rep_device
 from lit_retrieval.models.heads.meanp import MeanPHead
 from lit_retrieval.precision import full_precision, full_precision_scoring
 
-if TYPE_CHECKING:  # the evaluator calls this module
-    from lit_retrieval.modules.evaluation import EvalSplit, RetrievalEvaluator
 
-
-def retriever_reps(
-    evaluator: RetrievalEvaluator, model: L.LightningModule, batch: dict[str, Any], stage: str
-) -> dict[str, torch.Tensor] | None:
-    """With `rerank` on `test`, the retriever's unit vectors of a batch's queries and videos:
-    CLIP4Clip's meanP (parameter-free, indexable) on the module's own text and frame features,
-    encoded in the evaluation's precision; `None` otherwise."""
-    if evaluator.config.rerank is None or stage != "test":
-        return None
+def retriever_reps(text: torch.Tensor, video: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The retriever's unit vectors of a batch's queries and videos: CLIP4Clip's meanP on the
+    module's text features and per-frame video features."""
     meanp = MeanPHead()
-    with evaluator.encoding(model):
-        text = model.encode_queries(batch["events"])
-        video = model.encoder.encode_video(batch["frames"], batch["frame_mask"])
     return {"text": meanp.encode_text(text), "video": meanp.encode_video(video)}
 
 
-def reranked(evaluator: RetrievalEvaluator, model: L.LightningModule, split: EvalSplit) -> dict[str, float]:
-    """`rerank/t2v/...` and `rerank/recall_ceiling` of this process's queries (the retriever's
-    top K scored by the head), merged over processes."""
-    config, evaluation = evaluator.config.rerank, evaluator.config
-    assert config is not None
-    if split.retriever is None:
-        raise ValueError(f"evaluation.rerank: {type(model).__name__} collects no retriever vectors")
-    scorer = candidate_scorer(model.head, split.text, split.gallery, evaluation.budget_bytes)
-    retriever_text, retriever_gallery = split.retriever["text"], split.retriever["video"]
-    local = rerank_ranks(
-        retriever_text, retriever_gallery, split.targets, scorer, config.k, evaluation.ties, evaluation.memory_mb
-    )
-    merged = evaluator.merge_queries(model, split, {"ranks": local.ranks, "inside": local.inside.double()})
-    return RerankResult(merged["ranks"].cpu(), merged["inside"].cpu() > 0, local.k).metrics()
+def rerank_split(
+    head: SimilarityHead,
+    text: Any,
+    gallery: Any,
+    retriever: dict[str, torch.Tensor],
+    targets: torch.Tensor,
+    k: int,
+    ties: Ties,
+    memory_mb: int,
+) -> RerankResult:
+    """The ranks of one process's queries (`text`, `retriever["text"]`) when the retriever's top `k`
+    of the gallery (`retriever["video"]`, the head's `gallery`) are re-scored by `head`."""
+    scorer = candidate_scorer(head, text, gallery, memory_mb * 2**20)
+    return rerank_ranks(retriever["text"], retriever["video"], targets, scorer, k, ties, memory_mb)
 
 
 def candidate_scorer(head: SimilarityHead, text: Any, gallery: Any, budget_bytes: int) -> CandidateScorer:

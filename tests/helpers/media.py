@@ -127,11 +127,11 @@ def torchcodec_or_skip() -> None:
 
     import pytest
 
-    from lit_retrieval.data.media.torchcodec_decoder import require_torchcodec
+    from lit_retrieval.data.media.torchcodec_decoder import require
     from lit_retrieval.errors import ConfigError
 
     try:
-        require_torchcodec()
+        require()
     except ConfigError as err:
         if os.environ.get("CI"):
             pytest.fail(str(err))

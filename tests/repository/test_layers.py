@@ -379,3 +379,46 @@ def test_the_mirror_check_catches_a_stray_folder_a_helper_and_a_test_import(tmp_
         "tests/data/media/test_video.py:1: imports a test file",
         "tests/data/media/video_files.py: not a test file (shared code goes to tests/helpers/)",
     ]
+
+
+# The decoders' floor inside `data/media/` (docs/architecture.md, "The data layer"): `decoding.py` (the error
+# type, the backend protocol and the names) imports no other media module; a backend imports of media only
+# that floor; the sampler reaches a backend by name (`decoding.BACKENDS`), never by an import of it.
+DECODING_FLOOR = "lit_retrieval.data.media.decoding"
+
+
+def decoder_floor_problems(root: Path = PACKAGE) -> list[str]:
+    """Imports that break the decoders' floor, as `file:line: module -> module`."""
+    from lit_retrieval.data.media.decoding import BACKENDS
+
+    media = root / "data" / "media"
+    backends = {name.rpartition(".")[2] for name in BACKENDS.values()}
+    problems = []
+    for path in sorted(media.glob("*.py")):
+        for target, line in imported_modules(path, root):
+            if not target.startswith("lit_retrieval.data.media.") or target == module_name(path, root):
+                continue
+            floor_breach = path.stem == "decoding" or (path.stem in backends and target != DECODING_FLOOR)
+            if floor_breach or target.rpartition(".")[2] in backends:
+                problems.append(f"{path}:{line}: {module_name(path, root)} -> {target}")
+    return problems
+
+
+def test_the_decoders_stand_on_one_floor():
+    assert decoder_floor_problems() == []
+
+
+def test_the_decoder_floor_check_catches_a_loop(tmp_path):
+    """The check itself: the loop the floor removed (sampler <-> backend) and a floor that climbs are refused."""
+    media = tmp_path / "lit_retrieval" / "data" / "media"
+    media.mkdir(parents=True)
+    (media / "video.py").write_text("def f():\n    from lit_retrieval.data.media.torchcodec_decoder import g\n")
+    (media / "torchcodec_decoder.py").write_text("from lit_retrieval.data.media.video import VideoDecodeError\n")
+    (media / "decoding.py").write_text("from lit_retrieval.data.media.shots import x\n")
+    root = tmp_path / "lit_retrieval"
+    assert decoder_floor_problems(root) == [
+        f"{media / 'decoding.py'}:1: lit_retrieval.data.media.decoding -> lit_retrieval.data.media.shots",
+        f"{media / 'torchcodec_decoder.py'}:1: lit_retrieval.data.media.torchcodec_decoder -> "
+        "lit_retrieval.data.media.video",
+        f"{media / 'video.py'}:2: lit_retrieval.data.media.video -> lit_retrieval.data.media.torchcodec_decoder",
+    ]

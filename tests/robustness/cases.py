@@ -1406,9 +1406,16 @@ def shots_case(name: str, build_argv: Callable[[Path], tuple[list[str], Path]], 
     CASES.append(Case("shots", name, build, subprocess))
 
 
-def shots_config(tmp: Path, content: str) -> tuple[list[str], Path]:
+QUICKSTART = Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml"
+
+
+def shots_config(tmp: Path, content: str | None) -> tuple[list[str], Path]:
+    """`shots --config` on the quick-start training config, with `content` as a second config file
+    (None: the quick-start config alone, which has no `data.shots`)."""
+    if content is None:
+        return ["--config", str(QUICKSTART), str(one_video(tmp))], QUICKSTART
     (tmp / "train.yaml").write_text(content)
-    return ["--config", str(tmp / "train.yaml"), str(one_video(tmp))], tmp / "train.yaml"
+    return ["--config", str(QUICKSTART), "--config", str(tmp / "train.yaml"), str(one_video(tmp))], tmp / "train.yaml"
 
 
 shots_case(
@@ -1425,14 +1432,17 @@ shots_case(
     lambda tmp: (["--config", str(tmp / "absent.yaml"), str(one_video(tmp))], tmp / "absent.yaml"),
     "No such file",
 )
-shots_case("--config not YAML", lambda tmp: shots_config(tmp, "data: [unclosed\n"), "not valid YAML")
-shots_case(
-    "--config without data.shots", lambda tmp: shots_config(tmp, "data: {init_args: {}}\n"), "no data.shots section"
-)
+shots_case("--config not YAML", lambda tmp: shots_config(tmp, "data: [unclosed\n"), "Problems parsing config")
+shots_case("--config without data.shots", lambda tmp: shots_config(tmp, None), "no data.shots section")
 shots_case(
     "--config unknown shots key",
-    lambda tmp: shots_config(tmp, "data: {shots: {detectr: {}}}\n"),
-    "unknown data.shots keys",
+    lambda tmp: shots_config(tmp, "data: {init_args: {shots: {detectr: {}}}}\n"),
+    "'data.init_args.shots.detectr'",
+)
+shots_case(
+    "--config unknown detector setting",
+    lambda tmp: shots_config(tmp, "data: {init_args: {shots: {detector: {treshold: 3}}}}\n"),
+    "treshold",
 )
 shots_case(
     "--on-error raise, garbage video",

@@ -27,7 +27,8 @@ from lit_retrieval.data.media.frame_cache import CacheJob, FrameCache
 from lit_retrieval.data.media.identity import file_path
 from lit_retrieval.data.media.normalize import CLIP_MEAN, CLIP_STD, NormalizeFrames
 from lit_retrieval.data.media.shots import ShotConfig, Shots, detect_many
-from lit_retrieval.data.media.video import SamplingSpec
+from lit_retrieval.data.media.decoding import BUILTIN_DECODER, Decoder, check_decoder
+from lit_retrieval.data.media.video import SamplingSpec, decoder_backend
 from lit_retrieval.data.records import AnnotationError, VideoRecord
 from lit_retrieval.errors import ConfigError, check_at_least
 
@@ -63,7 +64,7 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
             indexing large galleries fast, see docs/datasets.md for its measured cost).
         decoder: `pyav`, or `torchcodec` (the optional `torchcodec` extra and FFmpeg's shared
             libraries; `exact` sampling): the same frames at the original size, decoded by torchcodec
-            (`lit_retrieval.data.media.torchcodec_decoder`; docs/datasets.md compares the two).
+            (a backend of `lit_retrieval.data.media.decoding`; docs/datasets.md compares the two).
         holdout_val: move this fraction of the training videos (seeded by `shuffle_seed`) into
             the `val_split`, for datasets without a validation split (SALI Sec. 4: 10% on
             ActivityNet). Records sharing a video file move together.
@@ -100,7 +101,7 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
         shots: ShotConfig | None = None,
         trim_to_annotation: bool = False,
         sampling: Literal["exact", "keyframe"] = "exact",
-        decoder: Literal["pyav", "torchcodec"] = "pyav",
+        decoder: Decoder = "pyav",
         holdout_val: float = 0.0,
         allow_split_overlap: bool = False,
         frame_cache: str | None = None,
@@ -154,15 +155,10 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
     def _check_decoder(decoder: str, sampling: str) -> None:
         """Refuse an unknown decoder, torchcodec with keyframe sampling, or torchcodec missing (with
         what to install) when the config is parsed, not in the first DataLoader worker."""
-        if decoder not in ("pyav", "torchcodec"):
-            raise ConfigError(f"data.decoder must be 'pyav' or 'torchcodec', got {decoder!r}")
-        if decoder == "torchcodec":
-            if sampling != "exact":
-                raise ConfigError("data.decoder 'torchcodec' samples exact frames; use data.sampling: exact")
-            from lit_retrieval.data.media.torchcodec_decoder import require_torchcodec
-
+        check_decoder(decoder, sampling, option="data.decoder")
+        if decoder != BUILTIN_DECODER:
             try:
-                require_torchcodec()
+                decoder_backend(decoder).require()
             except ConfigError as err:
                 raise ConfigError(f"data.{err}") from None
 

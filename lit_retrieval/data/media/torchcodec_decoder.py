@@ -1,4 +1,5 @@
-"""torchcodec as the sampler's decoder (`SamplingSpec.decoder: torchcodec`, `data.decoder` in a config).
+"""torchcodec as the sampler's decoder (`SamplingSpec.decoder: torchcodec`, `data.decoder` in a config): a
+backend of `decoding.BACKENDS`, implementing `decoding.DecoderBackend` (`require`, `frames_played_at`).
 
 `video.sample_video` still reads the span, the targets and the truncation checks from PyAV's packet
 timestamps (nothing decoded); this module decodes the frames played at those targets with
@@ -18,7 +19,7 @@ YUV frame while converting it: the same geometry and crop, pixels that differ by
 interpolation (docs/datasets.md gives the measured difference).
 
 torchcodec loads FFmpeg's shared libraries at run time (it bundles none): without torchcodec, or
-without the libraries, `require_torchcodec` raises a one-line `ConfigError` saying what to install.
+without the libraries, `require` raises a one-line `ConfigError` saying what to install.
 Decoders are opened per call with one FFmpeg thread each (torchcodec's default; DataLoader workers
 decode in parallel), so the sampler stays safe in worker processes.
 """
@@ -32,6 +33,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from lit_retrieval.data.media.decoding import VideoDecodeError
 from lit_retrieval.errors import ConfigError
 
 INSTALL_EXTRA = "pip install 'lit-retrieval[torchcodec]'"
@@ -45,7 +47,7 @@ def _first_line(err: BaseException) -> str:
     return lines[0] if lines else type(err).__name__
 
 
-def require_torchcodec() -> Any:
+def require() -> Any:
     """torchcodec's `VideoDecoder` class, or a one-line `ConfigError` saying what to install.
 
     `import torchcodec` succeeds without FFmpeg (its image decoders need none); the video ops then
@@ -92,7 +94,7 @@ def open_decoder(
     """A torchcodec `VideoDecoder` of `source` (a path or an open file) in exact seek mode, NHWC
     uint8 RGB frames, resized on decode (short side to `size`, `torchcodec.transforms.Resize`) when
     `size` is given; `geometry`: the stream's (width, height) when known, else read from the header."""
-    decoder_class = require_torchcodec()
+    decoder_class = require()
     kwargs: dict[str, Any] = {"seek_mode": "exact", "dimension_order": "NHWC", "device": device}
     if size is not None:
         from torchcodec.transforms import Resize
@@ -117,10 +119,8 @@ def frames_played_at(
     `_resize_rgb` (short side, then the centre `size x size`; `geometry` as `open_decoder`).
     `device="cuda"` decodes with NVDEC (frames come back to the CPU). torchcodec's errors are
     `VideoDecodeError`s naming the file."""
-    from lit_retrieval.data.media.video import VideoDecodeError
-
     wanted = np.asarray(times, dtype=np.float64) + TARGET_SLACK_S
-    require_torchcodec()  # first: its refusal is a ConfigError (a ValueError), never the file's VideoDecodeError
+    require()  # first: its refusal is a ConfigError (a ValueError), never the file's VideoDecodeError
     try:
         with _source(path) as source:
             decoder = open_decoder(source, size, device, geometry)

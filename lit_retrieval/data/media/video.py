@@ -24,9 +24,9 @@ What is sampled is a `SamplingSpec` (all parameters that decide the returned fra
 - sampling `keyframe` decodes only the key frame at or before each target (one seek and at most one
   decode per target; a key frame shared by consecutive targets is decoded once and repeated).
   Approximate: a frame up to one GOP early, much faster on long GOPs.
-- decoder `pyav` decodes as above; `torchcodec` (optional, `torchcodec_decoder`) decodes the same
-  `exact` targets with torchcodec's `get_frames_played_at` (targets, span and errors still come from
-  the packet reads above), frame-identical at the original size.
+- decoder `pyav` decodes as above; any other name is a backend of `decoding.BACKENDS` (`torchcodec`,
+  optional: `torchcodec_decoder`), which decodes the same `exact` targets (targets, span and errors still
+  come from the packet reads above); torchcodec's frames are identical to PyAV's at the original size.
 
 Seeking lands on the key frame whose *decode* time precedes the target; with B-frames or an open GOP
 that frame may be presented after the target, so the sampler then seeks further back. Frames are
@@ -37,30 +37,37 @@ call, so the sampler is safe inside DataLoader workers.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 import av
 import numpy as np
 
-from lit_retrieval.errors import ConfigError, InputError
+from lit_retrieval.data.media.decoding import (
+    BUILTIN_DECODER,
+    BACKENDS,
+    Decoder,
+    DecoderBackend,
+    VideoDecodeError,
+    check_decoder,
+)
+from lit_retrieval.errors import ConfigError
 
 Targets = Literal["bin_centres", "linspace_frames"]
 Sampling = Literal["exact", "keyframe"]
-Decoder = Literal["pyav", "torchcodec"]
 TRUNCATION_TOLERANCE_S = 1.0  # a declared end this far (or 2 frame intervals) past the last frame: truncated
 
 
-class VideoDecodeError(InputError, RuntimeError):  # InputError: `lit-retrieval` reports it in one line
-    """A video could not be decoded; the message names the file and the reason."""
+__all__ = ["Decoder", "FrameSample", "SamplingSpec", "VideoDecodeError", "decoder_backend", "sample_frames"]
 
-    def __init__(self, path: str | Path, reason: str) -> None:
-        super().__init__(f"{path}: {reason}")
-        self.path = str(path)
-        self.reason = reason
+
+def decoder_backend(name: str) -> DecoderBackend:
+    """The backend module of decoder `name` (`decoding.BACKENDS`), imported when first chosen."""
+    return cast(DecoderBackend, importlib.import_module(BACKENDS[name]))
 
 
 @dataclass(frozen=True)
@@ -75,8 +82,8 @@ class SamplingSpec:
         sampling: `exact` (the frame at each target) or `keyframe` (the key frame at or before it).
         frame_multiple: `linspace_frames` rounds the frame count down to this multiple
             (Qwen2.5-VL's temporal patch: 2).
-        decoder: `pyav`, or `torchcodec` (the optional extra; `exact` sampling only): the same
-            frames, decoded by torchcodec (`lit_retrieval.data.media.torchcodec_decoder`).
+        decoder: `pyav`, or a backend of `decoding.BACKENDS` (`exact` sampling only), e.g. `torchcodec`
+            (the optional extra): the same frames, decoded by torchcodec.
     """
 
     num_frames: int
@@ -97,10 +104,7 @@ class SamplingSpec:
             raise ConfigError(f"sampling must be 'exact' or 'keyframe', got {self.sampling!r}")
         if self.frame_multiple < 1:
             raise ConfigError(f"frame_multiple must be >= 1, got {self.frame_multiple}")
-        if self.decoder not in ("pyav", "torchcodec"):
-            raise ConfigError(f"decoder must be 'pyav' or 'torchcodec', got {self.decoder!r}")
-        if self.decoder == "torchcodec" and self.sampling != "exact":
-            raise ConfigError("decoder 'torchcodec' samples exact frames; keyframe sampling is PyAV's (decoder: pyav)")
+        check_decoder(self.decoder, self.sampling)
 
 
 @dataclass
@@ -401,16 +405,14 @@ def sample_video(
         else:
             wanted, fps_scale = _linspace_targets(stream, a0, a1, spec, path)
         geometry = (stream.stream.codec_context.width, stream.stream.codec_context.height)
-        if spec.decoder == "torchcodec":
-            chosen = None  # decoded below, by torchcodec
+        if spec.decoder != BUILTIN_DECODER:
+            chosen = None  # decoded below, by the backend
         elif spec.sampling == "exact":
             chosen = _collect_exact(stream, wanted, seek_threshold, spec.size, path)
         else:
             chosen = _collect_keyframes(stream, wanted, spec.size, path)
     if chosen is None:
-        from lit_retrieval.data.media.torchcodec_decoder import frames_played_at
-
-        chosen = frames_played_at(path, wanted, spec.size, geometry=geometry)
+        chosen = decoder_backend(spec.decoder).frames_played_at(path, wanted, spec.size, geometry=geometry)
     frames = [rgb for _, rgb in chosen]
     times = [time - span.first for time, _ in chosen]
     sampled_fps = len(frames) * fps_scale if fps_scale is not None else len(frames) / (t1 - t0)

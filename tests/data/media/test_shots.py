@@ -2,6 +2,7 @@
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -81,14 +82,28 @@ def test_failures_follow_the_policy_and_finished_videos_stay_cached(cut_videos, 
 
 def test_shots_command_reads_the_training_config_and_writes_json(cut_videos, tmp_path, capsys):
     root, _ = cut_videos
-    config = tmp_path / "train.yaml"
+    config = tmp_path / "shots.yaml"  # a second config over a training config, as `fit` composes them
     config.write_text(
         f"data:\n  init_args:\n    shots: {{cache_dir: {tmp_path / 'c'}, "
         "detector: {detector: content, threshold: 30.0}}\n"
     )
+    training = Path(__file__).resolve().parents[3] / "configs" / "quickstart.yaml"
     out = tmp_path / "shots.json"
     with pytest.raises(SystemExit) as exit_info:
-        main(["shots", "--dir", str(root), "--config", str(config), "--out", str(out), "--workers", "2"])
+        main(
+            [
+                "shots",
+                "--dir",
+                str(root),
+                "--config",
+                str(training),
+                "--config",
+                str(config),
+                "--out",
+                str(out),
+                "--workers=2",
+            ]
+        )
     assert exit_info.value.code == 0
     printed = capsys.readouterr().out
     assert "failed: " in printed and "broken.mp4" in printed and "'threshold': 30.0" in printed

@@ -135,7 +135,7 @@ def test_corrupt_files_are_decode_errors_naming_them(torchcodec_ready, videos, t
 def test_keyframe_sampling_and_unknown_decoders_are_refused():
     with pytest.raises(ConfigError, match="decoder 'torchcodec' samples exact frames"):
         SamplingSpec(4, sampling="keyframe", decoder="torchcodec")
-    with pytest.raises(ConfigError, match="decoder must be 'pyav' or 'torchcodec', got 'opencv'"):
+    with pytest.raises(ConfigError, match="decoder must be one of 'pyav', 'torchcodec', got 'opencv'"):
         SamplingSpec(4, decoder="opencv")
 
 
@@ -174,7 +174,7 @@ def test_the_data_module_passes_the_decoder_to_every_item(torchcodec_ready, corp
     from lit_retrieval.data.batching.dataset import MultiEventDataset
     from lit_retrieval.data.datasets.canonical import MultiEventDataModule
 
-    with pytest.raises(ConfigError, match="data.decoder must be 'pyav' or 'torchcodec'"):
+    with pytest.raises(ConfigError, match="data.decoder must be one of 'pyav', 'torchcodec'"):
         MultiEventDataModule(str(corpus / "annotations.json"), decoder="opencv")
     with pytest.raises(ConfigError, match="data.decoder 'torchcodec' samples exact frames"):
         MultiEventDataModule(str(corpus / "annotations.json"), decoder="torchcodec", sampling="keyframe")
