@@ -38,7 +38,7 @@ from lit_retrieval.modules.objectives import StepTexts, TrainingObjectives, rena
 from lit_retrieval.modules.optim import OptimConfig, build_optimizer, build_scheduler, parameter_groups
 from lit_retrieval.modules.query_encoding import encode_multi_event, query_token_counts
 from lit_retrieval.modules.reranking import retriever_reps
-from lit_retrieval.modules.rng import rng_states, set_rng_states
+from lit_retrieval.modules.rng import process_device, rng_states, set_rng_states
 
 # Config dataclasses in the checkpoint's hyper-parameters load under torch.load's weights_only=True.
 torch.serialization.add_safe_globals(
@@ -227,7 +227,7 @@ class DualEncoderRetrieval(L.LightningModule):
         self._eval_end("test")
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["rng_states"] = rng_states()
+        checkpoint["rng_states"] = rng_states(process_device(self)[2])
         record_head(checkpoint, self.head)
 
     def refuse_checkpoint(self, checkpoint: dict[str, Any], path: str, other_class_only: bool = False) -> None:
@@ -239,7 +239,7 @@ class DualEncoderRetrieval(L.LightningModule):
         """Refuses a checkpoint of another head (`refuse_checkpoint`), then restores the random states."""
         self.refuse_checkpoint(checkpoint, str(getattr(self._trainer, "ckpt_path", None) or "the checkpoint"))
         if "rng_states" in checkpoint:  # dropout and sampling continue as in an uninterrupted run
-            set_rng_states(checkpoint["rng_states"])
+            set_rng_states(checkpoint["rng_states"], *process_device(self))
 
     def configure_optimizers(self):
         backbone = {f"encoder.{n}" for n in self.encoder.backbone_parameter_names()}
