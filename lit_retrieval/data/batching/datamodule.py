@@ -22,7 +22,7 @@ from lit_retrieval.data.bad_records import BadRecordPolicy, RecordCollector
 from lit_retrieval.data.batching.dataset import MultiEventDataset, collate_items
 from lit_retrieval.data.batching.resume import EpochPosition
 from lit_retrieval.data.batching.samplers import EpochShuffle
-from lit_retrieval.data.batching.workers import worker_init_fn
+from lit_retrieval.data.batching.workers import pins_memory, worker_init_fn
 from lit_retrieval.data.media.cache_plan import Plan, WindowSampler, sorted_unique
 from lit_retrieval.data.media.frame_cache import CacheJob, FrameCache
 from lit_retrieval.data.media.identity import file_path
@@ -341,6 +341,7 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
             drop_last=train,
             num_workers=self.num_workers,
             collate_fn=collate_items,
+            pin_memory=pins_memory(self.trainer),
             persistent_workers=self.num_workers > 0,
             generator=torch.Generator().manual_seed(self.shuffle_seed),  # worker seeds never touch the global RNG
             worker_init_fn=worker_init_fn(),  # workers leave SIGTERM/SIGINT/SIGUSR1 to the main process
