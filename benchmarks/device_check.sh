@@ -54,6 +54,12 @@ if [ "${GRAD_CACHE:-$GC_DEFAULT}" != 0 ]; then
   "$PY" benchmarks/grad_cache.py "${GC_ARGS[@]}" | tee "$(dirname "$OUT")/grad_cache.json" \
     || echo "grad_cache benchmark failed" >&2
 fi
+# host-to-device time of one MELON step's frames: float32 pageable, float32 pinned, uint8 pinned normalised on
+# the GPU (the recipes' default); not with --cpu, where pinning has no CUDA device to pin for
+if [ "${1:-}" != "--cpu" ]; then
+  "$PY" benchmarks/loader_throughput.py --h2d-only | tee "$(dirname "$OUT")/host_to_device.json" \
+    || echo "host-to-device benchmark failed" >&2
+fi
 if [ "${1:-}" = "--cpu" ] || [ "${DECODERS:-1}" = 0 ]; then
   echo "decoders NVDEC: skipped (--cpu or DECODERS=0)" >&2
 else

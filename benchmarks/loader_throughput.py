@@ -11,9 +11,11 @@ GVE, a DataLoader over the sampling `GVEProcessing.load_video` runs (`sample_cli
 cache). Rates exclude each worker's first item
 (its start-up). `cpu_s_per_video` is the CPU time one item costs (all threads, measured in one
 process; 1 / it is the rate of one dedicated core, whatever else the machine runs). The cache's size
-per video and the JPEG cache's PSNR against the exact frames are reported too. Prints one JSON line.
+per video and the JPEG cache's PSNR against the exact frames are reported too, and the host-to-device
+time of one MELON step's frames (float32 pageable, float32 pinned, uint8 pinned normalised on the
+GPU; bytes only without CUDA). Prints one JSON line.
 
-    nice -n 10 python benchmarks/loader_throughput.py [--videos 4] [--workers 1] [--quick]
+    nice -n 10 python benchmarks/loader_throughput.py [--videos 4] [--workers 1] [--quick] [--h2d-only]
 """
 
 from __future__ import annotations
@@ -252,6 +254,45 @@ def measure_gve(root: Path, paths: list[Path], args) -> dict:
     return row
 
 
+def host_to_device(batch: int, frames: int, size: int, steps: int) -> dict:
+    """Host-to-device time per training step of one batch of frames `[batch, frames, 3, size, size]`:
+    float32 frames from pageable memory (no `normalize_on_device`, no pinning), float32 pinned, and
+    uint8 pinned normalised on the GPU (`normalize_on_device` with pinned loaders, the recipes'
+    default), timed with CUDA synchronisation over `steps` copies. Without CUDA only the bytes
+    per step are reported (pinning needs a CUDA device)."""
+    shape = (batch, frames, 3, size, size)
+    elements = int(np.prod(shape))
+    out: dict = {"batch": list(shape), "mb_per_step": {"float32": elements * 4 / 1e6, "uint8": elements / 1e6}}
+    if not torch.cuda.is_available():
+        out["seconds_per_step"] = None
+        out["why"] = "no CUDA device here: host-to-device time is measured where torch.cuda.is_available()"
+        return out
+    device = torch.device("cuda")
+    mean = torch.tensor([0.481, 0.458, 0.408], device=device).view(1, 1, 3, 1, 1)
+    std = torch.tensor([0.269, 0.261, 0.276], device=device).view(1, 1, 3, 1, 1)
+    uint8 = torch.randint(0, 256, shape, dtype=torch.uint8)
+    cases = {
+        "float32_pageable": (torch.rand(shape), None),
+        "float32_pinned": (torch.rand(shape).pin_memory(), None),
+        "uint8_pinned_normalised_on_gpu": (uint8.pin_memory(), lambda x: (x.float() / 255 - mean) / std),
+    }
+    seconds = {}
+    for name, (host, after) in cases.items():
+        for timed in (False, True):  # a first untimed copy allocates the device memory
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(steps if timed else 1):
+                moved = host.to(device, non_blocking=True)
+                if after is not None:
+                    moved = after(moved)
+            torch.cuda.synchronize()
+        seconds[name] = (time.perf_counter() - start) / steps
+        del moved
+    out["seconds_per_step"] = seconds
+    out["device"] = torch.cuda.get_device_name()
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--videos", type=int, default=4, help="videos per geometry")
@@ -261,7 +302,14 @@ def main() -> None:
     parser.add_argument("--exact-repeats", type=int, default=2, help="passes over the videos when decoding on the fly")
     parser.add_argument("--cache-repeats", type=int, default=16, help="passes over the videos when reading the cache")
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 short video per geometry, few passes")
+    parser.add_argument(
+        "--h2d-only", action="store_true", help="only the host-to-device time per step (MELON's 16 x 64 x 224)"
+    )
     args = parser.parse_args()
+    h2d = host_to_device(16, 64, 224, 3 if args.quick else 10)
+    if args.h2d_only:
+        print(json.dumps({"benchmark": "loader_throughput", "host_to_device_melon_step": h2d}))
+        return
     geometries = QUICK_GEOMETRIES if args.quick else GEOMETRIES
     if args.quick:
         args.videos, args.exact_repeats, args.cache_repeats = 1, 1 + 2 * args.workers, 1 + 4 * args.workers
@@ -272,6 +320,7 @@ def main() -> None:
         "jpeg_quality": JPEG_QUALITY,
         "geometries": {name: geo.name for name, geo in geometries.items()},
         "unit": "videos/s per worker",
+        "host_to_device_melon_step": h2d,
     }
     with tempfile.TemporaryDirectory(dir=WORK if WORK.exists() else None) as tmp:
         for name, geo in geometries.items():

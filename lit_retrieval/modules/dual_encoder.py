@@ -37,7 +37,7 @@ from lit_retrieval.modules.nonfinite import NonFiniteGuard, NonFinitePolicy
 from lit_retrieval.modules.objectives import StepTexts, TrainingObjectives, rename_legacy_objective_keys
 from lit_retrieval.modules.optim import OptimConfig, build_optimizer, build_scheduler, parameter_groups
 from lit_retrieval.modules.query_encoding import encode_multi_event, query_token_counts
-from lit_retrieval.modules.rng import rng_states, set_rng_states
+from lit_retrieval.modules.rng import process_device, rng_states, set_rng_states
 
 # Config dataclasses in the checkpoint's hyper-parameters load under torch.load's weights_only=True.
 torch.serialization.add_safe_globals(
@@ -79,7 +79,8 @@ class DualEncoderRetrieval(L.LightningModule):
             run `text_chunk` / `video_chunk` rows at a time, the loss and gradients stay the
             full batch's. Every head whose representations are row-wise works (see `check_grad_cache`).
         recipe_batch: the paper's contrastive batch (pairs per step, over all ranks under
-            `cross_device`); a run whose batch differs warns once (`RecipeBatchCheck`).
+            `cross_device`); a run whose batch differs warns once (`RecipeBatchCheck`), and so does
+            one whose optimizer step averages another number of pairs (ranks x batch x accumulation).
     """
 
     def __init__(
@@ -110,6 +111,7 @@ class DualEncoderRetrieval(L.LightningModule):
         self.objectives = TrainingObjectives(head, average_directions, mea, event_loss, cross_device)
         self.grad_cache = grad_cache
         self.recipe_batch = RecipeBatchCheck("model.recipe_batch", recipe_batch)
+        self.optimizer_batch = RecipeBatchCheck("model.recipe_batch", recipe_batch, "pairs per optimizer step")
         if grad_cache is not None:
             check_grad_cache(head)
         self.evaluator = RetrievalEvaluator(evaluation or EvaluationConfig())
@@ -179,10 +181,11 @@ class DualEncoderRetrieval(L.LightningModule):
         self._count_skipped(batch)
         self.log("data/skipped_videos", float(self.skipped_videos), on_step=True, reduce_fx="max")
         size = len(batch["events"])
-        if size < 2:  # nothing to contrast against: skip the step
+        if not self._contrastable(size):
             return None
         world = distributed_world() if self.objectives.cross_device else 1
         self.recipe_batch.check(size * world, self.global_rank, f"{world} rank(s) x {size} pairs contrasted per step")
+        self._check_optimizer_batch(size)
         texts = self.objectives.texts(batch["events"], self.current_epoch, batch_idx, self.global_rank)
         step = self.objectives.score(self.head, texts, self.encode_texts(texts), self.encode_training_videos(batch))
         loss, terms = self.objectives(step)
@@ -194,6 +197,40 @@ class DualEncoderRetrieval(L.LightningModule):
         self.log("train/loss", loss, prog_bar=True, batch_size=size)
         self.log("train/logit_scale", self.head.logit_scale.detach(), batch_size=size)
         return {"loss": loss, "loss_value": loss.detach(), **terms.outputs}
+
+    def _contrastable(self, size: int) -> bool:
+        """Whether this step trains, decided alike on every rank (as `NonFiniteGuard`'s skip: a rank
+        that skipped alone left the others waiting for its gradients). A step needs a second pair to
+        contrast with: in the local batch, or under cross-device negatives in the gathered one, so
+        one local pair per rank trains (MELON's 16 pairs on 16 GPUs). The gather needs as many pairs
+        on every rank: a rank whose batch lost a video (`on_bad_video: skip`) makes every rank skip."""
+        world = distributed_world()
+        if world == 1:
+            return size >= 2
+        own = torch.tensor([size], device=self.head.logit_scale.device)
+        sizes = [torch.empty_like(own) for _ in range(world)]
+        torch.distributed.all_gather(sizes, own)
+        if self.objectives.cross_device:
+            return size > 0 and all(int(s) == size for s in sizes)
+        return all(int(s) >= 2 for s in sizes)
+
+    def _check_optimizer_batch(self, size: int) -> None:
+        """Warns once when one optimizer step averages another number of pairs than `recipe_batch`:
+        ranks x per-rank batch x gradient accumulation (without cross-device negatives each rank
+        contrasts its own batch, yet DDP averages all ranks' gradients into one step: 16 GPUs of 16
+        pairs take 16 times fewer steps per epoch than the paper's 16 at the same learning rate)."""
+        trainer = self._trainer
+        accumulation = trainer.accumulate_grad_batches if trainer is not None else 1
+        world = distributed_world()
+        if world * accumulation == 1:
+            return
+        self.optimizer_batch.check(
+            size * world * accumulation,
+            self.global_rank,
+            f"{world} rank(s) x {size} pairs x {accumulation} accumulated batch(es) per optimizer step; "
+            "keep the paper's steps per epoch with GPUs x per-GPU batch x accumulation = recipe_batch "
+            "(model.cross_device: true for its negatives across GPUs)",
+        )
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         self.head.clamp_logit_scale()
@@ -226,7 +263,7 @@ class DualEncoderRetrieval(L.LightningModule):
         self._eval_end("test")
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["rng_states"] = rng_states()
+        checkpoint["rng_states"] = rng_states(process_device(self)[2])
         record_head(checkpoint, self.head)
 
     def refuse_checkpoint(self, checkpoint: dict[str, Any], path: str, other_class_only: bool = False) -> None:
@@ -238,7 +275,7 @@ class DualEncoderRetrieval(L.LightningModule):
         """Refuses a checkpoint of another head (`refuse_checkpoint`), then restores the random states."""
         self.refuse_checkpoint(checkpoint, str(getattr(self._trainer, "ckpt_path", None) or "the checkpoint"))
         if "rng_states" in checkpoint:  # dropout and sampling continue as in an uninterrupted run
-            set_rng_states(checkpoint["rng_states"])
+            set_rng_states(checkpoint["rng_states"], *process_device(self))
 
     def configure_optimizers(self):
         backbone = {f"encoder.{n}" for n in self.encoder.backbone_parameter_names()}

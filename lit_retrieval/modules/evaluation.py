@@ -240,7 +240,7 @@ class RetrievalEvaluator:
         (`spans`) and the video's shot count; with `rerank`, the retriever's vectors
         (`retriever_vectors`)."""
         device = batch["frames"].device
-        attributes = {"duration": batch["duration"].to(device)}
+        attributes = {"duration": torch.as_tensor(batch["duration"], dtype=torch.float64, device=device)}
         if self.config.relational is not None:
             if "num_shots" not in batch:
                 raise ValueError("evaluation.relational needs each video's shot count: set `data.shots`")

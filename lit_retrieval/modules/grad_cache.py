@@ -177,8 +177,8 @@ class RecipeBatchCheck:
     `None` checks nothing. Reaching it on fewer GPUs: GPUs x per-GPU batch = recipe, the per-GPU
     batch fitting in memory through `grad_cache` chunks."""
 
-    def __init__(self, option: str, recipe: int | None) -> None:
-        self.option, self.recipe, self.warned = option, recipe, False
+    def __init__(self, option: str, recipe: int | None, what: str = "contrastive batch") -> None:
+        self.option, self.recipe, self.what, self.warned = option, recipe, what, False
 
     def check(self, actual: int, rank: int, how: str) -> None:
         if self.recipe is None or self.warned or actual == self.recipe:
@@ -186,10 +186,11 @@ class RecipeBatchCheck:
         self.warned = True
         if rank == 0:
             log.warning(
-                "%s is %d but this run has %d (%s): its contrastive batch differs from the paper's; "
+                "%s is %d but this run has %d (%s): its %s differs from the paper's; "
                 "reach it with GPUs x per-GPU batch, the batch fitting in memory with model.grad_cache chunks",
                 self.option,
                 self.recipe,
                 actual,
                 how,
+                self.what,
             )

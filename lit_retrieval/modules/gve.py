@@ -29,7 +29,7 @@ from lit_retrieval.modules.grad_cache import GradCacheConfig, QwenRowSplitter, R
 from lit_retrieval.modules.item_embedders import FrameInput, GVEItemEmbedder, ItemEmbedder
 from lit_retrieval.modules.nonfinite import NonFiniteGuard, NonFinitePolicy
 from lit_retrieval.modules.optim import OptimConfig, build_optimizer, build_scheduler, parameter_groups
-from lit_retrieval.modules.rng import rng_states, set_rng_states
+from lit_retrieval.modules.rng import process_device, rng_states, set_rng_states
 
 TRAIN_STATS = ("loss_value", "positive", "mean_score", "margin")
 
@@ -205,7 +205,7 @@ class GVERetrieval(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         keep = self.trainable_names()
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in keep}
-        checkpoint["rng_states"] = rng_states()
+        checkpoint["rng_states"] = rng_states(process_device(self)[2])
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         stored, expected = set(checkpoint["state_dict"]), self.trainable_names()
@@ -216,7 +216,7 @@ class GVERetrieval(L.LightningModule):
                 "(was it written with another LoRA setting or model?)"
             )
         if "rng_states" in checkpoint:  # LoRA dropout continues as in an uninterrupted run
-            set_rng_states(checkpoint["rng_states"])
+            set_rng_states(checkpoint["rng_states"], *process_device(self))
 
 
 def cosine_scores(query: torch.Tensor, gallery: torch.Tensor) -> torch.Tensor:

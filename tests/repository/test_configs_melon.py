@@ -43,6 +43,8 @@ TEMPME_LR = {"model.init_args.optim.head_lr": (6.0e-4, 1.0e-4)}
 CLIPPED = {"trainer.gradient_clip_val": (None, 1.0), "trainer.gradient_clip_algorithm": (None, "norm")}
 # Every row: the paper's batch recorded, warned about when a run's differs (issue 34).
 RECIPE = {"model.init_args.recipe_batch": (None, 16)}
+# Every row: frames cross to the GPU as uint8 and are normalised there (issue 57, item 10).
+ON_DEVICE = {"data.init_args.normalize_on_device": (False, True)}
 # +MEA rows: the baseline's training videos; one-event videos are no longer bad records (issue 36).
 BASELINE_DATA = {"data.init_args.min_events": (2, 1), "data.init_args.on_bad_record": ("skip", "raise")}
 
@@ -52,6 +54,7 @@ def changed(row: str) -> dict[str, tuple[Any, Any]]:
     return {
         **CLIPPED,
         **RECIPE,
+        **ON_DEVICE,
         **(TEMPME_LR if row.startswith("melon_tempme") else {}),
         **(BASELINE_DATA if row.endswith("_mea") else {}),
     }

@@ -6,6 +6,7 @@ split). Each dataset in `lit_retrieval.data.datasets` subclasses one of them wit
 from __future__ import annotations
 
 import logging
+import os
 from abc import ABC, abstractmethod
 from dataclasses import replace
 from functools import partial
@@ -21,12 +22,12 @@ from lit_retrieval.data.bad_records import BadRecordPolicy, RecordCollector
 from lit_retrieval.data.batching.dataset import MultiEventDataset, collate_items
 from lit_retrieval.data.batching.resume import EpochPosition
 from lit_retrieval.data.batching.samplers import EpochShuffle
-from lit_retrieval.data.batching.workers import worker_init_fn
+from lit_retrieval.data.batching.workers import pins_memory, worker_init_fn
 from lit_retrieval.data.media.cache_plan import Plan, WindowSampler, sorted_unique
 from lit_retrieval.data.media.frame_cache import CacheJob, FrameCache
 from lit_retrieval.data.media.identity import file_path
 from lit_retrieval.data.media.normalize import CLIP_MEAN, CLIP_STD, NormalizeFrames
-from lit_retrieval.data.media.shots import ShotConfig, Shots, detect_many
+from lit_retrieval.data.media.shots import ShotConfig, Shots, detect_many, uncached
 from lit_retrieval.data.media.decoding import BUILTIN_DECODER, Decoder, check_decoder
 from lit_retrieval.data.media.video import SamplingSpec, decoder_backend
 from lit_retrieval.data.records import AnnotationError, VideoRecord
@@ -189,6 +190,9 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
         if self.frame_cache:
             spec = SamplingSpec(self.num_frames, self.image_size, sampling=self.sampling, decoder=self.decoder)
             cache = FrameCache(self.frame_cache, MultiEventDataset.cache_params(spec, self.trim_to_annotation))
+        if self.shots is not None and self._world_size() > 1:
+            configured = set(self.splits.values())
+            self._refuse_uncached_shots([r for r in records if r.split in configured], video_root)
         for role, split in self.splits.items():
             if split is None:
                 continue
@@ -281,11 +285,40 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
         return [r for r, _ in kept], [s for _, s in kept]
 
     def prepare_data(self) -> None:
-        """Detect and cache the shots of every configured split once (process 0 under DDP), so
-        that `setup` on every process only reads the cache."""
-        if self.shots is not None:
+        """Detect and cache the shots of every configured split, so that `setup` only reads the
+        cache. In one process only: under several ranks the others would wait at Lightning's
+        barrier, whose timeout (30 min under NCCL) a large corpus outlasts; `setup` then refuses
+        videos the cache lacks (`_refuse_uncached_shots`)."""
+        if self.shots is not None and self._world_size() == 1:
             self.setup()
             self.datasets.clear()
+
+    def _world_size(self) -> int:
+        return self.trainer.world_size if self.trainer is not None else 1
+
+    def _refuse_uncached_shots(self, records: list[VideoRecord], video_root: Path) -> None:
+        """Under several ranks, a run whose videos' shots are not all cached ends on every rank (each
+        reads the same cache) in one line naming the `lit-retrieval shots` commands that detect them,
+        one process or a Slurm array; the missing videos are listed in the cache folder for `--list`."""
+        assert self.shots is not None
+        paths = [str(video_root / r.path) for r in records]
+        missing = uncached(paths, self.shots.detector, self.shots.cache_dir)
+        if not missing:
+            return
+        listing = Path(self.shots.cache_dir) / "uncached_videos.txt"
+        if self.trainer is None or self.trainer.global_rank == 0:
+            listing.parent.mkdir(parents=True, exist_ok=True)
+            partial = listing.with_suffix(f".{os.getpid()}.tmp")
+            partial.write_text("".join(f"{path}\n" for path in missing))
+            os.replace(partial, listing)
+        command = f"shots --config FIT.yaml --list {listing}"
+        raise ConfigError(
+            f"data.shots: {len(missing)} of {len(dict.fromkeys(paths))} video(s) have no shots in "
+            f"{self.shots.cache_dir} (first: {missing[0]}) and {self._world_size()} ranks do not detect them "
+            f"(the others would wait at a barrier that times out): detect them first with "
+            f"`lit-retrieval {command} --workers N`, or as a Slurm array with "
+            f'`lit-retrieval slurm array.sbatch --set COMMAND="{command}" SHARDS=16 ...`, then start again'
+        )
 
     def _loader(self, role: str, train: bool) -> DataLoader:
         if role not in self.datasets:
@@ -304,6 +337,7 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
             drop_last=train,
             num_workers=self.num_workers,
             collate_fn=collate_items,
+            pin_memory=pins_memory(self.trainer),
             persistent_workers=self.num_workers > 0,
             generator=torch.Generator().manual_seed(self.shuffle_seed),  # worker seeds never touch the global RNG
             worker_init_fn=worker_init_fn(),  # workers leave SIGTERM/SIGINT/SIGUSR1 to the main process

@@ -13,6 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from torch.utils.data import Dataset
 
@@ -120,7 +121,12 @@ class MultiEventDataset(Dataset):
 
 
 def collate_items(items: list[dict[str, Any]]) -> dict[str, Any]:
-    """Stack good items; bad ones are listed under `skipped` (may leave an empty batch)."""
+    """Stack good items; bad ones are listed under `skipped` (may leave an empty batch).
+
+    Only the model's inputs (`frames`, `frame_mask`, `frame_shots`) and integer fields are tensors: a
+    precision plugin casts every floating tensor of a batch (DeepSpeed's bf16 made 299 s of
+    `duration` 300 s, moving videos across MELON's length slices), so the metadata stays out of it,
+    `duration` as float seconds and `frame_times` as a float64 array `[B, T]`."""
     good = [item for item in items if "error" not in item]
     batch: dict[str, Any] = {
         "index": torch.tensor([item["index"] for item in good], dtype=torch.long),
@@ -128,9 +134,10 @@ def collate_items(items: list[dict[str, Any]]) -> dict[str, Any]:
         "events": [item["events"] for item in good],
         "skipped": [item["error"] for item in items if "error" in item],
         "skipped_index": torch.tensor([item["index"] for item in items if "error" in item], dtype=torch.long),
-        "duration": torch.tensor([item["duration"] for item in good], dtype=torch.float64),
+        "duration": [float(item["duration"]) for item in good],
+        "frame_times": np.stack([item["frame_times"].numpy() for item in good]) if good else np.empty((0, 0)),
     }
-    for key in ("frames", "frame_mask", "frame_times"):
+    for key in ("frames", "frame_mask"):
         batch[key] = torch.stack([item[key] for item in good]) if good else torch.empty(0)
     if good and "frame_shots" in good[0]:
         batch["frame_shots"] = torch.stack([item["frame_shots"] for item in good])

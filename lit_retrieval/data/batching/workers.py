@@ -79,3 +79,10 @@ class _StartedAtFirstNext:
         if started is None:
             raise AttributeError(f"{type(self).__name__} has no {name!r} before its first batch")
         return getattr(started, name)
+
+
+def pins_memory(trainer: Any) -> bool:
+    """Whether a loader should pin its batches (page-locked host memory, which the host-to-device
+    copy reads directly and `non_blocking` overlaps with compute): when the trainer runs on a CUDA
+    GPU, as torch pins only for CUDA and Lightning sets nothing itself. False without a trainer."""
+    return trainer is not None and trainer.strategy.root_device.type == "cuda"

@@ -46,7 +46,7 @@ from lit_retrieval.data.batching.resume import EpochPosition
 from lit_retrieval.data.batching.samplers import SAMPLINGS, Sampling, TaskBatchSampler, default_steps, size_weights
 from lit_retrieval.data.gve.tasks import TaskRecord, TaskSpec, read_task
 from lit_retrieval.data.media.video import VideoDecodeError
-from lit_retrieval.data.batching.workers import WorkersAtFirstBatch, worker_init_fn
+from lit_retrieval.data.batching.workers import WorkersAtFirstBatch, pins_memory, worker_init_fn
 from lit_retrieval.errors import ConfigError, check_at_least
 
 log = logging.getLogger(__name__)
@@ -364,7 +364,11 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
         Each loader draws its worker seeds from its own generator, never from the global random
         state, so a resumed run's dropout continues exactly wherever its iterators are created.
         Workers ignore the stop signals (`data/batching/workers.py`)."""
-        own = {"generator": torch.Generator().manual_seed(self.seed), "worker_init_fn": worker_init_fn()}
+        own = {
+            "generator": torch.Generator().manual_seed(self.seed),
+            "worker_init_fn": worker_init_fn(),
+            "pin_memory": pins_memory(self.trainer),
+        }
         if self.num_workers == 0:
             return {"num_workers": 0, **own}
         keep = self.negative_mining == "offline"  # mined negatives reach fresh workers only

@@ -212,20 +212,7 @@ def detect_many(
     """
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-    cache = ShotCache(cache_root)
-    results = ShotResults({}, {}, 0)
-    todo = []
-    for path in dict.fromkeys(str(p) for p in paths):
-        hit = cache.get(path, config) if Path(path).is_file() else None
-        known = None if retry_failed or hit is not None or not Path(path).is_file() else cache.failure(path, config)
-        if known is not None:
-            results.failed[path] = known
-            results.known_failures += 1
-        elif hit is None:
-            todo.append(path)
-        else:
-            results.shots[path] = hit
-            results.cached += 1
+    results, todo = _cached(paths, config, cache_root, retry_failed)
     known = results.cached + results.known_failures
     counts = {"cached": results.cached, "detected": 0, "failed": results.known_failures}
     with Progress("detecting shots", known + len(todo), completed=known, counts=counts, enabled=progress) as bar:
@@ -247,6 +234,33 @@ def detect_many(
                 path, reason + f" ({len(results.failed)} video(s) failed; on_bad_video: skip drops them)"
             )
     return results
+
+
+def _cached(
+    paths: Sequence[str | Path], config: ShotDetectorConfig, cache_root: str | Path, retry_failed: bool = False
+) -> tuple[ShotResults, list[str]]:
+    """What the cache knows of `paths` (shots, and failures of unchanged files unless `retry_failed`),
+    and the paths it does not know, in order and without repeats."""
+    cache = ShotCache(cache_root)
+    results = ShotResults({}, {}, 0)
+    todo = []
+    for path in dict.fromkeys(str(p) for p in paths):
+        hit = cache.get(path, config) if Path(path).is_file() else None
+        known = None if retry_failed or hit is not None or not Path(path).is_file() else cache.failure(path, config)
+        if known is not None:
+            results.failed[path] = known
+            results.known_failures += 1
+        elif hit is None:
+            todo.append(path)
+        else:
+            results.shots[path] = hit
+            results.cached += 1
+    return results, todo
+
+
+def uncached(paths: Sequence[str | Path], config: ShotDetectorConfig, cache_root: str | Path) -> list[str]:
+    """The videos of `paths` whose shots (or failure) the cache does not hold: what `detect_many` would detect."""
+    return _cached(paths, config, cache_root)[1]
 
 
 def _record(results: ShotResults, path: str, shots: Shots | None, error: str | None) -> dict[str, int]:

@@ -85,3 +85,18 @@ def test_workers_keep_lightnings_per_rank_worker_seeds_under_seed_everything(mon
     assert rank0[0] != rank0[1]  # workers 0 and 1 (items alternate between them) draw different numbers
     assert draws(1) != rank0  # so do the workers of another rank
     assert draws(0) == rank0  # and the same seed gives the same numbers again
+
+
+def test_loaders_pin_memory_on_a_cuda_trainer_only(corpus):
+    """Issue 57, item 10: pinned batches (page-locked host memory) where the trainer runs on a CUDA
+    GPU, none on a CPU trainer (torch pins for CUDA only) or without a trainer."""
+    from types import SimpleNamespace
+
+    dm = MultiEventDataModule(str(corpus / "annotations.json"), num_frames=2, image_size=32)
+    dm.setup("test")
+    pinned = []
+    for device in ("cuda:0", "cpu"):
+        dm.trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device(device)))
+        pinned.append(dm.test_dataloader().pin_memory)
+    dm.trainer = None
+    assert pinned == [True, False] and not dm.test_dataloader().pin_memory
