@@ -26,7 +26,8 @@ class VideoTextEncoder(nn.Module, ABC):
 
     embed_dim: int
     image_size: int
-    logit_scale_init: float
+    logit_scale_init: float  # the checkpoint's t' = log(1/tau) (`ContrastiveConfig` can start from it)
+    logit_bias_init: float | None = None  # the checkpoint's sigmoid-loss bias b: trained with SigLIP's loss
     max_text_len: int  # most text tokens a query is encoded with
 
     @abstractmethod

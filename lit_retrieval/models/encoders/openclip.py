@@ -22,8 +22,9 @@ and the pooled feature is `encode_text`'s (the EOT token for CLIP's `argmax` poo
 last block's states with `ln_final` and the text projection applied to every position (our choice, as
 `CLIPEncoder` does for Hugging Face CLIP); the mask keeps the tokens up to the end-of-text token.
 
-Not kept: the checkpoint's logit scale (recorded as `logit_scale_init`) and a SigLIP-style logit bias; the
-heads score with their own temperature (and InfoNCE's softmax ignores a constant bias).
+Not kept as parameters: the checkpoint's logit scale and a SigLIP-style logit bias, recorded as
+`logit_scale_init` and `logit_bias_init`; the head's temperature and the sigmoid loss's bias start from
+them (a checkpoint with a bias trains with SigLIP's sigmoid loss by default, `ContrastiveConfig`).
 """
 
 from __future__ import annotations
@@ -244,6 +245,8 @@ class OpenCLIPEncoder(VideoTextEncoder):
             clip.set_grad_checkpointing(True)
         self.pretrained = pretrained is not None or Path(model).is_dir()
         self.logit_scale_init = float(clip.logit_scale.detach().reshape(-1)[0])
+        bias = getattr(clip, "logit_bias", None)
+        self.logit_bias_init = None if bias is None else float(bias.detach().reshape(-1)[0])
         clip.logit_scale = None  # the heads' own temperature scores (module notes); unused parameters
         clip.logit_bias = None  # would also stall DDP
         self.model = clip

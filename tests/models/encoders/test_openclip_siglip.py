@@ -285,12 +285,74 @@ def test_a_config_fits_meanp_on_the_backbone(backbone, corpus, tmp_path):
         losses = [float(row["train/loss"]) for row in csv.DictReader(rows) if row.get("train/loss")]
     assert len(losses) == 2 and all(math.isfinite(loss) for loss in losses)
 
-    # one InfoNCE step by hand: finite, and a finite gradient reaches every encoder parameter
+    # one contrastive step by hand: finite, and a finite gradient reaches every encoder parameter
     module = DualEncoderRetrieval(encoder_class(**init_args), MeanPHead())
     frames, mask = video_batch()
     text, video = module({"events": [[TEXTS[0]], [TEXTS[1]]], "frames": frames, "frame_mask": mask})
-    loss = module.objectives.infonce.loss(module.head.logits(module.head.score(text, video)))
+    objective = module.objectives.infonce or module.objectives.sigmoid  # SigLIP trains with its sigmoid loss
+    loss = objective.loss(module.head.logits(module.head.score(text, video)))
     loss.backward()
     assert math.isfinite(loss.item())
     for name, param in module.encoder.named_parameters():
         assert param.grad is not None and torch.isfinite(param.grad).all() and param.grad.any(), name
+
+
+def sigmoid_loss_by_hand(similarity: torch.Tensor, scale: float, bias: float) -> float:
+    """SigLIP Eq. 1 over every pair: -1/|B| sum_ij log sigmoid(z_ij (t s_ij + b)), z = 1 on the diagonal."""
+    size = similarity.shape[0]
+    total = 0.0
+    for i in range(size):
+        for j in range(size):
+            z = 1.0 if i == j else -1.0
+            total += math.log1p(math.exp(-z * (scale * float(similarity[i, j]) + bias)))
+    return total / size
+
+
+def test_siglip_trains_with_the_sigmoid_loss_from_its_own_temperature_and_bias(tiny_siglip, tmp_path):
+    """A SigLIP checkpoint (t' = log 7, b = -3 written into its weights) trains by default with SigLIP's
+    Eq. 1 starting from them; the config can start elsewhere, or choose InfoNCE (the head's log 100)."""
+    from transformers import SiglipModel
+
+    from lit_retrieval.modules.objectives import ContrastiveConfig
+
+    folder, _ = tiny_siglip
+    model = SiglipModel.from_pretrained(folder, local_files_only=True)
+    with torch.no_grad():
+        model.logit_scale.fill_(math.log(7.0))
+        model.logit_bias.fill_(-3.0)
+    model.save_pretrained(tmp_path / "siglip")
+    siglip_tokenizer().save_pretrained(tmp_path / "siglip")
+    torch.manual_seed(0)
+    module = DualEncoderRetrieval(SiglipEncoder(pretrained=str(tmp_path / "siglip")), MeanPHead())
+    assert module.objectives.infonce is None and module.objectives.sigmoid is not None
+    assert module.head.logit_scale.item() == pytest.approx(math.log(7.0), rel=1e-6)
+    assert module.objectives.sigmoid.loss.logit_bias.item() == pytest.approx(-3.0)
+    frames, mask = video_batch()
+    batch = {"events": [[TEXTS[0]], [TEXTS[1]]], "frames": frames, "frame_mask": mask, "video_id": ["a", "b"]}
+    out = module.training_step({**batch, "skipped": []}, 0)
+    with torch.no_grad():
+        similarity = module.head.score(*module(batch))
+    assert out["loss_std"].item() == pytest.approx(sigmoid_loss_by_hand(similarity, 7.0, -3.0), rel=1e-5)
+    out["loss"].backward()
+    assert module.head.logit_scale.grad is not None and module.objectives.sigmoid.loss.logit_bias.grad is not None
+
+    chosen = ContrastiveConfig(logit_scale_init=2.0, logit_bias_init=-5.0)
+    module = DualEncoderRetrieval(SiglipEncoder(pretrained=str(tmp_path / "siglip")), MeanPHead(), contrastive=chosen)
+    assert module.head.logit_scale.item() == 2.0 and module.objectives.sigmoid.loss.logit_bias.item() == -5.0
+    infonce = ContrastiveConfig(loss="infonce")
+    module = DualEncoderRetrieval(SiglipEncoder(pretrained=str(tmp_path / "siglip")), MeanPHead(), contrastive=infonce)
+    assert module.objectives.sigmoid is None and module.head.logit_scale.item() == pytest.approx(math.log(100.0))
+
+
+def test_an_open_clip_model_with_a_logit_bias_trains_with_the_sigmoid_loss(tiny_open_clip, tmp_path):
+    """open_clip's SigLIP-style models carry `init_logit_bias` in their config: the encoder records the
+    model's t' and b, and the module starts its sigmoid loss from them; without a bias it stays InfoNCE."""
+    config, _, _ = tiny_open_clip
+    biased = tmp_path / "lit-retrieval-tiny-openclip-siglip.json"
+    biased.write_text(json.dumps({**OPEN_CLIP_CONFIG, "init_logit_scale": math.log(10.0), "init_logit_bias": -10.0}))
+    module = DualEncoderRetrieval(OpenCLIPEncoder(model=str(biased)), MeanPHead())
+    assert module.objectives.sigmoid is not None
+    assert module.head.logit_scale.item() == pytest.approx(math.log(10.0))
+    assert module.objectives.sigmoid.loss.logit_bias.item() == -10.0
+    plain = DualEncoderRetrieval(OpenCLIPEncoder(model=str(config)), MeanPHead())
+    assert plain.objectives.infonce is not None and plain.objectives.sigmoid is None
