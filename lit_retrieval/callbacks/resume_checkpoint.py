@@ -31,8 +31,8 @@
   W&B's own step (`_step`) is the trainer's global step (`log_wandb_at_global_step`): Lightning's
   `WandbLogger` lets W&B count its steps, which start again at 0 in a resumed process (offline always;
   `wandb sync --append` needs steps that continue), so the history of a resumed run continues from the
-  checkpoint's step. Steps an interrupted run logged after its checkpoint are not rewritten: W&B drops
-  a step lower than one it has, and keeps the first values of a step it already holds.
+  checkpoint's step. Steps an interrupted run logged after its checkpoint are in both processes' logs
+  (at most one checkpoint interval): nothing here rewrites what W&B already holds.
 """
 
 from __future__ import annotations
