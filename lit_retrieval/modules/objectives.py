@@ -360,7 +360,13 @@ LEGACY_PREFIXES = {"mea.": "objectives.mea.", "event_loss.": "objectives.event_l
 
 def rename_legacy_objective_keys(module: nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
     """Load-state-dict pre-hook of a module holding `objectives`: MEA's threshold state and MeVTR's
-    alpha ratio of older checkpoints (`mea.*`, `event_loss.*`) load under today's names."""
+    alpha ratio of older checkpoints (`mea.*`, `event_loss.*`) load under today's names, and a whole
+    module's checkpoint without the sigmoid loss's bias (a SigLIP run trained with InfoNCE, before the
+    sigmoid loss was its default) loads into a module that has one, which keeps its initial bias."""
     for old, new in LEGACY_PREFIXES.items():
         for key in [k for k in state_dict if k.startswith(prefix + old)]:
             state_dict[prefix + new + key[len(prefix + old) :]] = state_dict.pop(key)
+    sigmoid = getattr(getattr(module, "objectives", None), "sigmoid", None)
+    bias = prefix + "objectives.sigmoid.loss.logit_bias"
+    if sigmoid is not None and bias not in state_dict and prefix + "head.logit_scale" in state_dict:
+        state_dict[bias] = sigmoid.loss.logit_bias.detach().clone()

@@ -293,6 +293,9 @@ def test_siglip_trains_with_the_sigmoid_loss_from_its_own_temperature_and_bias(t
     out["loss"].backward()
     assert module.head.logit_scale.grad is not None and module.objectives.sigmoid.loss.logit_bias.grad is not None
 
+    older = {k: v for k, v in module.state_dict().items() if "sigmoid" not in k}  # trained with InfoNCE before
+    DualEncoderRetrieval(SiglipEncoder(pretrained=str(tmp_path / "siglip")), MeanPHead()).load_state_dict(older)
+
     chosen = ContrastiveConfig(logit_scale_init=2.0, logit_bias_init=-5.0)
     module = DualEncoderRetrieval(SiglipEncoder(pretrained=str(tmp_path / "siglip")), MeanPHead(), contrastive=chosen)
     assert module.head.logit_scale.item() == 2.0 and module.objectives.sigmoid.loss.logit_bias.item() == -5.0
