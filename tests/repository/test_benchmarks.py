@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from helpers.media import torchcodec_or_skip
 
 ROOT = Path(__file__).parents[2]
@@ -32,6 +34,7 @@ def run_decoders(*args: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_the_decoder_benchmark_writes_its_videos_outside_the_source_tree(tmp_path):
     torchcodec_or_skip()
     before = tree(ROOT / "benchmarks")

@@ -106,6 +106,7 @@ def test_an_id_the_user_gives_wins_and_a_started_run_is_left_alone(tmp_path):
     assert started._id is None
 
 
+@pytest.mark.slow
 def test_ckpt_path_last_keeps_the_run_and_its_steps_continue_from_the_global_step(tmp_path, tiny_clip, corpus):
     """`--ckpt_path last` (docs/scale-out.md's spelling) resumes the same W&B run, and the resumed
     process's W&B steps go on from the checkpoint's global step instead of restarting at 0."""
