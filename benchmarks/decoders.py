@@ -1,20 +1,24 @@
 """PyAV vs torchcodec as the sampler's decoder, side by side on the same videos and the same targets
 (`sample_frames(..., decoder=...)`: the targets come from the same packet probe, only the decoding
-differs). Two videos written with PyAV (benchmarks/frame_sampling.py's moving gradient): a 60 s
-640x360 30 fps clip (2 s key-frame interval) and a 10-minute 320x240 25 fps video (10 s interval).
-Three samplings each: 64 uniform frames at the original size and at 224 px (the dual encoders'
-input), and GVE's 8 frames (`linspace_frames`, multiples of 2). Prints ONE JSON line: best-of-3
-wall-clock and CPU seconds of each decoder, the ratio PyAV / torchcodec (> 1: torchcodec faster),
-whether the frames are identical (np.array_equal; at 224 px the mean absolute pixel difference,
-since torchcodec resizes after the RGB conversion), with the decoders' threading: PyAV as the
-sampler opens it (FFmpeg's automatic thread count, slice threading), torchcodec with one FFmpeg
-thread (its default, what DataLoader workers want).
+differs), to say when each wins. Videos written with PyAV (benchmarks/frame_sampling.py's moving
+gradient) of three sizes and lengths: a 10 s 1280x720 30 fps clip (1 s key-frame interval), a 60 s
+640x360 30 fps clip (2 s) and a 10-minute 320x240 25 fps video (10 s). Three samplings each: 64
+uniform frames at the original size and at 224 px (the dual encoders' input), and GVE's 8 frames
+(`linspace_frames`, multiples of 2). Prints ONE JSON line: best-of-3 wall-clock and CPU seconds of
+each decoder, the ratio PyAV / torchcodec (> 1: torchcodec faster), whether the frames are identical
+(np.array_equal; at 224 px the mean absolute pixel difference, since torchcodec resizes after the RGB
+conversion), with the decoders' threading: PyAV as the sampler opens it (FFmpeg's automatic thread
+count, slice threading), torchcodec with one FFmpeg thread (its default, what DataLoader workers want).
+
+The videos are written under `--work` (default: a temporary folder, removed at the end), never into
+the source tree; pass a folder to keep them between runs.
 
 `--device cuda` adds torchcodec on NVDEC (`VideoDecoder(device="cuda")`) for the frames PyAV
 chose, with its seconds and its pixel difference to PyAV (NVDEC's colour conversion is its own);
 `benchmarks/device_check.sh` runs it on the GPU node when CUDA and torchcodec are there.
 
-    python benchmarks/decoders.py                 # CPU: about 2 minutes with the videos to write
+    python benchmarks/decoders.py                 # CPU: about 4 minutes with the videos to write
+    python benchmarks/decoders.py --work /tmp/decoder-videos --videos 60s
     python benchmarks/decoders.py --device cuda --videos 60s
 """
 
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +36,10 @@ from lit_retrieval.data.media.torchcodec_decoder import frames_played_at, requir
 from lit_retrieval.data.media.video import sample_frames
 
 CLIP = Geometry(60, 30, 640, 360, 60)
-VIDEOS = {"60s": CLIP, "10min": LONG}
+HD = Geometry(10, 30, 1280, 720, 30)
+TINY = Geometry(2, 10, 64, 48, 10)  # the tests' run of the script
+VIDEOS = {"10s_720p": HD, "60s": CLIP, "10min": LONG, "tiny": TINY}
+DEFAULT_VIDEOS = ["10s_720p", "60s", "10min"]
 SAMPLINGS = {
     "uniform64": dict(num_frames=64),
     "uniform64_224px": dict(num_frames=64, size=224),
@@ -105,14 +113,17 @@ def nvdec(path: Path, pyav, device: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default=None, help="also torchcodec on this device (cuda: NVDEC)")
-    parser.add_argument("--videos", nargs="+", choices=list(VIDEOS), default=list(VIDEOS))
+    parser.add_argument("--videos", nargs="+", choices=list(VIDEOS), default=DEFAULT_VIDEOS)
+    parser.add_argument("--work", type=Path, help="folder for the videos (default: a temporary one, removed)")
     args = parser.parse_args()
     require()  # one line saying what to install, before any video is written
     rows = []
-    for name in args.videos:
-        path = video(VIDEOS[name])
-        for sampling, settings in SAMPLINGS.items():
-            rows.append({"video": VIDEOS[name].name, "sampling": sampling, **compare(path, settings, args.device)})
+    with tempfile.TemporaryDirectory(prefix="decoders-") as scratch:
+        work = args.work or Path(scratch)
+        for name in args.videos:
+            path = video(VIDEOS[name], work)
+            for sampling, settings in SAMPLINGS.items():
+                rows.append({"video": VIDEOS[name].name, "sampling": sampling, **compare(path, settings, args.device)})
     print(json.dumps({"benchmark": "decoders", "device": args.device or "cpu", **versions(), "rows": rows}))
 
 

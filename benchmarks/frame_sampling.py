@@ -86,9 +86,10 @@ def best_of(fn, repeats: int = 3) -> tuple[float, float]:
     return min(wall), min(cpu)
 
 
-def video(geo: Geometry) -> Path:
-    WORK.mkdir(exist_ok=True)
-    path = WORK / f"{geo.name}.mp4"
+def video(geo: Geometry, work: Path = WORK) -> Path:
+    """The video of `geo` in `work` (written once there)."""
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / f"{geo.name}.mp4"
     if not path.exists():
         make_video(path, geo)
     return path

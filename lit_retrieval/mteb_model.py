@@ -42,8 +42,10 @@ Pairwise heads have no embedding to hand MTEB (they score pairs: evaluate them w
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from collections.abc import Callable, Iterable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,7 @@ import torch
 from PIL import Image
 
 from lit_retrieval.data.items import MediaItem
+from lit_retrieval.errors import ConfigError
 from lit_retrieval.search.embedders import ItemEmbedder
 from lit_retrieval.search.loading import ModelSpec, load_item_embedder
 
@@ -62,15 +65,23 @@ DEFAULT_FRAMES = 8  # an embedder that names no frame count (mteb's GVE wrapper'
 class MTEBModel:
     """An `ItemEmbedder` as an MTEB `EncoderProtocol` model (module docstring)."""
 
-    def __init__(self, embedder: ItemEmbedder, name: str = "lit-retrieval/model", batch_size: int = 8) -> None:
+    def __init__(
+        self,
+        embedder: ItemEmbedder,
+        name: str = "lit-retrieval/model",
+        batch_size: int = 8,
+        spec: ModelSpec | None = None,
+    ) -> None:
         self.embedder = embedder
         self.name = name
         self.batch_size = batch_size
+        self.spec = spec  # what `mteb_model_meta.loader` rebuilds the model from
+        self._meta: Any = None  # a meta mteb set (`ModelMeta.load_model`), else made from the embedder
 
     @classmethod
     def from_spec(cls, spec: ModelSpec, name: str = "lit-retrieval/model", batch_size: int = 8) -> MTEBModel:
         """The model `spec` names (`ModelSpec`: a model directory, or a training config + checkpoint)."""
-        return cls(load_item_embedder(spec), name, batch_size)
+        return cls(load_item_embedder(spec), name, batch_size, spec.resolved())
 
     @property
     def modalities(self) -> list[str]:
@@ -81,17 +92,41 @@ class MTEBModel:
 
     @property
     def mteb_model_meta(self):
-        """MTEB's metadata: our name and fingerprint (as the revision), cosine similarity, and the
-        modalities (mteb refuses a task whose query or document modalities the model lacks)."""
+        """MTEB's metadata: our name and fingerprint (as the revision), cosine similarity, the
+        modalities (mteb refuses a task whose query or document modalities the model lacks), the
+        parameter count, embedding width and framework a leaderboard entry shows, and, for a model
+        made `from_spec`, the `loader` (`load_mteb_model`) and its arguments, so mteb's own
+        `ModelMeta.load_model` builds the model as `mteb.get_model` does for its registered models."""
         from mteb.models.model_meta import ModelMeta
 
+        if self._meta is not None:
+            return self._meta
+        module = embedder_module(self.embedder)
         overwrites = {
             "name": self.name,
             "revision": self.embedder.fingerprint,
             "similarity_fn_name": "cosine",
             "modalities": self.modalities,
+            "n_parameters": sum(p.numel() for p in module.parameters()) if module is not None else None,
+            "embed_dim": self.embed_dim,
+            "framework": frameworks(module),
+            "open_weights": True,
         }
+        if self.spec is not None:
+            settings = {k: v for k, v in asdict(self.spec).items() if k != "device" and v is not None}
+            overwrites["loader"] = load_mteb_model
+            overwrites["loader_kwargs"] = {**settings, "batch_size": self.batch_size}
         return ModelMeta.create_empty(overwrites)
+
+    @mteb_model_meta.setter
+    def mteb_model_meta(self, meta: Any) -> None:
+        """mteb's `ModelMeta.load_model` gives the model it built the meta it was built from."""
+        self._meta = meta
+
+    @functools.cached_property
+    def embed_dim(self) -> int:
+        """The embedding width: of one text embedded (every embedder takes text)."""
+        return int(self.embedder.embed([MediaItem(text="a")]).shape[-1])
 
     def video_frames(self, video: Any) -> torch.Tensor:
         """`[T, C, H, W]` uint8 frames of one video as mteb hands it (module docstring)."""
@@ -178,6 +213,38 @@ def batch_items(
             )
         )
     return items
+
+
+def load_mteb_model(
+    model_name: str, revision: str | None = None, device: str | None = None, **kwargs: Any
+) -> MTEBModel:
+    """mteb's loader signature (`ModelMeta.loader`: name, revision, device, the meta's `loader_kwargs`):
+    the `ModelSpec` fields (`model`, or `config` [+ `ckpt`]; `sampling`, `frames`, `frame_tokens`) and
+    `batch_size`. A `revision` other than the rebuilt model's fingerprint (its files changed since the
+    meta was made) is refused in one line."""
+    batch_size = int(kwargs.pop("batch_size", 8))
+    model = MTEBModel.from_spec(ModelSpec(**kwargs, device=device or "cpu"), model_name, batch_size)
+    if revision is not None and revision != model.embedder.fingerprint:
+        raise ConfigError(
+            f"{model_name}: revision {revision} is not this model's ({model.embedder.fingerprint}): its files changed"
+        )
+    return model
+
+
+def embedder_module(embedder: Any) -> torch.nn.Module | None:
+    """The torch module an item embedder runs (a dual encoder's LightningModule, GVE's embedder)."""
+    for name in ("module", "embedder"):
+        if isinstance(getattr(embedder, name, None), torch.nn.Module):
+            return getattr(embedder, name)
+    return None
+
+
+def frameworks(module: torch.nn.Module | None) -> list[str]:
+    """mteb's framework names: PyTorch, and Transformers where a transformers model runs inside."""
+    if module is None:
+        return ["PyTorch"]
+    uses_transformers = any(type(m).__module__.startswith("transformers.") for m in module.modules())
+    return ["PyTorch", "Transformers"] if uses_transformers else ["PyTorch"]
 
 
 def write_image(image: Image.Image, path: Path) -> str:

@@ -40,6 +40,7 @@ from lit_retrieval.callbacks.resume_checkpoint import (
     ResumeCheckpoint,
     continue_wandb_runs,
     has_wandb_logger,
+    log_wandb_at_global_step,
     recorded_wandb_ids,
 )
 from lit_retrieval.callbacks.trained_config import TrainedModelConfig, trained_model_config
@@ -126,20 +127,27 @@ class RetrievalCLI(LightningCLI):
     def _prepare_subcommand_kwargs(self, subcommand: str) -> dict:
         kwargs = super()._prepare_subcommand_kwargs(subcommand)
         if kwargs.get("ckpt_path") == self.NEWEST:
-            last = set()
-            for callback in self.trainer.checkpoint_callbacks:
-                if isinstance(callback, ModelCheckpoint):
-                    last |= callback._find_last_checkpoints(self.trainer)
-            newest = newest_resume_checkpoint(self.trainer.default_root_dir, last)
+            newest = newest_resume_checkpoint(self.trainer.default_root_dir, self._last_checkpoints())
             if newest is None and subcommand != "fit":  # evaluating the untrained model would be silently wrong
                 where = self.trainer.default_root_dir
                 raise UsageError(where, "--ckpt_path newest: no hpc_ckpt_*.ckpt or last checkpoint of this run")
             kwargs["ckpt_path"] = None if newest is None else str(newest)
             rank_zero_info(f"--ckpt_path newest: {newest or 'no checkpoint yet, starting afresh'}")
         resumed = kwargs.get("ckpt_path")
+        if resumed == "last":  # Lightning resolves it inside fit, after the W&B run has started: the same rule here
+            existing = [path for path in self._last_checkpoints() if Path(path).exists()]
+            resumed = max(existing, key=lambda path: Path(path).stat().st_mtime) if existing else None
         if subcommand == "fit" and resumed and Path(resumed).exists() and has_wandb_logger(self.trainer):
             continue_wandb_runs(self.trainer, recorded_wandb_ids(checkpoint_metadata(resumed)))
         return kwargs
+
+    def _last_checkpoints(self) -> set[str]:
+        """The last checkpoints the run's `ModelCheckpoint` callbacks would write (`--ckpt_path last`)."""
+        last: set[str] = set()
+        for callback in self.trainer.checkpoint_callbacks:
+            if isinstance(callback, ModelCheckpoint):
+                last |= callback._find_last_checkpoints(self.trainer)
+        return last
 
     def instantiate_trainer(self, **kwargs) -> L.Trainer:
         """The configured trainer, with `SafeCheckpointIO` wherever the strategy uses Lightning's
@@ -150,6 +158,7 @@ class RetrievalCLI(LightningCLI):
         check_at_least("trainer", 1, accumulate_grad_batches=trainer.accumulate_grad_batches)
         trainer.callbacks.append(TrainedModelConfig(self._model_section()))
         trainer.callbacks.insert(0, RequeueOnlyWhileTraining())  # first: before any callback's final checkpoint
+        log_wandb_at_global_step(trainer)
         strategy = trainer.strategy
         if type(getattr(strategy, "checkpoint_io", None)) is TorchCheckpointIO:
             strategy.checkpoint_io = SafeCheckpointIO()

@@ -290,3 +290,22 @@ def test_decoders_of_either_layout_give_mtebs_frames(video_task):
     expected = torch.from_numpy(decoded[mteb_frame_indices(len(decoded), 3)]).permute(0, 3, 1, 2)
     assert torch.equal(model.video_frames(VideoDecoder(path)), expected)
     assert torch.equal(model.video_frames(VideoDecoder(path, dimension_order="NHWC")), expected)
+
+
+def test_mteb_builds_the_model_from_its_meta_and_the_meta_fills_a_leaderboard_entry(meanp_config):
+    """mteb's own `ModelMeta.load_model` (what `mteb.get_model` calls for a registered model) builds the
+    model through the meta's `loader`; the meta's parameter count, width and framework are the model's."""
+    model = MTEBModel.from_spec(ModelSpec(config=str(meanp_config)), name="me/meanp")
+    meta = model.mteb_model_meta
+    module = model.embedder.module
+    assert meta.n_parameters == sum(p.numel() for p in module.parameters())
+    rows = model.embedder.embed([MediaItem(text="a red disc"), MediaItem(text="grey static")])
+    assert meta.embed_dim == rows.shape[1] and "PyTorch" in meta.framework and "Transformers" in meta.framework
+    rebuilt = meta.load_model(device="cpu")
+    assert isinstance(rebuilt, MTEBModel) and rebuilt.name == "me/meanp"
+    assert rebuilt.mteb_model_meta.revision == meta.revision
+    again = rebuilt.embedder.embed([MediaItem(text="a red disc"), MediaItem(text="grey static")])
+    torch.testing.assert_close(again, rows)
+    stale = meta.model_copy(update={"revision": "another"})
+    with pytest.raises(ValueError, match="revision another is not this model's"):
+        stale.load_model()

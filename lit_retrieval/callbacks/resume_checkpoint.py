@@ -27,6 +27,12 @@
   the checkpoint a fit resumes (`recorded_wandb_ids`) and gives it back to the logger before
   Lightning creates the run (its setup does, before any checkpoint state is restored), so the
   curves continue in one W&B run (Lightning passes `resume="allow"`); an `id` the user set wins.
+  `--ckpt_path last` finds its file as Lightning does (the newest last checkpoint), before the run starts.
+  W&B's own step (`_step`) is the trainer's global step (`log_wandb_at_global_step`): Lightning's
+  `WandbLogger` lets W&B count its steps, which start again at 0 in a resumed process (offline always;
+  `wandb sync --append` needs steps that continue), so the history of a resumed run continues from the
+  checkpoint's step. Steps an interrupted run logged after its checkpoint are in both processes' logs
+  (at most one checkpoint interval): nothing here rewrites what W&B already holds.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ import logging
 import signal
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +51,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger, WandbLogger
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from lit_retrieval.errors import ConfigError
 
@@ -238,6 +246,24 @@ def continue_wandb_runs(trainer: L.Trainer, run_ids: list[str | None]) -> None:
         logger._wandb_init["id"] = run_id
         logger._id = run_id
         log.info("W&B: resuming run %s", run_id)
+
+
+def log_wandb_at_global_step(trainer: L.Trainer) -> None:
+    """Make each `WandbLogger` log at W&B step = the trainer's global step (module notes): Lightning's
+    `log_metrics` with `step=` passed to `wandb.log`. Loggers syncing TensorBoard keep Lightning's."""
+    for logger in _wandb_loggers(trainer):
+        if not logger._wandb_init.get("sync_tensorboard"):
+            logger.log_metrics = partial(_log_at_step, logger)
+
+
+@rank_zero_only
+def _log_at_step(logger: WandbLogger, metrics: dict[str, float], step: int | None = None) -> None:
+    if logger._prefix:
+        metrics = {f"{logger._prefix}{logger.LOGGER_JOIN_CHAR}{k}": v for k, v in metrics.items()}
+    if step is None:
+        logger.experiment.log(dict(metrics))
+    else:
+        logger.experiment.log({**metrics, "trainer/global_step": step}, step=int(step))
 
 
 def _row_pending(trainer: L.Trainer) -> int:

@@ -22,6 +22,7 @@ COMMANDS = {
     "validate-melon": "lit_retrieval.commands.validate_melon",
     "build-melon": "lit_retrieval.commands.build_melon",
     "export-gve": "lit_retrieval.commands.export_gve",
+    "export-dual-encoder": "lit_retrieval.commands.export_dual_encoder",
     "cache-frames": "lit_retrieval.commands.cache_frames",
     "grid": "lit_retrieval.commands.grid",
     "report": "lit_retrieval.commands.report",

@@ -34,7 +34,13 @@ from lit_retrieval.modules.initialization import freeze_prefixes, load_warm_star
 from lit_retrieval.modules.item_embedders import DualEncoderEmbedder, FrameInput, ItemEmbedder
 from lit_retrieval.modules.multi_event import MEAConfig
 from lit_retrieval.modules.nonfinite import NonFiniteGuard, NonFinitePolicy
-from lit_retrieval.modules.objectives import StepTexts, TrainingObjectives, rename_legacy_objective_keys
+from lit_retrieval.modules.objectives import (
+    ContrastiveConfig,
+    StepTexts,
+    TrainingObjectives,
+    contrastive_setup,
+    rename_legacy_objective_keys,
+)
 from lit_retrieval.modules.optim import OptimConfig, build_optimizer, build_scheduler, parameter_groups
 from lit_retrieval.modules.query_encoding import encode_multi_event, query_token_counts
 from lit_retrieval.modules.rng import process_device, rng_states, set_rng_states
@@ -53,6 +59,7 @@ torch.serialization.add_safe_globals(
         SpanSplitter,
         NonFinitePolicy,
         GradCacheConfig,
+        ContrastiveConfig,
     ]
 )
 
@@ -68,6 +75,8 @@ class DualEncoderRetrieval(L.LightningModule):
         mea, event_loss, average_directions, cross_device: the training objectives
             (`TrainingObjectives`: lambda * L_mea of MELON Eq. 9; MeVTR's event-caption loss
             instead of InfoNCE; CLIP4Clip's halved InfoNCE; negatives from every DDP rank).
+        contrastive: InfoNCE or SigLIP's sigmoid loss, and the initial temperature and bias
+            (`ContrastiveConfig`; default: the sigmoid loss for SigLIP checkpoints, from their own t', b).
         evaluation: how val/test are evaluated (`EvaluationConfig`: MELON analyses; SALI's
             Rel-Multi and diagnosis, needing `data.shots`; tie rule; queries scored at once;
             pairwise memory per block; the test score matrix written to the run directory).
@@ -100,6 +109,7 @@ class DualEncoderRetrieval(L.LightningModule):
         cross_device: bool = False,
         grad_cache: GradCacheConfig | None = None,
         recipe_batch: int | None = None,
+        contrastive: ContrastiveConfig | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["encoder", "head", "event_loss"])
@@ -108,7 +118,13 @@ class DualEncoderRetrieval(L.LightningModule):
         self.encoder, self.head, self.query_mode = encoder, head, query_mode
         self.head.bind(encoder)
         self.optim = optim or OptimConfig()
-        self.objectives = TrainingObjectives(head, average_directions, mea, event_loss, cross_device)
+        setup = contrastive_setup(contrastive, encoder, event_loss is not None)
+        if setup.logit_scale is not None:
+            with torch.no_grad():
+                self.head.logit_scale.fill_(setup.logit_scale)
+        self.objectives = TrainingObjectives(
+            head, average_directions, mea, event_loss, cross_device, setup.loss, setup.logit_bias
+        )
         self.grad_cache = grad_cache
         self.recipe_batch = RecipeBatchCheck("model.recipe_batch", recipe_batch)
         self.optimizer_batch = RecipeBatchCheck("model.recipe_batch", recipe_batch, "pairs per optimizer step")

@@ -1,12 +1,15 @@
 """Training objectives that a retrieval module sums: L = sum of the enabled objectives' terms.
 
 - `InfoNCEObjective`: L_std, symmetric InfoNCE on the text x video logits (MELON Eq. 2).
+- `SigmoidObjective`: SigLIP's pairwise sigmoid loss (arXiv:2303.15343, Eq. 1) in its place.
 - `HeadAuxiliaryObjective`: the head's own weighted extra terms (e.g. UATVR's, PAU's).
 - `MultiEventObjective`: lambda * L_mea on partial queries (MELON Sec. 4.3, Eq. 9; `model.mea`).
 - `EventCaptionObjective`: MeVTR's multi-positive loss over event captions (`losses/mevtr.py`).
 
 `TrainingObjectives` builds the set from a module's options and is the one place that says which
-objectives combine: InfoNCE + head terms (+ MEA), or MeVTR's event loss alone. A step first asks
+objectives combine: InfoNCE or the sigmoid loss + head terms (+ MEA), or MeVTR's event loss alone.
+`ContrastiveConfig` (`model.contrastive`) picks the contrastive loss and where its temperature and bias
+start; `contrastive_setup` resolves it against the encoder. A step first asks
 it which texts to encode (`StepTexts`), then hands every objective the scored batch
 (`ScoredBatch`) and sums their `ObjectiveTerm`s.
 """
@@ -16,7 +19,7 @@ from __future__ import annotations
 import os
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -27,6 +30,8 @@ from lit_retrieval.errors import ConfigError
 from lit_retrieval.losses.infonce import SymmetricInfoNCE
 from lit_retrieval.losses.mea import MEALoss
 from lit_retrieval.losses.mevtr import MeVTRLoss
+from lit_retrieval.losses.sigmoid import PAPER_LOGIT_BIAS, PAPER_LOGIT_SCALE, PairwiseSigmoidLoss
+from lit_retrieval.models.encoders.base import VideoTextEncoder
 from lit_retrieval.models.heads.base import SimilarityHead, map_rep
 from lit_retrieval.modules.multi_event import MEAConfig
 
@@ -82,6 +87,89 @@ class InfoNCEObjective(nn.Module):
     def forward(self, step: ScoredBatch) -> ObjectiveTerm:
         loss = self.loss(step.head.logits(step.contrast))
         return ObjectiveTerm(loss, {"loss_std": loss.detach()})
+
+
+class SigmoidObjective(nn.Module):
+    """SigLIP's pairwise sigmoid loss (arXiv:2303.15343, Eq. 1) on the contrast logits, in place of
+    InfoNCE: the head's `logit_scale` is t', the loss's `logit_bias` is b (logged as `train/logit_bias`)."""
+
+    def __init__(self, bias_init: float = PAPER_LOGIT_BIAS) -> None:
+        super().__init__()
+        self.loss = PairwiseSigmoidLoss(bias_init)
+
+    def forward(self, step: ScoredBatch) -> ObjectiveTerm:
+        loss = self.loss(step.head.logits(step.contrast))
+        return ObjectiveTerm(loss, {"loss_std": loss.detach()}, {"logit_bias": self.loss.logit_bias.detach()})
+
+
+ContrastiveLoss = Literal["infonce", "sigmoid"]
+
+
+@dataclass
+class ContrastiveConfig:
+    """`model.contrastive`: the contrastive loss and where its temperature and bias start.
+
+    Args:
+        loss: `infonce` (MELON Eq. 2) or `sigmoid` (SigLIP Eq. 1). Default: the encoder's, `sigmoid` for
+            a checkpoint trained with it (one that records a `logit_bias_init`: SigLIP), else `infonce`.
+        logit_scale_init: the head's t' = log(1/tau) at the start, a number or `encoder` (the
+            checkpoint's own, the encoder's `logit_scale_init`). Default: InfoNCE keeps the head's
+            (`logit_scale_init`, log 100 as CLIP4Clip); the sigmoid loss starts at the checkpoint's t'
+            when the checkpoint was trained with that loss, else at SigLIP's log 10.
+        logit_bias_init: the sigmoid loss's b at the start, a number or `encoder`. Default: the
+            checkpoint's when it has one, else SigLIP's -10.
+    """
+
+    loss: ContrastiveLoss | None = None
+    logit_scale_init: float | Literal["encoder"] | None = None
+    logit_bias_init: float | Literal["encoder"] | None = None
+
+
+@dataclass
+class ContrastiveSetup:
+    """`ContrastiveConfig` resolved against an encoder: the loss, the head's initial `logit_scale`
+    (None: the head keeps its own) and the sigmoid loss's initial bias."""
+
+    loss: ContrastiveLoss
+    logit_scale: float | None
+    logit_bias: float
+
+
+def contrastive_setup(
+    config: ContrastiveConfig | None, encoder: VideoTextEncoder, event_loss: bool = False
+) -> ContrastiveSetup:
+    """`config` resolved against `encoder`'s recorded checkpoint values (`ContrastiveConfig`). Under
+    MeVTR's `event_loss`, which replaces the contrastive loss, the default is InfoNCE (unused)."""
+    config = config or ContrastiveConfig()
+    recorded_bias = getattr(encoder, "logit_bias_init", None)
+    recorded_scale = getattr(encoder, "logit_scale_init", None)
+    loss = config.loss or ("sigmoid" if recorded_bias is not None and not event_loss else "infonce")
+    if loss not in ("infonce", "sigmoid"):
+        raise ConfigError(f"model.contrastive.loss must be 'infonce' or 'sigmoid', got {loss!r}")
+
+    def recorded(value: float | None, what: str) -> float:
+        if value is None:
+            raise ConfigError(
+                f"model.contrastive.{what}: encoder, but {type(encoder).__name__}'s checkpoint records none"
+            )
+        return float(value)
+
+    scale: float | None
+    if config.logit_scale_init == "encoder":
+        scale = recorded(recorded_scale, "logit_scale_init")
+    elif config.logit_scale_init is not None:
+        scale = float(config.logit_scale_init)
+    elif loss == "sigmoid":
+        scale = float(recorded_scale) if recorded_bias is not None else PAPER_LOGIT_SCALE
+    else:
+        scale = None
+    if config.logit_bias_init == "encoder":
+        bias = recorded(recorded_bias, "logit_bias_init")
+    elif config.logit_bias_init is not None:
+        bias = float(config.logit_bias_init)
+    else:
+        bias = float(recorded_bias) if recorded_bias is not None else PAPER_LOGIT_BIAS
+    return ContrastiveSetup(loss, scale, bias)
 
 
 class HeadAuxiliaryObjective(nn.Module):
@@ -169,6 +257,8 @@ class TrainingObjectives(nn.Module):
     Args:
         head: the module's similarity head.
         average_directions: InfoNCE halves its sum of directions (CLIP4Clip's convention).
+        contrastive: `infonce` (MELON Eq. 2) or `sigmoid` (SigLIP Eq. 1, its bias starting at
+            `logit_bias_init`); MeVTR's event loss replaces either.
         mea: add lambda * L_mea (MELON Eq. 9).
         event_loss: train on event captions with MeVTR's loss, instead of InfoNCE on whole queries.
         cross_device: contrast against every rank's batch (InfoNCE and MEA; indexable heads only).
@@ -181,9 +271,15 @@ class TrainingObjectives(nn.Module):
         mea: MEAConfig | None = None,
         event_loss: MeVTRLoss | None = None,
         cross_device: bool = False,
+        contrastive: ContrastiveLoss = "infonce",
+        logit_bias_init: float = PAPER_LOGIT_BIAS,
     ) -> None:
         super().__init__()
+        if contrastive == "sigmoid" and average_directions:
+            raise ConfigError("average_directions halves InfoNCE; the sigmoid loss has no directions: drop one of them")
         if event_loss is not None:
+            if contrastive == "sigmoid":
+                raise ConfigError("event_loss (MeVTR) trains with its own loss only: drop model.contrastive.loss")
             if mea is not None:
                 raise ConfigError("event_loss (MeVTR) and mea are exclusive: MeVTR trains with its own loss only")
             if cross_device:
@@ -203,7 +299,8 @@ class TrainingObjectives(nn.Module):
                 f"cross_device needs an indexable head (one vector per text and video); {type(head).__name__} is not"
             )
         self.cross_device = cross_device
-        self.infonce = InfoNCEObjective(average_directions) if event_loss is None else None
+        self.infonce = InfoNCEObjective(average_directions) if event_loss is None and contrastive == "infonce" else None
+        self.sigmoid = SigmoidObjective(logit_bias_init) if event_loss is None and contrastive == "sigmoid" else None
         self.auxiliary = HeadAuxiliaryObjective() if event_loss is None else None
         self.mea = MultiEventObjective(mea) if mea is not None else None
         self.event_loss = EventCaptionObjective(event_loss) if event_loss is not None else None
@@ -244,7 +341,8 @@ class TrainingObjectives(nn.Module):
 
     def forward(self, step: ScoredBatch) -> tuple[torch.Tensor, ObjectiveTerm]:
         """The summed loss and every objective's term (outputs and logged values merged)."""
-        terms = [o(step) for o in (self.infonce, self.auxiliary, self.mea, self.event_loss) if o is not None]
+        objectives = (self.infonce, self.sigmoid, self.auxiliary, self.mea, self.event_loss)
+        terms = [o(step) for o in objectives if o is not None]
         loss = terms[0].loss
         for term in terms[1:]:
             loss = loss + term.loss
@@ -262,7 +360,13 @@ LEGACY_PREFIXES = {"mea.": "objectives.mea.", "event_loss.": "objectives.event_l
 
 def rename_legacy_objective_keys(module: nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
     """Load-state-dict pre-hook of a module holding `objectives`: MEA's threshold state and MeVTR's
-    alpha ratio of older checkpoints (`mea.*`, `event_loss.*`) load under today's names."""
+    alpha ratio of older checkpoints (`mea.*`, `event_loss.*`) load under today's names, and a whole
+    module's checkpoint without the sigmoid loss's bias (a SigLIP run trained with InfoNCE, before the
+    sigmoid loss was its default) loads into a module that has one, which keeps its initial bias."""
     for old, new in LEGACY_PREFIXES.items():
         for key in [k for k in state_dict if k.startswith(prefix + old)]:
             state_dict[prefix + new + key[len(prefix + old) :]] = state_dict.pop(key)
+    sigmoid = getattr(getattr(module, "objectives", None), "sigmoid", None)
+    bias = prefix + "objectives.sigmoid.loss.logit_bias"
+    if sigmoid is not None and bias not in state_dict and prefix + "head.logit_scale" in state_dict:
+        state_dict[bias] = sigmoid.loss.logit_bias.detach().clone()

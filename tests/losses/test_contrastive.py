@@ -1,5 +1,5 @@
 """GVE Eq. 1 against a hand computation, and cross-device negatives on 2 gloo processes against
-one process holding the whole batch."""
+one process holding the whole batch (GVE's loss; the dual encoder's InfoNCE or sigmoid loss with MEA)."""
 
 from __future__ import annotations
 
@@ -119,14 +119,19 @@ def test_cross_device_negatives_give_the_full_batch_gradient(tmp_path, hard):
             torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
 
 
-def _dual_encoder(tiny_clip: str):
+def _dual_encoder(tiny_clip: str, loss: str):
     from lit_retrieval.models.encoders import CLIPEncoder
     from lit_retrieval.models.heads import MeanPHead
     from lit_retrieval.modules import DualEncoderRetrieval, MEAConfig
+    from lit_retrieval.modules.objectives import ContrastiveConfig
 
     torch.manual_seed(0)
     module = DualEncoderRetrieval(
-        CLIPEncoder(pretrained=tiny_clip), MeanPHead(), mea=MEAConfig(weight=0.5, num_partial=2), cross_device=True
+        CLIPEncoder(pretrained=tiny_clip),
+        MeanPHead(),
+        mea=MEAConfig(weight=0.5, num_partial=2),
+        cross_device=True,
+        contrastive=ContrastiveConfig(loss=loss),
     )
     from lit_retrieval.data.text.queries import PartialBatch
 
@@ -156,9 +161,9 @@ def _video_batch(rows):
     }
 
 
-def _dual_worker(rank: int, world: int, init: str, out_dir: str, tiny_clip: str) -> None:
+def _dual_worker(rank: int, world: int, init: str, out_dir: str, tiny_clip: str, loss: str) -> None:
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
-    module = _dual_encoder(tiny_clip)
+    module = _dual_encoder(tiny_clip, loss)
     out = module.training_step(_video_batch(list(range(rank * 4, rank * 4 + 4))), 0)
     out["loss"].backward()
     grads = []
@@ -174,11 +179,12 @@ def _dual_worker(rank: int, world: int, init: str, out_dir: str, tiny_clip: str)
 
 
 @pytest.mark.distributed
-def test_dual_encoder_cross_device_infonce_and_mea_match_one_process(tmp_path, tiny_clip):
-    mp.spawn(
-        _dual_worker, args=(2, f"file://{tmp_path / 'rendezvous'}", str(tmp_path), str(tiny_clip)), nprocs=2, join=True
-    )
-    module = _dual_encoder(str(tiny_clip))
+@pytest.mark.parametrize("loss", ["infonce", "sigmoid"])
+def test_dual_encoder_cross_device_contrastive_and_mea_match_one_process(tmp_path, tiny_clip, loss):
+    """InfoNCE or SigLIP's sigmoid loss (its bias's gradient too) with MEA over 2 ranks' global batch."""
+    init = f"file://{tmp_path / 'rendezvous'}"
+    mp.spawn(_dual_worker, args=(2, init, str(tmp_path), str(tiny_clip), loss), nprocs=2, join=True)
+    module = _dual_encoder(str(tiny_clip), loss)
     out = module.training_step(_video_batch(list(range(8))), 0)
     out["loss"].backward()
     want = [p.grad for p in module.parameters() if p.grad is not None]

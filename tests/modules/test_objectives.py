@@ -103,3 +103,39 @@ def test_mea_on_a_batch_mixing_one_event_and_multi_event_videos():
     assert (outputs["mea_delta"], outputs["mea_xi"], outputs["mea_theta"]) == pytest.approx((0.254, 0.2, 0.2))
     assert (outputs["mea_push"], outputs["mea_pull"], outputs["mea_loss"]) == pytest.approx((0.08, 0.05, 0.13))
     assert loss.item() == pytest.approx(outputs["loss_std"] + 0.2 * 0.13)  # Eq. 9, lambda 0.2
+
+
+def test_the_sigmoid_loss_on_clip_starts_at_siglips_values_or_the_checkpoints(tiny_clip):
+    """CLIP records no sigmoid bias: the sigmoid loss starts at SigLIP's t' = log 10, b = -10 (Sec. 3.2);
+    `logit_scale_init: encoder` starts at the checkpoint's own logit scale (read here from its weights)."""
+    import math
+
+    from transformers import CLIPModel
+
+    from lit_retrieval.models.encoders import CLIPEncoder
+    from lit_retrieval.modules import DualEncoderRetrieval
+    from lit_retrieval.modules.objectives import ContrastiveConfig
+
+    encoder = CLIPEncoder(pretrained=str(tiny_clip))
+    module = DualEncoderRetrieval(encoder, MeanPHead(), contrastive=ContrastiveConfig(loss="sigmoid"))
+    assert module.objectives.infonce is None
+    assert module.head.logit_scale.item() == pytest.approx(math.log(10.0))
+    assert module.objectives.sigmoid.loss.logit_bias.item() == -10.0
+    assert DualEncoderRetrieval(encoder, MeanPHead()).head.logit_scale.item() == pytest.approx(math.log(100.0))
+    own = CLIPModel.from_pretrained(tiny_clip, local_files_only=True).logit_scale.item()
+    module = DualEncoderRetrieval(encoder, MeanPHead(), contrastive=ContrastiveConfig(logit_scale_init="encoder"))
+    assert module.objectives.sigmoid is None and module.head.logit_scale.item() == pytest.approx(own)
+    with pytest.raises(ValueError, match="logit_bias_init: encoder, but CLIPEncoder's checkpoint records none"):
+        DualEncoderRetrieval(encoder, MeanPHead(), contrastive=ContrastiveConfig("sigmoid", logit_bias_init="encoder"))
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"average_directions": True}, "average_directions halves InfoNCE; the sigmoid loss has no directions"),
+        ({"event_loss": MeVTRLoss()}, "event_loss \\(MeVTR\\) trains with its own loss only: drop model.contrastive"),
+    ],
+)
+def test_sigmoid_combinations_that_do_not_exist_are_refused(options, message):
+    with pytest.raises(ValueError, match=message):
+        TrainingObjectives(MeanPHead(), contrastive="sigmoid", **options)

@@ -66,6 +66,8 @@ RUN_OUTPUT_NAMES = {
     "qrels.jsonl",
     "config.yaml",  # LightningCLI's saved config of a run
     "config.json",  # a Hugging Face model directory (tiny-qwen, save_merged, the GVE export)
+    "head_config.json",  # export-dual-encoder (modules/export.py), beside open_clip's own config
+    "open_clip_config.json",
     "preprocessor_config.json",
     "video_preprocessor_config.json",
     "tokenizer_config.json",

@@ -1,9 +1,11 @@
-"""A resumed fit continues its W&B run (issue 42): two real `lit-retrieval fit` processes with
+"""A resumed fit continues its W&B run (issues 42, 54): two real `lit-retrieval fit` processes with
 Lightning's `WandbLogger` in W&B's offline mode (nothing leaves the machine), the second resuming
-the first's last checkpoint; W&B's own offline run folders (`wandb/offline-run-<time>-<id>`) show
-which run each process wrote."""
+the first's last checkpoint (by its path or as `--ckpt_path last`); W&B's own offline run folders
+(`wandb/offline-run-<time>-<id>`) show which run each process wrote, and W&B's own reader of their
+`.wandb` logs (`wandb leet inspect --json`) shows the history's steps."""
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -42,7 +44,18 @@ def run_ids(save_dir: Path) -> list[str]:
     return [p.name.rsplit("-", 1)[1] for p in sorted((save_dir / "wandb").glob("offline-run-*"))]
 
 
-def test_a_resumed_fit_logs_into_the_same_wandb_run(tmp_path, tiny_clip, corpus):
+def wandb_history(run_folder: Path) -> list[dict]:
+    """The history rows of an offline run folder, read by W&B's own reader (`wandb leet inspect --json`)."""
+    wandb = Path(sys.executable).parent / "wandb"
+    done = subprocess.run(
+        [str(wandb), "leet", "inspect", "--json", str(run_folder)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return [r["history"]["item"] for r in records if r.get("type") == "history"]
+
+
+def wandb_fit_config(tmp_path: Path, tiny_clip: Path, corpus: Path, **trainer_options) -> Path:
     trainer = {
         "devices": 1,
         "max_epochs": 1,
@@ -61,9 +74,15 @@ def test_a_resumed_fit_logs_into_the_same_wandb_run(tmp_path, tiny_clip, corpus)
                 "init_args": {"dirpath": str(tmp_path / "ckpt"), "save_last": True, "save_top_k": 0},
             }
         ],
+        **trainer_options,
     }
     config = tmp_path / "fit.yaml"
     config.write_text(yaml.safe_dump(clip_fit_config(tiny_clip, corpus, trainer)))
+    return config
+
+
+def test_a_resumed_fit_logs_into_the_same_wandb_run(tmp_path, tiny_clip, corpus):
+    config = wandb_fit_config(tmp_path, tiny_clip, corpus)
     fit(config)
     (first,) = run_ids(tmp_path / "wb")
     state = torch.load(tmp_path / "ckpt" / "last.ckpt", map_location="cpu", weights_only=False)["callbacks"]
@@ -85,3 +104,19 @@ def test_an_id_the_user_gives_wins_and_a_started_run_is_left_alone(tmp_path):
     started._experiment = object()  # a run already created
     continue_wandb_runs(type("Trainer", (), {"loggers": [started]})(), ["saved"])
     assert started._id is None
+
+
+@pytest.mark.slow
+def test_ckpt_path_last_keeps_the_run_and_its_steps_continue_from_the_global_step(tmp_path, tiny_clip, corpus):
+    """`--ckpt_path last` (docs/scale-out.md's spelling) resumes the same W&B run, and the resumed
+    process's W&B steps go on from the checkpoint's global step instead of restarting at 0."""
+    config = wandb_fit_config(tmp_path, tiny_clip, corpus, limit_train_batches=3, log_every_n_steps=1)
+    fit(config)
+    fit(config, "--trainer.max_epochs", "2", "--ckpt_path", "last")
+    folders = sorted((tmp_path / "wb" / "wandb").glob("offline-run-*"))
+    assert len(folders) == 2 and len({p.name.rsplit("-", 1)[1] for p in folders}) == 1
+    first, second = (wandb_history(folder) for folder in folders)
+    for row in first + second:
+        assert row["_step"] == row["trainer/global_step"], row
+    steps = [[row["_step"] for row in rows if "train/loss" in row] for rows in (first, second)]
+    assert steps[0] and steps[1] and min(steps[1]) > max(steps[0]), steps

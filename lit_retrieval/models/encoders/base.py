@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from pathlib import Path
 from typing import Callable
 
 import torch
 from torch import nn
 
+from lit_retrieval.errors import ConfigError
 from lit_retrieval.models.features import TextFeatures, VideoFeatures
 
 
@@ -26,7 +28,8 @@ class VideoTextEncoder(nn.Module, ABC):
 
     embed_dim: int
     image_size: int
-    logit_scale_init: float
+    logit_scale_init: float  # the checkpoint's t' = log(1/tau) (`ContrastiveConfig` can start from it)
+    logit_bias_init: float | None = None  # the checkpoint's sigmoid-loss bias b: trained with SigLIP's loss
     max_text_len: int  # most text tokens a query is encoded with
 
     @abstractmethod
@@ -63,6 +66,12 @@ class VideoTextEncoder(nn.Module, ABC):
         whole videos and returns one class-token state per frame; patch tokens are then
         unavailable (`with_patches` raises)."""
         raise NotImplementedError(f"{type(self).__name__} has no vision transformer to take over")
+
+    def save_towers(self, folder: Path, logit_scale: float, logit_bias: float | None) -> str:
+        """Write both towers in their own library's format into `folder` (the trained `logit_scale`, and
+        the sigmoid loss's `logit_bias` where the library's model has one) so that library alone loads
+        them; returns the library's name (`export-dual-encoder`, docs/export.md)."""
+        raise ConfigError(f"{type(self).__name__} has no library format to export its towers to")
 
     def text_blocks(self) -> tuple[list[nn.Module], torch.Tensor] | None:
         """The text transformer's blocks and position table, for heads that copy them into their

@@ -9,6 +9,7 @@ and, on request, patch tokens. Only valid (unpadded) frames are encoded, in chun
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -199,6 +200,7 @@ class CLIPEncoder(VideoTextEncoder):
         self.embed_dim = clip.config.projection_dim
         self.image_size = clip.config.vision_config.image_size
         self.logit_scale_init = float(clip.logit_scale.detach())
+        self.clip_config = clip.config  # what `save_towers` rebuilds a CLIPModel from (Long-CLIP's positions too)
         self.frame_chunk = frame_chunk
         self.max_text_len = max_text_len
         self.vision_hooks: list[tuple[int, VisionHook]] = []
@@ -263,6 +265,30 @@ class CLIPEncoder(VideoTextEncoder):
 
     def set_vision_forward(self, forward: VisionForward) -> None:
         self.vision_forward = forward
+
+    def save_towers(self, folder: Path, logit_scale: float, logit_bias: float | None) -> str:
+        """A `CLIPModel.save_pretrained` folder with its tokenizer (`model_max_length`: the text positions);
+        refused when the towers are no longer a CLIPModel's (another text tower, a head inside the ViT)."""
+        if not isinstance(self.text, CLIPTextTower):
+            raise ConfigError("CLIPEncoder.text_tower replaces CLIP's text tower: the towers are not a CLIPModel")
+        if (
+            self.vision_hooks
+            or self.vision_forward is not None
+            or any(".lora_" in n for n, _ in self.named_parameters())
+        ):
+            raise ConfigError(
+                "the head changes CLIP's ViT (hooks, token merging or LoRA): the towers are not a CLIPModel"
+            )
+        clip = CLIPModel(self.clip_config)
+        clip.vision_model, clip.visual_projection = self.vision, self.visual_projection
+        clip.text_model, clip.text_projection = self.text.text_model, self.text.projection
+        with torch.no_grad():
+            clip.logit_scale.fill_(logit_scale)
+        clip.save_pretrained(folder)
+        tokenizer = copy.deepcopy(self.text.tokenizer)
+        tokenizer.model_max_length = self.max_text_len
+        tokenizer.save_pretrained(folder)
+        return "transformers"
 
     def text_blocks(self) -> tuple[list[nn.Module], torch.Tensor] | None:
         if not isinstance(self.text, CLIPTextTower):

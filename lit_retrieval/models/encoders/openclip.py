@@ -22,8 +22,9 @@ and the pooled feature is `encode_text`'s (the EOT token for CLIP's `argmax` poo
 last block's states with `ln_final` and the text projection applied to every position (our choice, as
 `CLIPEncoder` does for Hugging Face CLIP); the mask keeps the tokens up to the end-of-text token.
 
-Not kept: the checkpoint's logit scale (recorded as `logit_scale_init`) and a SigLIP-style logit bias; the
-heads score with their own temperature (and InfoNCE's softmax ignores a constant bias).
+Not kept as parameters: the checkpoint's logit scale and a SigLIP-style logit bias, recorded as
+`logit_scale_init` and `logit_bias_init`; the head's temperature and the sigmoid loss's bias start from
+them (a checkpoint with a bias trains with SigLIP's sigmoid loss by default, `ContrastiveConfig`).
 """
 
 from __future__ import annotations
@@ -244,10 +245,14 @@ class OpenCLIPEncoder(VideoTextEncoder):
             clip.set_grad_checkpointing(True)
         self.pretrained = pretrained is not None or Path(model).is_dir()
         self.logit_scale_init = float(clip.logit_scale.detach().reshape(-1)[0])
+        bias = getattr(clip, "logit_bias", None)
+        self.logit_bias_init = None if bias is None else float(bias.detach().reshape(-1)[0])
         clip.logit_scale = None  # the heads' own temperature scores (module notes); unused parameters
         clip.logit_bias = None  # would also stall DDP
         self.model = clip
+        self.open_clip_config = config  # with the preprocessing, what `save_towers` writes beside the weights
         preprocess = open_clip.get_model_preprocess_cfg(clip)
+        self.preprocess_config = dict(preprocess)
         size = preprocess["size"]
         height, width = (size, size) if isinstance(size, int) else size
         if height != width:
@@ -330,6 +335,27 @@ class OpenCLIPEncoder(VideoTextEncoder):
         tower = self._text_tower
         layers = as_clip_layers(tower.transformer.resblocks)
         return None if layers is None else (layers, tower.positional_embedding)
+
+    def save_towers(self, folder: Path, logit_scale: float, logit_bias: float | None) -> str:
+        """open_clip's hub layout: `open_clip_config.json` (model and preprocessing config) and
+        `open_clip_model.safetensors` (the model's weights with the trained `logit_scale`, and `logit_bias`
+        for a model that has one), which `open_clip.create_model("local-dir:FOLDER")` loads."""
+        from safetensors.torch import save_file
+
+        if self.vision_hooks:
+            raise ConfigError("the head hooks open_clip's ViT blocks: the towers are not open_clip's model")
+        state = {k: v.detach().contiguous() for k, v in self.model.state_dict().items()}
+        state["logit_scale"] = torch.tensor(float(logit_scale))
+        if self.logit_bias_init is not None:
+            state["logit_bias"] = torch.tensor(float(self.logit_bias_init if logit_bias is None else logit_bias))
+        folder.mkdir(parents=True, exist_ok=True)
+        save_file(state, str(folder / "open_clip_model.safetensors"))
+        config = {"model_cfg": self.open_clip_config, "preprocess_cfg": self.preprocess_config}
+        (folder / "open_clip_config.json").write_text(json.dumps(config, indent=2))
+        hf_tokenizer = getattr(self.tokenizer, "tokenizer", None)  # open_clip's HFTokenizer wraps transformers'
+        if hasattr(hf_tokenizer, "save_pretrained"):  # open_clip reads a local-dir model's tokenizer from it
+            hf_tokenizer.save_pretrained(folder)
+        return "open_clip"
 
     def backbone_parameter_names(self) -> set[str]:
         if not self.pretrained:

@@ -15,8 +15,9 @@ What follows SigLIP and transformers' implementation:
 Our choices: word tokens are every position's final-LayerNorm state through the same text `head`, the mask
 marks the tokenizer's real tokens (end-of-sequence included); `text_blocks` offers SigLIP's text blocks and
 positions to the CLIP4Clip-style temporal modules (their layout is `CLIPEncoderLayer`'s, so they copy as
-CLIP's do). The logit scale is recorded as `logit_scale_init`; the sigmoid loss's logit *bias* is not kept:
-the heads score with their own temperature, and InfoNCE's softmax is unchanged by a constant added to every logit.
+CLIP's do). The logit scale and the sigmoid loss's bias are recorded as `logit_scale_init` and
+`logit_bias_init`: training starts its own t' (the head's `logit_scale`) and b (the sigmoid loss's) from them
+and uses SigLIP's sigmoid loss by default (`ContrastiveConfig` in `modules/objectives.py`).
 
 Not supported (a `ConfigError` naming the heads): patch tokens and vision hooks (TS2-Net, UCoFiA: SigLIP's
 patch states are not in the joint space, its pooled feature comes from the MAP head, and their token shift
@@ -82,6 +83,8 @@ class SiglipEncoder(VideoTextEncoder):
             raise ConfigError(f"{KEY}.max_text_len must be in 1..{positions} (the text positions), got {max_text_len}")
         self.image_size = config.vision_config.image_size
         self.logit_scale_init = float(siglip.logit_scale.detach().reshape(-1)[0])
+        self.logit_bias_init = float(siglip.logit_bias.detach().reshape(-1)[0])
+        self.siglip_config = config  # what `save_towers` rebuilds a SiglipModel from
         self.frame_chunk = frame_chunk
         self.vision = siglip.vision_model
         self.text_model = siglip.text_model
@@ -136,6 +139,18 @@ class SiglipEncoder(VideoTextEncoder):
         """SigLIP's text blocks and positions for CLIP4Clip-style temporal modules (arXiv:2104.08860,
         Sec. 3.3); their parameters have `CLIPEncoderLayer`'s names and shapes (our choice, module notes)."""
         return list(self.text_model.encoder.layers), self.text_model.embeddings.position_embedding.weight
+
+    def save_towers(self, folder: Path, logit_scale: float, logit_bias: float | None) -> str:
+        """A `SiglipModel.save_pretrained` folder with its tokenizer; the trained t' and b (the checkpoint's
+        own b when training used InfoNCE) are the model's `logit_scale` and `logit_bias`."""
+        siglip = SiglipModel(self.siglip_config)
+        siglip.vision_model, siglip.text_model = self.vision, self.text_model
+        with torch.no_grad():
+            siglip.logit_scale.fill_(logit_scale)
+            siglip.logit_bias.fill_(self.logit_bias_init if logit_bias is None else logit_bias)
+        siglip.save_pretrained(folder)
+        self.tokenizer.save_pretrained(folder)
+        return "transformers"
 
     def backbone_parameter_names(self) -> set[str]:
         names = {f"vision.{n}" for n, _ in self.vision.named_parameters()}

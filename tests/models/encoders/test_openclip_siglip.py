@@ -16,21 +16,19 @@ import torch
 import yaml
 
 from helpers.fit_configs import clip_fit_config
+from helpers.tiny_towers import (
+    OPEN_CLIP_CONFIG,
+    OPEN_CLIP_NAME,
+    save_tiny_open_clip,
+    save_tiny_siglip,
+    siglip_tokenizer,
+)
 from lit_retrieval.errors import ConfigError
 from lit_retrieval.models.encoders import OpenCLIPEncoder, SiglipEncoder
 from lit_retrieval.models.heads import MeanPHead, SeqTransfHead, TempMeHead, TS2NetHead
 from lit_retrieval.modules import DualEncoderRetrieval
 
-# our name for the tiny config in open_clip's registry (a JSON file's stem); QuickGELU as OpenAI's CLIP
-OPEN_CLIP_NAME = "lit-retrieval-tiny-openclip"
-OPEN_CLIP_CONFIG = {
-    "embed_dim": 32,
-    "quick_gelu": True,
-    "vision_cfg": {"image_size": 32, "patch_size": 8, "width": 64, "layers": 2, "head_width": 32},
-    "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 2},
-}
 TEXTS = ["a red disc!", "a much longer sentence about a blue square moving left", "Person"]
-SIGLIP_WORDS = "a an the red blue green disc square moving left right much longer sentence about person".split()
 TOLERANCE = {"atol": 1e-5, "rtol": 1e-5}
 
 
@@ -56,55 +54,14 @@ def offline(monkeypatch):
 @pytest.fixture(scope="module")
 def tiny_open_clip(tmp_path_factory):
     """(config JSON, checkpoint file, the library's model in eval mode): random weights from the config."""
-    open_clip = pytest.importorskip("open_clip")
-    folder = tmp_path_factory.mktemp("open_clip")
-    config = folder / f"{OPEN_CLIP_NAME}.json"
-    config.write_text(json.dumps(OPEN_CLIP_CONFIG))
-    open_clip.add_model_config(config)
-    torch.manual_seed(0)
-    model = open_clip.create_model(OPEN_CLIP_NAME).eval()
-    checkpoint = folder / "tiny_open_clip.pt"
-    torch.save(model.state_dict(), checkpoint)
-    return config, checkpoint, model
-
-
-def siglip_tokenizer():
-    """A word-level fast tokenizer with SigLIP's conventions: `</s>` ends every text and pads (id 1), no start token."""
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2, **{w: i + 3 for i, w in enumerate(SIGLIP_WORDS)}}
-    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tokenizer.normalizer = normalizers.Lowercase()
-    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
-    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="</s>", eos_token="</s>", unk_token="<unk>")
+    pytest.importorskip("open_clip")
+    return save_tiny_open_clip(tmp_path_factory.mktemp("open_clip"))
 
 
 @pytest.fixture(scope="module")
 def tiny_siglip(tmp_path_factory):
     """(save_pretrained folder, the library's model loaded from it in eval mode)."""
-    from transformers import SiglipConfig, SiglipModel, SiglipTextConfig, SiglipVisionConfig
-
-    text = SiglipTextConfig(
-        vocab_size=len(SIGLIP_WORDS) + 3,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        max_position_embeddings=16,
-        pad_token_id=1,
-        eos_token_id=1,
-        bos_token_id=None,
-    )
-    vision = SiglipVisionConfig(
-        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=32, patch_size=8
-    )
-    folder = tmp_path_factory.mktemp("siglip")
-    torch.manual_seed(0)
-    SiglipModel(SiglipConfig(text_config=text.to_dict(), vision_config=vision.to_dict())).save_pretrained(folder)
-    siglip_tokenizer().save_pretrained(folder)
-    return folder, SiglipModel.from_pretrained(folder, local_files_only=True).eval()
+    return save_tiny_siglip(tmp_path_factory.mktemp("siglip"))
 
 
 def video_batch(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -285,12 +242,77 @@ def test_a_config_fits_meanp_on_the_backbone(backbone, corpus, tmp_path):
         losses = [float(row["train/loss"]) for row in csv.DictReader(rows) if row.get("train/loss")]
     assert len(losses) == 2 and all(math.isfinite(loss) for loss in losses)
 
-    # one InfoNCE step by hand: finite, and a finite gradient reaches every encoder parameter
+    # one contrastive step by hand: finite, and a finite gradient reaches every encoder parameter
     module = DualEncoderRetrieval(encoder_class(**init_args), MeanPHead())
     frames, mask = video_batch()
     text, video = module({"events": [[TEXTS[0]], [TEXTS[1]]], "frames": frames, "frame_mask": mask})
-    loss = module.objectives.infonce.loss(module.head.logits(module.head.score(text, video)))
+    objective = module.objectives.infonce or module.objectives.sigmoid  # SigLIP trains with its sigmoid loss
+    loss = objective.loss(module.head.logits(module.head.score(text, video)))
     loss.backward()
     assert math.isfinite(loss.item())
     for name, param in module.encoder.named_parameters():
         assert param.grad is not None and torch.isfinite(param.grad).all() and param.grad.any(), name
+
+
+def sigmoid_loss_by_hand(similarity: torch.Tensor, scale: float, bias: float) -> float:
+    """SigLIP Eq. 1 over every pair: -1/|B| sum_ij log sigmoid(z_ij (t s_ij + b)), z = 1 on the diagonal."""
+    size = similarity.shape[0]
+    total = 0.0
+    for i in range(size):
+        for j in range(size):
+            z = 1.0 if i == j else -1.0
+            total += math.log1p(math.exp(-z * (scale * float(similarity[i, j]) + bias)))
+    return total / size
+
+
+def test_siglip_trains_with_the_sigmoid_loss_from_its_own_temperature_and_bias(tiny_siglip, tmp_path):
+    """A SigLIP checkpoint (t' = log 7, b = -3 written into its weights) trains by default with SigLIP's
+    Eq. 1 starting from them; the config can start elsewhere, or choose InfoNCE (the head's log 100)."""
+    from transformers import SiglipModel
+
+    from lit_retrieval.modules.objectives import ContrastiveConfig
+
+    folder, _ = tiny_siglip
+    model = SiglipModel.from_pretrained(folder, local_files_only=True)
+    with torch.no_grad():
+        model.logit_scale.fill_(math.log(7.0))
+        model.logit_bias.fill_(-3.0)
+    model.save_pretrained(tmp_path / "siglip")
+    siglip_tokenizer().save_pretrained(tmp_path / "siglip")
+    torch.manual_seed(0)
+    module = DualEncoderRetrieval(SiglipEncoder(pretrained=str(tmp_path / "siglip")), MeanPHead())
+    assert module.objectives.infonce is None and module.objectives.sigmoid is not None
+    assert module.head.logit_scale.item() == pytest.approx(math.log(7.0), rel=1e-6)
+    assert module.objectives.sigmoid.loss.logit_bias.item() == pytest.approx(-3.0)
+    frames, mask = video_batch()
+    batch = {"events": [[TEXTS[0]], [TEXTS[1]]], "frames": frames, "frame_mask": mask, "video_id": ["a", "b"]}
+    out = module.training_step({**batch, "skipped": []}, 0)
+    with torch.no_grad():
+        similarity = module.head.score(*module(batch))
+    assert out["loss_std"].item() == pytest.approx(sigmoid_loss_by_hand(similarity, 7.0, -3.0), rel=1e-5)
+    out["loss"].backward()
+    assert module.head.logit_scale.grad is not None and module.objectives.sigmoid.loss.logit_bias.grad is not None
+
+    older = {k: v for k, v in module.state_dict().items() if "sigmoid" not in k}  # trained with InfoNCE before
+    DualEncoderRetrieval(SiglipEncoder(pretrained=str(tmp_path / "siglip")), MeanPHead()).load_state_dict(older)
+
+    chosen = ContrastiveConfig(logit_scale_init=2.0, logit_bias_init=-5.0)
+    module = DualEncoderRetrieval(SiglipEncoder(pretrained=str(tmp_path / "siglip")), MeanPHead(), contrastive=chosen)
+    assert module.head.logit_scale.item() == 2.0 and module.objectives.sigmoid.loss.logit_bias.item() == -5.0
+    infonce = ContrastiveConfig(loss="infonce")
+    module = DualEncoderRetrieval(SiglipEncoder(pretrained=str(tmp_path / "siglip")), MeanPHead(), contrastive=infonce)
+    assert module.objectives.sigmoid is None and module.head.logit_scale.item() == pytest.approx(math.log(100.0))
+
+
+def test_an_open_clip_model_with_a_logit_bias_trains_with_the_sigmoid_loss(tiny_open_clip, tmp_path):
+    """open_clip's SigLIP-style models carry `init_logit_bias` in their config: the encoder records the
+    model's t' and b, and the module starts its sigmoid loss from them; without a bias it stays InfoNCE."""
+    config, _, _ = tiny_open_clip
+    biased = tmp_path / "lit-retrieval-tiny-openclip-siglip.json"
+    biased.write_text(json.dumps({**OPEN_CLIP_CONFIG, "init_logit_scale": math.log(10.0), "init_logit_bias": -10.0}))
+    module = DualEncoderRetrieval(OpenCLIPEncoder(model=str(biased)), MeanPHead())
+    assert module.objectives.sigmoid is not None
+    assert module.head.logit_scale.item() == pytest.approx(math.log(10.0))
+    assert module.objectives.sigmoid.loss.logit_bias.item() == -10.0
+    plain = DualEncoderRetrieval(OpenCLIPEncoder(model=str(config)), MeanPHead())
+    assert plain.objectives.infonce is not None and plain.objectives.sigmoid is None
