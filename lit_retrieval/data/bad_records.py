@@ -54,27 +54,20 @@ class RecordCollector:
         kept = []
         for video in videos:
             earlier = first.get(video.video_id)
-            reason = None
             if earlier is not None:
-                reason = self._repeat(video, earlier, queries, one_record_per_video)
-            if reason is not None:
-                self.reject(AnnotationError(source, video.video_id, reason))
-                continue
+                reason = "duplicate video_id" if one_record_per_video else self._repeat(video, earlier, queries)
+                if reason is not None:
+                    self.reject(AnnotationError(source, video.video_id, reason))
+                    continue
             first.setdefault(video.video_id, video)
-            queries.add((video.video_id, video.split, tuple(video.descriptions)))
+            if not one_record_per_video:
+                queries.add((video.video_id, video.split, tuple(video.descriptions)))
             kept.append(video)
         return kept
 
     @staticmethod
-    def _repeat(
-        video: VideoRecord,
-        earlier: VideoRecord,
-        queries: set[tuple[str, str, tuple[str, ...]]],
-        one_record_per_video: bool,
-    ) -> str | None:
+    def _repeat(video: VideoRecord, earlier: VideoRecord, queries: set[tuple[str, str, tuple[str, ...]]]) -> str | None:
         """Why `video`, whose id an `earlier` record has, is refused; None when it is another caption."""
-        if one_record_per_video:
-            return "duplicate video_id"
         for name in ("path", "duration", "window"):
             given, first = getattr(video, name), getattr(earlier, name)
             if given != first:
