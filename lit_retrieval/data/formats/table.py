@@ -13,8 +13,8 @@ each renameable (`TableColumns`; by default the first present of the common name
   seconds. The clip is sampled alone (`VideoRecord.window`), and its id is `{video}#{start}-{end}`;
 - duration (optional): the file's duration in seconds; without the column it is read from each
   video's header (one open per video at setup: write the column for a large corpus);
-- split: the split of the row; with one table per split (the Hub's layout: a `metadata.csv` in each split's folder) every
-  row takes the split of its file and the column is not read.
+- split: the split of the row; with one table per split (the Hub's layout: a `metadata.csv` in each
+  split's folder) every row takes the split of its file and the column is not read.
 
 Numbers may be JSON numbers or text (`"2.0"`: every CSV cell is text; `number_or_text`). Rows that
 share a video (and clip) are one video with one query per caption (`VideoRecord`: the multi-caption
