@@ -156,11 +156,12 @@ def _read_parquet(path: Path) -> tuple[list[str], list[dict[str, Any]]]:
 def table_rows(records: Iterable[VideoRecord]) -> list[dict[str, Any]]:
     """One row per query of `records` (each event's description a caption of the record's video, or of
     its clip: `start`/`end` when it has a `window`), with the duration and split: the table of a
-    corpus (`lit-retrieval synth --table`)."""
+    corpus (`lit-retrieval synth --table`). Two events of one record with the same text are one row,
+    since the table refuses a repeated (video, caption) row."""
     rows = []
     for record in records:
         clip = {"start": record.window[0], "end": record.window[1]} if record.window else {}
-        for caption in record.descriptions:
+        for caption in dict.fromkeys(record.descriptions):  # a text twice in one record is one caption
             row = {"video": record.path, "caption": caption, **clip}
             rows.append({**row, "duration": round(record.duration, 4), "split": record.split})
     return rows

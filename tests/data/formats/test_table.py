@@ -159,3 +159,10 @@ def test_a_damaged_parquet_file_and_an_unknown_extension(tmp_path):
         read_table(path)
     with pytest.raises(Exception, match=r"extension must be one of"):
         read_table(tmp_path / "t.xlsx")
+
+
+def test_table_rows_write_a_caption_repeated_in_one_record_once(tmp_path):
+    """Two events of a synthetic video may share a text; the table would refuse the repeated row."""
+    events = (Event("a dog", ((0.0, 1.0),)), Event("a cat", ((1.0, 2.0),)), Event("a dog", ((2.0, 3.0),)))
+    rows = table_rows([VideoRecord("v", "v.mp4", 3.0, "train", events)])
+    assert [r["caption"] for r in rows] == ["a dog", "a cat"]
