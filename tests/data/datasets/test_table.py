@@ -53,6 +53,7 @@ def with_value(argv: list[str], flag: str, value: str) -> list[str]:
     return [*argv[:at], value, *argv[at + 1 :]]
 
 
+@pytest.mark.slow  # 20-35 s: synth, fit and test (the default suite runs the documented commands below on known rows)
 def test_the_documented_quick_start_fits_and_tests_the_synthetic_table(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "configs").symlink_to(ROOT / "configs")
