@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import time
 
+from lit_retrieval.data.annotations import load_annotations
 from lit_retrieval.data.datasets.synthetic import SynthConfig, generate_corpus
+from lit_retrieval.data.formats.table import table_rows, write_table
 from lit_retrieval.progress import add_progress_arguments, configure_from
 
 
@@ -38,6 +40,14 @@ def run(argv: list[str]) -> int:
         metavar=("MIN", "MAX"),
         help="videos each pool event is dealt into (its ambiguity as a one-event query; the pool size follows)",
     )
+    parser.add_argument(
+        "--table",
+        nargs="+",
+        choices=["csv", "tsv", "jsonl", "parquet"],
+        default=[],
+        help="also write the corpus as OUT/table.FORMAT, one row per caption (video, caption, duration, split), "
+        "for the table data module's quick start (docs/datasets.md)",
+    )
     parser.add_argument("--workers", type=int, default=None, help="encoding processes (default: all cores)")
     add_progress_arguments(parser)
     args = parser.parse_args(argv)
@@ -60,5 +70,7 @@ def run(argv: list[str]) -> int:
         relational_fraction=args.relational_fraction,
     )
     path = generate_corpus(args.out, cfg, workers=args.workers)
-    print(f"wrote {args.num_videos} videos and {path} in {time.perf_counter() - start:.1f} s")
+    tables = [str(write_table(table_rows(load_annotations(path)), path.parent / f"table.{f}")) for f in args.table]
+    written = ", ".join([str(path), *tables])
+    print(f"wrote {args.num_videos} videos and {written} in {time.perf_counter() - start:.1f} s")
     return 0

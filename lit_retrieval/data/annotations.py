@@ -123,7 +123,7 @@ def load_annotations(path: str | Path, collector: RecordCollector | None = None)
     if not isinstance(raw_videos, list):
         raise AnnotationError(source, "-", f"'videos' must be a list of video objects, got {type(raw_videos).__name__}")
     videos = [collector.parse(parse_video, raw, source, i) for i, raw in enumerate(raw_videos)]
-    return collector.unique([v for v in videos if v is not None], source)
+    return collector.unique([v for v in videos if v is not None], source, one_record_per_video=True)
 
 
 def video_to_json(video: VideoRecord) -> dict:

@@ -40,17 +40,41 @@ class RecordCollector:
             self.reject(err)
             return None
 
-    def unique(self, videos: list[VideoRecord], source: str) -> list[VideoRecord]:
-        """Drop (or raise on) repeated video ids; the first occurrence stays."""
-        seen: set[str] = set()
+    def unique(self, videos: list[VideoRecord], source: str, one_record_per_video: bool = False) -> list[VideoRecord]:
+        """Drop (or raise on) repeated records; the first occurrence stays.
+
+        Records that share a `video_id` are one video with one query each (several captions of a
+        video, `VideoRecord`): kept, unless one repeats an earlier record's queries (the same video
+        and caption twice in one split) or gives the video another file, duration or window (a video
+        in two splits is left to the data module's split-overlap check). With
+        `one_record_per_video` (formats that list each video once with all its events: the canonical
+        format, MELON) any repeated id is refused."""
+        first: dict[str, VideoRecord] = {}
+        queries: set[tuple[str, str, tuple[str, ...]]] = set()
         kept = []
         for video in videos:
-            if video.video_id in seen:
-                self.reject(AnnotationError(source, video.video_id, "duplicate video_id"))
-                continue
-            seen.add(video.video_id)
+            earlier = first.get(video.video_id)
+            if earlier is not None:
+                reason = "duplicate video_id" if one_record_per_video else self._repeat(video, earlier, queries)
+                if reason is not None:
+                    self.reject(AnnotationError(source, video.video_id, reason))
+                    continue
+            first.setdefault(video.video_id, video)
+            if not one_record_per_video:
+                queries.add((video.video_id, video.split, tuple(video.descriptions)))
             kept.append(video)
         return kept
+
+    @staticmethod
+    def _repeat(video: VideoRecord, earlier: VideoRecord, queries: set[tuple[str, str, tuple[str, ...]]]) -> str | None:
+        """Why `video`, whose id an `earlier` record has, is refused; None when it is another caption."""
+        for name in ("path", "duration", "window"):
+            given, first = getattr(video, name), getattr(earlier, name)
+            if given != first:
+                return f"duplicate video_id with another {name} ({given!r}, first {first!r})"
+        if (video.video_id, video.split, tuple(video.descriptions)) in queries:
+            return f"duplicate video_id and caption {' / '.join(video.descriptions)!r} (the same record twice)"
+        return None
 
     def report(self, what: str, limit: int = 5) -> None:
         """Log how many records were dropped, with the first reasons."""

@@ -75,15 +75,19 @@ def read_json_lines(path: str | Path, record: str = "line") -> Iterator[tuple[in
             yield number, parse_json(line, str(path), f"{record} {number}")
 
 
-def read_csv(path: str | Path, required: tuple[str, ...]) -> list[dict[str, str]]:
-    """Rows of a CSV file with a header (strict UTF-8). A missing file or column, a row with fewer
-    or more fields than the header, or unreadable CSV is an `AnnotationError` naming the line."""
+def read_csv(path: str | Path, required: tuple[str, ...], delimiter: str = ",") -> list[dict[str, str]]:
+    """Rows of a CSV file with a header (strict UTF-8), fields separated by `delimiter` (`"\\t"` for
+    TSV). A missing file or column (the message lists the columns found, so a wrong delimiter shows
+    as one long column), a row with fewer or more fields than the header, or unreadable CSV is an
+    `AnnotationError` naming the line."""
     source = str(path)
-    reader = csv.DictReader(io.StringIO(read_text(path), newline=""))
+    reader = csv.DictReader(io.StringIO(read_text(path), newline=""), delimiter=delimiter)
     try:
         missing = [c for c in required if c not in (reader.fieldnames or [])]
         if missing:
-            raise AnnotationError(source, "-", f"missing column(s) {missing} (header: {reader.fieldnames})")
+            raise AnnotationError(
+                source, "-", f"missing column(s) {missing} (columns found: {list(reader.fieldnames or [])})"
+            )
         rows = []
         for row in reader:
             if None in row:

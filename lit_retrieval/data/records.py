@@ -51,6 +51,21 @@ def finite_number(value: Any, source: str, record: str, what: str) -> float:
     return float(value)
 
 
+def number_or_text(value: Any, source: str, record: str, what: str) -> float:
+    """`value` as a float if it is a finite number, given as a JSON number or as text (`"2.0"`, `" 3 "`:
+    every cell of a CSV or TSV is text), else an `AnnotationError` saying `what`. `nan` and `inf`
+    parse as floats but would pass every interval comparison or none, so they are refused too."""
+    if isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            raise AnnotationError(source, record, f"{what} {value!r} is not a number") from None
+        if not math.isfinite(number):
+            raise AnnotationError(source, record, f"{what} {value!r} is not a finite number")
+        return number
+    return finite_number(value, source, record, what)
+
+
 def checked_interval(start: float, end: float, duration: float | None, source: str, record: str) -> tuple[float, float]:
     """`(start, end)` if `0 <= start < end <= duration` (1 ms tolerance), else `AnnotationError`."""
     if start < 0 or end <= start:

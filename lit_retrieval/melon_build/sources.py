@@ -219,7 +219,7 @@ class SourceReader:
             return self._video(video, path, duration, captions, qa)
 
         videos = [collector.parse(parse, video, raw) for video, raw in records]
-        return collector.unique([v for v in videos if v is not None], where)
+        return collector.unique([v for v in videos if v is not None], where, one_record_per_video=True)
 
     def _project_format(self, collector: RecordCollector) -> list[SourceVideo]:
         s = self.source

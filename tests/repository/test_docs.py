@@ -81,6 +81,8 @@ RUN_OUTPUT_NAMES = {
     "durations.csv",
     "split.csv",
     "val_2.json",  # ActivityNet Captions release
+    "metadata.csv",  # a Hugging Face Hub video dataset's table (TableDataModule)
+    "table.csv",  # lit-retrieval synth --table csv
 }
 FORBIDDEN_CITATIONS = re.compile(r"DESIGN\.md|formats\s+spec|baselines(-B)?\s+spec|GVE\s+spec", re.IGNORECASE)
 

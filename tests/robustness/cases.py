@@ -1451,6 +1451,109 @@ shots_case(
 )
 
 
+# -- a user's table (datasets.table.TableDataModule): CSV, TSV, JSON Lines, Parquet ----------------------
+
+TABLE_HEADER = ["video", "caption", "duration", "split"]
+TABLE_ROWS = [
+    ["a.mp4", "a dog runs", "2.0", "train"],
+    ["b.mp4", "a cat sleeps", "2.0", "train"],
+    ["b.mp4", "a cat naps", "2.0", "train"],
+    ["c.mp4", "a bird sings", "2.0", "test"],
+]
+TABLE_MODULE = "datasets.table.TableDataModule"
+
+
+def table_folder(tmp: Path, videos: tuple[str, ...]) -> Path:
+    """A folder with the (empty: never decoded before these errors) video files `videos`."""
+    folder = tmp / "corpus"
+    folder.mkdir()
+    for name in videos:
+        (folder / name).write_bytes(b"")
+    return folder
+
+
+def table_case(
+    name: str,
+    reason: str,
+    rows: list[list[str]] | None = None,
+    header: list[str] = TABLE_HEADER,
+    separator: str = ",",
+    file: str = "table.csv",
+    videos: tuple[str, ...] = ("a.mp4", "b.mp4", "c.mp4"),
+    **init: Any,
+):
+    """A case whose table is `header` and `rows` joined by `separator` (as a user's export writes it)."""
+
+    def build(tmp: Path) -> Expect:
+        path = table_folder(tmp, videos) / file
+        lines = [header, *(TABLE_ROWS if rows is None else rows)]
+        path.write_text("".join(separator.join(line) + "\n" for line in lines))
+        args = {"table": str(path), "batch_size": 2, "num_frames": 2, "image_size": 32, **init}
+        return Expect(fit(tmp, TABLE_MODULE, args), str(path), reason)
+
+    CASES.append(Case("annotations/table", name, build))
+
+
+def table_raw(name: str, file: str, content: bytes, reason: str):
+    def build(tmp: Path) -> Expect:
+        path = table_folder(tmp, ("a.mp4",)) / file
+        path.write_bytes(content)
+        return Expect(fit(tmp, TABLE_MODULE, {"table": str(path)}), str(path), reason)
+
+    CASES.append(Case("annotations/table", name, build))
+
+
+# open_clip's most reported trap: the separator of another format; the error lists the one column it found
+table_case("a tab-separated table named .csv", "columns found: ['video\\tcaption\\tduration\\tsplit']", separator="\t")
+table_case("a comma-separated table named .tsv", "columns found: ['video,caption,duration,split']", file="table.tsv")
+table_case("the named caption column is absent", "missing column(s) caption: 'title'", caption_column="title")
+table_case("no video column", "missing column(s) video: one of", header=["clip", "caption", "duration", "split"])
+table_case("start without end", "missing column(s) end", header=["video", "caption", "duration", "start"])
+table_case("no split column", "no split column", header=["video", "caption", "duration", "group"])
+table_case(
+    "empty caption",
+    "record 'row 2': empty caption",
+    rows=[TABLE_ROWS[0], ["b.mp4", " ", "2.0", "train"], TABLE_ROWS[3]],
+)
+table_case("missing video", "record 'row 2': video", videos=("a.mp4", "c.mp4"))
+table_case("missing video (its name)", "b.mp4 not found", videos=("a.mp4", "c.mp4"))
+table_case("repeated video and caption", "record 'row 5': repeats row 2", rows=[*TABLE_ROWS, TABLE_ROWS[1]])
+table_case(
+    "a split of no configured name",
+    "record 'row 4': split 'tset' is not one of",
+    rows=[*TABLE_ROWS[:3], ["c.mp4", "x", "2.0", "tset"]],
+)
+table_case(
+    "video in train and test",
+    "record 'row 5': 1 video(s) of split 'test' are also in the training split",
+    rows=[*TABLE_ROWS, ["a.mp4", "a dog runs again", "2.0", "test"]],
+)
+table_case(
+    "duration not a number", "record 'row 1': duration 'two' is not a number", rows=[["a.mp4", "x", "two", "train"]]
+)
+table_case(
+    "one video, two durations",
+    "record 'row 3': video 'b.mp4' has duration 3 here, 2 on row 2",
+    rows=[*TABLE_ROWS[:2], ["b.mp4", "a cat naps", "3", "train"], TABLE_ROWS[3]],
+)
+table_case(
+    "no full training batch",
+    "has 3 records, fewer than one batch of data.batch_size 4",
+    batch_size=4,
+)
+table_raw(
+    "JSON Lines row not an object", "table.jsonl", b'{"video": "a.mp4"}\n[1, 2]\n', "record 'row 2': line 2 is not"
+)
+table_raw("Parquet file damaged", "table.parquet", b"PAR1 not really parquet", "not a readable Parquet file")
+table_raw("not UTF-8", "table.csv", "video,caption\na.mp4,caf\u00e9\n".encode("latin-1"), "not UTF-8")
+table_raw("no rows", "table.csv", b"video,caption,duration,split\n", "the table has no rows")
+canonical_case(
+    "no full training batch",
+    "has 1 records, fewer than one batch of data.batch_size 16",
+    videos=[canonical_video("v1"), canonical_video("v2", "test")],
+)
+
+
 def by_entry() -> dict[str, int]:
     """How many cases each entry point has."""
     counts: dict[str, int] = {}

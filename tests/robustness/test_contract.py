@@ -43,20 +43,43 @@ ENTRY_POINTS = {
 }
 
 
+def check_dataset_cases(datasets: list[str], counts: dict[str, int]) -> None:
+    """Fail, naming the modules in the first line, when a dataset module has fewer than 4 cases."""
+    few = {name: counts.get(f"annotations/{name}", 0) for name in datasets if counts.get(f"annotations/{name}", 0) < 4}
+    assert not few, (
+        f"dataset module(s) {sorted(few)} have fewer than 4 bad-input cases ({few}): add cases of entry "
+        "'annotations/<module>' to tests/robustness/cases.py (docs/extending.md, 'Add a data set')"
+    )
+
+
+def check_entry_points(entry_points: set[str], counts: dict[str, int]) -> None:
+    missing, unknown = sorted(entry_points - set(counts)), sorted(set(counts) - entry_points)
+    assert not missing and not unknown, f"entry points without cases: {missing}; cases of unknown entries: {unknown}"
+    few = {entry: count for entry, count in counts.items() if count < 4}
+    assert not few, f"entry points with fewer than 4 cases: {few}"
+
+
 def test_every_dataset_module_has_cases():
     """A dataset module added to lit_retrieval/data/datasets/ without at least 4 cases fails here."""
     listed = {m.name for m in pkgutil.iter_modules(lit_retrieval.data.datasets.__path__)}
     assert set(NO_USER_FILE) <= listed, "an exempted module no longer exists"
-    assert {"canonical", "msrvtt", "msvd", "vatex", "lsmdc", "youcook2", "charades"} <= set(DATASETS)
-    counts = by_entry()
-    few = {name: counts.get(f"annotations/{name}", 0) for name in DATASETS}
-    assert all(count >= 4 for count in few.values()), few
+    assert {"canonical", "msrvtt", "msvd", "vatex", "lsmdc", "youcook2", "charades", "table"} <= set(DATASETS)
+    check_dataset_cases(DATASETS, by_entry())
 
 
 def test_every_entry_point_has_cases():
-    assert set(by_entry()) == ENTRY_POINTS
-    assert all(count >= 4 for count in by_entry().values()), by_entry()
+    check_entry_points(ENTRY_POINTS, by_entry())
     assert len({c.id for c in CASES}) == len(CASES)
+
+
+def test_a_new_dataset_module_without_cases_is_named_in_the_first_line_of_both_failures():
+    """What a contributor sees (docs/extending.md, 'Add a data set', step 5): the module's name first."""
+    with pytest.raises(AssertionError) as failed:
+        check_dataset_cases([*DATASETS, "my_corpus"], by_entry())
+    assert "['my_corpus']" in str(failed.value).splitlines()[0]
+    with pytest.raises(AssertionError) as failed:
+        check_entry_points(ENTRY_POINTS | {"annotations/my_corpus"}, by_entry())
+    assert "['annotations/my_corpus']" in str(failed.value).splitlines()[0]
 
 
 @pytest.mark.parametrize("bad", CASES, ids=[c.id for c in CASES])

@@ -236,10 +236,16 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
                 f"{self.splits['train']!r}"
             )
             if not self.allow_split_overlap:
+                first = self.overlap_record(shared[0], self.splits[role])
                 raise AnnotationError(
-                    self.source, shared[0], f"{what} (first: {shared[0]}); set data.allow_split_overlap to accept"
+                    self.source, first, f"{what} (first: {shared[0]}); set data.allow_split_overlap to accept"
                 )
             log.warning("%s: %s (allowed by allow_split_overlap)", self.source, what)
+
+    def overlap_record(self, path: str, split: str) -> str:
+        """The record named when the video file `path` of evaluation split `split` is also a training
+        video: the path (a format with row numbers names the row)."""
+        return path
 
     def _with_min_events(self, records: list[VideoRecord], collector: RecordCollector) -> list[VideoRecord]:
         """`records` less those with under `min_events` events (in the training split only unless
@@ -329,6 +335,7 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
             trainer = self.trainer
             rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
             sampler = EpochShuffle(len(dataset), self.shuffle_seed, rank, world)
+            self._check_full_batch(len(dataset), len(sampler), world)
             self.place_training(trainer, len(sampler) // self.batch_size, partial(sampler.place, self.batch_size))
         return DataLoader(
             dataset,
@@ -342,6 +349,19 @@ class VideoTextDataModule(EpochPosition, L.LightningDataModule, ABC):
             generator=torch.Generator().manual_seed(self.shuffle_seed),  # worker seeds never touch the global RNG
             worker_init_fn=worker_init_fn(),  # workers leave SIGTERM/SIGINT/SIGUSR1 to the main process
         )
+
+    def _check_full_batch(self, records: int, per_process: int, world: int) -> None:
+        """Refuse a training split with no full batch (training drops the last, incomplete batch, so
+        Lightning would run no step, save nothing and exit 0), naming the records and the batch size."""
+        if per_process >= self.batch_size:
+            return
+        share = f" ({per_process} on each of {world} processes)" if world > 1 else ""
+        reason = (
+            f"the training split {self.splits['train']!r} has {records} records{share}, fewer than one batch of "
+            f"data.batch_size {self.batch_size} (the last, incomplete batch is dropped): lower data.batch_size "
+            "or add records"
+        )
+        raise AnnotationError(self.source, "-", reason)
 
     def cache_plan(self, splits: list[str]) -> Plan:
         """The frame-cache plan of these splits' records (`lit-retrieval cache-frames`), sampled as

@@ -28,14 +28,20 @@ one further past is a bad record, as are the 4 training moments that start past 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
 from lit_retrieval.data.bad_records import RecordCollector
 from lit_retrieval.data.batching.datamodule import VideoTextDataModule
-from lit_retrieval.data.records import AnnotationError, Event, VideoRecord, checked_interval, positive_duration
+from lit_retrieval.data.records import (
+    AnnotationError,
+    Event,
+    VideoRecord,
+    checked_interval,
+    number_or_text,
+    positive_duration,
+)
 from lit_retrieval.data.reading import read_csv, read_text
 from lit_retrieval.data.media.video import video_duration
 from lit_retrieval.errors import ConfigError
@@ -53,22 +59,11 @@ def read_lengths(path: Path, collector: RecordCollector) -> dict[str, float]:
         try:
             if video in lengths:
                 raise AnnotationError(str(path), where, "video listed again")
-            lengths[video] = positive_duration(_number(row["length"], str(path), where), str(path), where)
+            length = number_or_text(row["length"], str(path), where, "length")
+            lengths[video] = positive_duration(length, str(path), where)
         except AnnotationError as err:
             collector.reject(err)
     return lengths
-
-
-def _number(text: str, source: str, where: str) -> float:
-    """A time or length written as text, as a finite float (`nan` and `inf` parse as floats but
-    would pass every interval comparison or none)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise AnnotationError(source, where, f"{text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise AnnotationError(source, where, f"{text!r} is not a finite number")
-    return value
 
 
 class CharadesParser:
@@ -127,7 +122,7 @@ class CharadesParser:
         if not sep or len(parts) != 3:
             raise AnnotationError(source, where, "expected 'VIDEO START END##SENTENCE'")
         video = parts[0]
-        start, end = (_number(t, source, where) for t in parts[1:])
+        start, end = (number_or_text(t, source, where, "time") for t in parts[1:])
         if not sentence.strip():
             raise AnnotationError(source, where, "empty sentence")
         if lengths is not None and video not in lengths:

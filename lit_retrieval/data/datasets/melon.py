@@ -53,4 +53,4 @@ class MELONDataModule(VideoTextDataModule):
         prober = (lambda path: video_duration(root / path)) if self.probe_durations else None
         parser = MelonParser(self.fields, self.video_ext, prober)
         records = [r for split, path in self.files.items() for r in parser.load(path, split, collector)]
-        return collector.unique(records, self.source)
+        return collector.unique(records, self.source, one_record_per_video=True)

@@ -144,7 +144,7 @@ class MelonParser:
             collector.parse(self.parse_video, outer_id, raw, source, position, split)
             for position, (outer_id, raw) in enumerate(_records(data, source))
         ]
-        return collector.unique([v for v in videos if v is not None], source)
+        return collector.unique([v for v in videos if v is not None], source, one_record_per_video=True)
 
     def parse_video(
         self, outer_id: str | None, raw: Any, source: str, position: int, file_split: str | None

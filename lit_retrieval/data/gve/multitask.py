@@ -45,6 +45,7 @@ from lit_retrieval.data.items import ItemError, ItemProcessing, MediaItem
 from lit_retrieval.data.batching.resume import EpochPosition
 from lit_retrieval.data.batching.samplers import SAMPLINGS, Sampling, TaskBatchSampler, default_steps, size_weights
 from lit_retrieval.data.gve.tasks import TaskRecord, TaskSpec, read_task
+from lit_retrieval.data.records import AnnotationError
 from lit_retrieval.data.media.video import VideoDecodeError
 from lit_retrieval.data.batching.workers import WorkersAtFirstBatch, pins_memory, worker_init_fn
 from lit_retrieval.errors import ConfigError, check_at_least
@@ -333,9 +334,23 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
             [len(d.records) for d in self.train_data], [d.spec.batch_size for d in self.train_data], self.sampling
         )
 
+    def _check_full_batches(self, world: int) -> None:
+        """Refuse, before training, a training task with fewer records than one global batch, naming its
+        file, its records and its batch size (`TaskBatchSampler` walks whole global batches only)."""
+        for data in self.train_data:
+            spec, records = data.spec, len(data.records)
+            if records < spec.batch_size * world:
+                share = f" x {world} processes" if world > 1 else ""
+                reason = (
+                    f"training task {spec.name!r} has {records} records, fewer than one batch of "
+                    f"batch_size {spec.batch_size}{share}: lower its batch_size or add records"
+                )
+                raise AnnotationError(spec.path, "-", reason)
+
     def train_dataloader(self) -> DataLoader:
         trainer = self.trainer
         rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        self._check_full_batches(world)
         self.sampler = TaskBatchSampler(
             [len(d.records) for d in self.train_data],
             [d.spec.batch_size for d in self.train_data],

@@ -96,7 +96,7 @@ def test_sentence_records_share_their_video_in_test_and_not_in_train(release):
         ("Y6R7T 2.1 6.5##the person sits down.", "interval end 6.5 is past the duration 4"),
         ("Y6R7T 2.1##the person sits down.", "expected 'VIDEO START END##SENTENCE'"),
         ("Y6R7T 2.1 3.0 the person sits down.", "expected 'VIDEO START END##SENTENCE'"),
-        ("Y6R7T 2.1 x##the person sits down.", "'x' is not a number"),
+        ("Y6R7T 2.1 x##the person sits down.", "time 'x' is not a number"),
         ("Y6R7T 4.0 4.5##the person sits down.", "moment starts at 4 s, at or past the video's length 4 s"),
         ("Y6R7T 2.1 3.0##  ", "empty sentence"),
     ],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from dataclasses import replace
 
@@ -154,6 +155,19 @@ def test_data_module_batches(gve_tasks, processing):  # noqa: F811
     assert no_synthetic.task_names == ["syn_t2v"]
     with pytest.raises(ValueError, match="no probability"):
         dm.set_task_probabilities({"syn_t2v": 1.0})
+
+
+def test_a_task_with_no_full_batch_is_refused_before_training(gve_tasks, processing):  # noqa: F811
+    """The task's file, its records and its batch size in one line (the sampler walks whole batches only)."""
+    first = gve_tasks["train"][0]
+    records = len(read_task(first))
+    specs = [replace(first, batch_size=records + 1), *gve_tasks["train"][1:]]
+    dm = MultiTaskDataModule(specs, num_workers=0)
+    dm.processing = processing
+    dm.setup("fit")
+    expected = f"{first.path}: training task {first.name!r} has {records} records, fewer than one batch of batch_size"
+    with pytest.raises(AnnotationError, match=re.escape(f"{expected} {records + 1}")):
+        dm.train_dataloader()
 
 
 def test_eval_batches_cover_queries_and_distinct_targets(gve_tasks, processing):  # noqa: F811
