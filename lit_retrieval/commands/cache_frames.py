@@ -29,13 +29,11 @@ import os
 import time
 
 from lit_retrieval.commands.sharding import add_shard_arguments, check_shard
-from lit_retrieval.data.batching.datamodule import VideoTextDataModule
 from lit_retrieval.data.media.cache_plan import write_jobs
 from lit_retrieval.data.media.frame_cache import CacheWriter
 from lit_retrieval.errors import ConfigError, DiskFull
 from lit_retrieval.locking import OutputLock
 from lit_retrieval.progress import Progress, add_progress_arguments, configure_from
-from lit_retrieval.retrieval_cli import build_datamodule, training_config
 
 
 def run(argv: list[str]) -> int:
@@ -55,6 +53,10 @@ def run(argv: list[str]) -> int:
     add_shard_arguments(parser)
     add_progress_arguments(parser)
     args = parser.parse_args(argv)
+    # imported here, not at the top: --help stays light
+    from lit_retrieval.data.batching.datamodule import VideoTextDataModule
+    from lit_retrieval.retrieval_cli import build_datamodule, training_config
+
     check_shard(parser, args)
     configure_from(args)
     if args.workers < 1:

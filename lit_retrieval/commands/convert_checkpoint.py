@@ -15,8 +15,6 @@ import argparse
 import importlib.util
 from pathlib import Path
 
-from lit_retrieval.checkpoint_io import read_checkpoint
-
 
 def run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
@@ -34,6 +32,8 @@ def run(argv: list[str]) -> int:
     if importlib.util.find_spec("deepspeed") is None:
         parser.error("converting needs DeepSpeed: DS_BUILD_OPS=0 pip install -e '.[deepspeed]'")
     from lightning.pytorch.utilities.deepspeed import convert_zero_checkpoint_to_fp32_state_dict
+
+    from lit_retrieval.checkpoint_io import read_checkpoint  # here: --help stays light
 
     convert_zero_checkpoint_to_fp32_state_dict(str(source), args.out, tag=args.tag)
     checkpoint = read_checkpoint(args.out, map_location="cpu")

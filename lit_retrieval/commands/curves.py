@@ -7,8 +7,6 @@ import argparse
 import json
 from pathlib import Path
 
-from lit_retrieval.callbacks.training_curves import plot_training_curves
-
 
 def _history_file(path: Path) -> Path:
     if path.is_file():
@@ -38,5 +36,7 @@ def run(argv: list[str]) -> int:
             runs[label] = json.loads(source.read_text())
     except (OSError, json.JSONDecodeError) as err:
         parser.error(str(err))
+    from lit_retrieval.callbacks.training_curves import plot_training_curves  # here: --help stays light
+
     print(plot_training_curves(runs, args.out, smooth=args.smooth))
     return 0

@@ -19,8 +19,6 @@ from lit_retrieval.commands.sharding import add_shard_arguments, check_shard
 from lit_retrieval.errors import UsageError
 from lit_retrieval.locking import OutputLock
 from lit_retrieval.progress import add_progress_arguments, configure_from
-from lit_retrieval.search.index import IndexConfig, build_video_index, check_ivf_lists, list_videos
-from lit_retrieval.search.loading import ModelSpec, load_item_embedder
 
 
 def positive_int(text: str) -> int:
@@ -75,6 +73,10 @@ def run(argv: list[str]) -> int:
     )
     add_progress_arguments(parser)
     args = parser.parse_args(argv)
+    # imported here, not at the top: --help stays light
+    from lit_retrieval.search.index import IndexConfig, build_video_index, check_ivf_lists, list_videos
+    from lit_retrieval.search.loading import ModelSpec, load_item_embedder
+
     if args.model is None and args.config is None:
         parser.error("one of --model or --config is required")
     check_shard(parser, args)

@@ -24,8 +24,6 @@ from lit_retrieval.data.gve.negatives import candidate_targets, hardest_negative
 from lit_retrieval.data.items import item_to_json
 from lit_retrieval.data.gve.tasks import TaskSpec, read_task, write_task
 from lit_retrieval.progress import add_progress_arguments, configure_from
-from lit_retrieval.search.embedders import embed_tracked
-from lit_retrieval.search.loading import ModelSpec, load_item_embedder
 
 
 def run(argv: list[str]) -> int:
@@ -49,6 +47,10 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--device", default="cpu")
     add_progress_arguments(parser)
     args = parser.parse_args(argv)
+    # imported here, not at the top: --help stays light
+    from lit_retrieval.search.embedders import embed_tracked
+    from lit_retrieval.search.loading import ModelSpec, load_item_embedder
+
     configure_from(args)
     if args.k < 1:
         parser.error("--k must be at least 1")

@@ -23,8 +23,6 @@ from lit_retrieval.commands.index import add_model_arguments
 from lit_retrieval.data.items import MediaItem
 from lit_retrieval.data.text.queries import concat_query
 from lit_retrieval.errors import UsageError
-from lit_retrieval.search.index import VideoIndex
-from lit_retrieval.search.loading import ModelSpec, load_item_embedder
 
 
 def check_arguments(args: argparse.Namespace) -> None:
@@ -82,6 +80,10 @@ def run(argv: list[str]) -> int:
     add_model_arguments(parser)
     parser.add_argument("--gpu", action="store_true")
     args = parser.parse_args(argv)
+    # imported here, not at the top: --help stays light
+    from lit_retrieval.search.index import VideoIndex
+    from lit_retrieval.search.loading import ModelSpec, load_item_embedder
+
     check_arguments(args)
     queries = queries_from(args)
     if not queries:

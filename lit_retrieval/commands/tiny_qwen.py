@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from lit_retrieval.models.gve.tiny import save_tiny_qwen25vl
-
 
 def run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="lit-retrieval tiny-qwen", description=__doc__)
@@ -15,6 +13,8 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--max-pixels", type=int, default=16 * 28 * 28, help="processor's per-frame pixel bound")
     args = parser.parse_args(argv)
+    from lit_retrieval.models.gve.tiny import save_tiny_qwen25vl  # here: --help stays light
+
     path = save_tiny_qwen25vl(args.out, args.seed, args.hidden_size, args.layers, max_pixels=args.max_pixels)
     print(f"wrote a tiny Qwen2.5-VL to {path}")
     return 0

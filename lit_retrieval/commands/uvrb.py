@@ -25,9 +25,7 @@ from rich.console import Console
 from lit_retrieval.errors import UsageError
 from lit_retrieval.locking import OutputLock
 from lit_retrieval.progress import add_progress_arguments, configure_from
-from lit_retrieval.search.loading import ModelSpec, load_item_embedder
 from lit_retrieval.uvrb.abilities import ability_scores, ability_table, read_scores
-from lit_retrieval.uvrb.runner import markdown_table, run_benchmark
 from lit_retrieval.uvrb.tasks import read_task_list
 
 
@@ -79,6 +77,10 @@ def run(argv: list[str]) -> int:
     )
     add_progress_arguments(parser)
     args = parser.parse_args(argv)
+    # imported here, not at the top: --help stays light
+    from lit_retrieval.search.loading import ModelSpec, load_item_embedder
+    from lit_retrieval.uvrb.runner import markdown_table, run_benchmark
+
     configure_from(args)
     if args.frames is not None and args.frames < 1:
         parser.error("--frames must be >= 1")

@@ -19,11 +19,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402 - after choosing the non-interactive backend
-
 LENGTH_EDGES_MIN = (2, 5, 10, 30, 60)  # minutes; MELON Fig. 3(d) reports 2-10 min and > 60 min shares
 
 
@@ -47,6 +42,11 @@ def melon_record(uid: str, path: str, duration: float, split: str, events: list[
 
 
 def _histogram(path: Path, values: list[float], bins: Any, title: str, xlabel: str, line: float | None = None) -> None:
+    import matplotlib  # here, not at the top: `build-melon --help` stays light
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     figure, axis = plt.subplots(figsize=(5, 3.2))
     axis.hist(values, bins=bins, color="#4c72b0", edgecolor="white")
     if line is not None:

