@@ -27,6 +27,7 @@ PACKAGE = ROOT / "lit_retrieval"
 DOC_FILES = sorted([ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("configs/**/README.md")])
 EXTENSIONS = {".py", ".yaml", ".yml", ".md", ".sh", ".json", ".jsonl", ".sbatch", ".png", ".csv", ".toml", ".txt"}
 SKIPPED_DIRS = {".git", ".venv", "runs", "data", "cache", "__pycache__", "lit_retrieval.egg-info"}
+PACKAGE_DIRS = {"data"}  # skipped at the repository's top only
 
 # Folders that only runs create (the quick start, `lit-retrieval synth`, shot caches): a doc may name
 # files in them, e.g. `runs/quickstart/logs/test/metrics.json`, that do not exist in a fresh clone.
@@ -98,7 +99,8 @@ def top_level_dirs() -> set[str]:
 def repository_file_names() -> set[str]:
     names = set()
     for folder, dirs, files in os.walk(ROOT):
-        dirs[:] = [d for d in dirs if d not in SKIPPED_DIRS]
+        # a run's outputs (runs/, data/, cache/ at the top) are skipped, not the package's own data/
+        dirs[:] = [d for d in dirs if d not in SKIPPED_DIRS or (d in PACKAGE_DIRS and folder != str(ROOT))]
         names.update(files)
     return names
 
