@@ -177,6 +177,7 @@ class RetrievalCLI(LightningCLI):
         name = strategy if isinstance(strategy, str) else getattr(strategy, "class_path", "") or ""
         if "deepspeed" in name.lower():
             check_deepspeed_installed()
+        skip_warm_start_of_a_checkpoint(section, self.config.get("subcommand"))
 
     def after_instantiate_classes(self) -> None:
         if self._trained_model is not None:
@@ -242,6 +243,23 @@ def refuse_reshaping_options(
         raise UsageError(
             ckpt_path, f"{_changed_options(trained, given)} {' and '.join(filter(None, (added, removed)))}"
         )
+
+
+def skip_warm_start_of_a_checkpoint(section: Any, subcommand: str | None) -> None:
+    """Clear `model.init_args.warm_start` when the run loads a checkpoint that holds every weight: `validate`,
+    `test` and `predict` with any `--ckpt_path` (`newest` must find one there), `fit` with a checkpoint file (not
+    `newest`/`last`, which may start afresh and then need the warm start). The warm start is a previous run's
+    checkpoint that only initialises a fit; loading it first would need that file beside the trained one
+    (a FileNotFoundError where it was not copied) for weights the checkpoint then replaces. Logged, once."""
+    ckpt_path = section.get("ckpt_path")
+    warm_start = section.get("model.init_args.warm_start") if section.get("model.init_args") else None
+    if not ckpt_path or not warm_start or (subcommand == "fit" and not Path(str(ckpt_path)).is_file()):
+        return
+    section["model.init_args.warm_start"] = None
+    rank_zero_info(
+        f"--ckpt_path {ckpt_path}: model.init_args.warm_start {warm_start} is not loaded (the checkpoint holds "
+        "every weight it would initialise)"
+    )
 
 
 DICT_OPTIONS = ("model.init_args.encoder.init_args.config",)  # options typed `dict` (a CLIPConfig)

@@ -1,0 +1,42 @@
+"""Commands as the docs print them: read from a doc's fenced code blocks, so a test runs what a reader copies
+(never a retyped copy that could drift from the page)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+FENCE = re.compile(r"^```[a-z]*\n(.*?)^```", re.S | re.M)
+
+
+def documented_commands(doc: str) -> list[str]:
+    """Every command of the fenced code blocks of `doc` (a path relative to the repository root), one string
+    each: backslash-continued lines joined, comments and blank lines dropped."""
+    text = (ROOT / doc).read_text()
+    commands = []
+    for block in FENCE.findall(text):
+        for command in re.sub(r"\\\n\s*", " ", block).splitlines():
+            words = shlex.split(command, comments=True)
+            if words:
+                commands.append(shlex.join(words))
+    return commands
+
+
+def documented_command(doc: str, *markers: str) -> list[str]:
+    """The one command of `doc`'s code blocks that contains every one of `markers`, split into words as the
+    shell splits it (variables such as `$USER` are left as typed: the caller replaces the ones it needs)."""
+    found = [c for c in documented_commands(doc) if all(m in c for m in markers)]
+    assert len(found) == 1, f"{doc}: {len(found)} commands contain {markers} (expected one): {found}"
+    return shlex.split(found[0])
+
+
+def replaced(words: list[str], **values: str) -> list[str]:
+    """`words` with each `$NAME` (or `${NAME}`) of `values` replaced by its value, as the reader's shell would."""
+    out = []
+    for word in words:
+        for name, value in values.items():
+            word = word.replace("${" + name + "}", value).replace("$" + name, value)
+        out.append(word)
+    return out
