@@ -2,6 +2,8 @@
 
     lit-retrieval uvrb --model /models/GVE-3B --root /data/uvrb --out runs/uvrb/gve3b
     lit-retrieval uvrb --config configs/gve/tiny_cpu.yaml --ckpt last.ckpt --tasks my_tasks.yaml --out runs/uvrb/tiny
+    lit-retrieval uvrb --config configs/gve/train.yaml --config configs/gve/model_3b.yaml \
+        --config configs/gve/data_3b.yaml --ckpt runs/gve/checkpoints/last.ckpt --out runs/uvrb/gve3b_lora
     lit-retrieval uvrb report runs/uvrb/gve3b/results.json
     lit-retrieval uvrb --model /models/GVE-3B --frames 16 --max-frame-tokens 400 --out runs/uvrb/gve3b_f16_t400
 
@@ -20,6 +22,7 @@ import json
 import sys
 from pathlib import Path
 
+import yaml
 from rich.console import Console
 
 from lit_retrieval.errors import UsageError
@@ -49,6 +52,22 @@ def run_report(argv: list[str]) -> int:
     return 0
 
 
+def composed_config(configs: list[str], out: Path) -> str:
+    """The one training config file `configs` make: the file itself when there is one, else their composition
+    as `lit-retrieval fit --config C1 --config C2 ...` resolves it (`resolved_training_config`), written to
+    OUT/config.yaml so the run keeps what it evaluated."""
+    if len(configs) == 1:
+        return configs[0]
+    from lit_retrieval.retrieval_cli import resolved_training_config  # Lightning: only where a config is read
+
+    resolved = resolved_training_config(configs, [], "--config")
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "config.yaml"
+    path.write_text(yaml.safe_dump(resolved, sort_keys=False))
+    print(f"--config: {' + '.join(configs)} composed into {path}", file=sys.stderr)
+    return str(path)
+
+
 def run(argv: list[str]) -> int:
     if argv and argv[0] == "report":
         return run_report(argv[1:])
@@ -57,7 +76,12 @@ def run(argv: list[str]) -> int:
     )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", help="model directory (GVE / Qwen2.5-VL), embedded as is")
-    source.add_argument("--config", help="training config of a GVE or dual-encoder model")
+    source.add_argument(
+        "--config",
+        action="append",
+        help="training config of a GVE or dual-encoder model; several compose as `fit --config A --config B` "
+        "(later files win), e.g. a run's saved config.yaml alone",
+    )
     parser.add_argument("--ckpt", help="checkpoint to load with --config")
     parser.add_argument(
         "--tasks", default="configs/uvrb/uvrb.yaml", help="task list YAML (default: the 16 UVRB datasets)"
@@ -90,8 +114,9 @@ def run(argv: list[str]) -> int:
         OutputLock(args.out, name="uvrb"),
         OutputLock(cache, name="uvrb-cache"),
     ):  # one writer of results and of the cache
+        config = composed_config(args.config, Path(args.out)) if args.config else None
         model = ModelSpec(
-            args.model, args.config, args.ckpt, args.device, frames=args.frames, frame_tokens=args.max_frame_tokens
+            args.model, config, args.ckpt, args.device, frames=args.frames, frame_tokens=args.max_frame_tokens
         )
         embedder = load_item_embedder(model, pairwise=True)  # any head: pairwise ones score with the head
         results = run_benchmark(embedder, specs, args.out, cache, args.batch_size, args.memory_mb)

@@ -144,7 +144,8 @@ def path_exists(token: str, file_names: set[str]) -> bool:
             if "*" not in name and (base / name).exists():
                 break
         else:
-            if name.split("/")[0] in GENERATED_DIRS and Path(name).suffix not in SOURCE_EXTENSIONS:
+            generated = Path(name).suffix not in SOURCE_EXTENSIONS or Path(name).name in RUN_OUTPUT_NAMES
+            if name.split("/")[0] in GENERATED_DIRS and generated:  # e.g. a run's saved runs/.../config.yaml
                 continue
             return False
     return True
