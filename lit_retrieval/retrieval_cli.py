@@ -17,6 +17,7 @@ import copy
 import functools
 import io
 import json
+import os
 import warnings
 import signal
 import sys
@@ -42,10 +43,11 @@ from lit_retrieval.callbacks.resume_checkpoint import (
     has_wandb_logger,
     recorded_wandb_ids,
 )
-from lit_retrieval.callbacks.trained_config import TrainedModelConfig, trained_model_config
+from lit_retrieval.callbacks.trained_config import TrainedModelConfig, trained_config_files, trained_model_config
 from lit_retrieval.checkpoint_io import SafeCheckpointIO, checkpoint_metadata, newest_resume_checkpoint
 from lit_retrieval.config_errors import ExplainingArgumentParser
 from lit_retrieval.errors import UsageError, check_at_least
+from lit_retrieval.run_folder import config_run_folders, moved
 from lit_retrieval.strategies import check_deepspeed_installed
 
 
@@ -105,6 +107,7 @@ class RetrievalCLI(LightningCLI):
         if self._trained_model is None and isinstance(given, (list, tuple)):  # so a `model:`-less config parses
             self._use_trained_model(*_subcommand_and_checkpoint(given, subcommands))
         self._given_args = args
+        self._command_line = list(given) if isinstance(given, (list, tuple)) else []
         if isinstance(given, (list, tuple)):
             merged = merged_dict_flags(parser, list(given))
             args = merged if merged != list(given) else args
@@ -127,6 +130,8 @@ class RetrievalCLI(LightningCLI):
                 if isinstance(callback, ModelCheckpoint):
                     last |= callback._find_last_checkpoints(self.trainer)
             newest = newest_resume_checkpoint(self.trainer.default_root_dir, last)
+            if newest is not None:
+                refuse_another_runs_checkpoint(newest, self._config_files())
             if newest is None and subcommand != "fit":  # evaluating the untrained model would be silently wrong
                 where = self.trainer.default_root_dir
                 raise UsageError(where, "--ckpt_path newest: no hpc_ckpt_*.ckpt or last checkpoint of this run")
@@ -144,7 +149,7 @@ class RetrievalCLI(LightningCLI):
         trainer = super().instantiate_trainer(**kwargs)
         # Lightning accepts 0 and divides by it when a module counts its schedule's steps
         check_at_least("trainer", 1, accumulate_grad_batches=trainer.accumulate_grad_batches)
-        trainer.callbacks.append(TrainedModelConfig(self._model_section()))
+        trainer.callbacks.append(TrainedModelConfig(self._model_section(), self._config_files()))
         trainer.callbacks.insert(0, RequeueOnlyWhileTraining())  # first: before any callback's final checkpoint
         strategy = trainer.strategy
         if type(getattr(strategy, "checkpoint_io", None)) is TorchCheckpointIO:
@@ -178,6 +183,26 @@ class RetrievalCLI(LightningCLI):
         if "deepspeed" in name.lower():
             check_deepspeed_installed()
         skip_warm_start_of_a_checkpoint(section, self.config.get("subcommand"))
+        self._move_run_folder(section)
+
+    def _move_run_folder(self, section: Any) -> None:
+        """With `--trainer.default_root_dir DIR` on the command line (`fit.sbatch`'s RUN_DIR), the trainer's
+        paths under the run folder the config files name (logger `save_dir`, checkpoint `dirpath`) move under
+        DIR (`run_folder.moved`): otherwise two jobs started from one folder write the same logs and
+        `last.ckpt`, and `--ckpt_path newest` may resume the other's. Logged, once."""
+        new = (flag_values(self._command_line, "--trainer.default_root_dir") or [None])[-1]
+        if not new or not section.get("trainer"):
+            return
+        old = config_run_folders(self._config_files()) - {new.rstrip("/")}
+        changes: list[str] = []
+        moved(section["trainer"], old, new.rstrip("/"), changes)
+        section["trainer.default_root_dir"] = new
+        if changes:
+            rank_zero_info(f"--trainer.default_root_dir {new}: the run's paths moved with it ({'; '.join(changes)})")
+
+    def _config_files(self) -> list[str]:
+        """The `--config` files of this command line, as absolute paths (what the run's checkpoints record)."""
+        return [os.path.abspath(path) for path in flag_values(self._command_line, "--config", "-c")]
 
     def after_instantiate_classes(self) -> None:
         if self._trained_model is not None:
@@ -243,6 +268,22 @@ def refuse_reshaping_options(
         raise UsageError(
             ckpt_path, f"{_changed_options(trained, given)} {' and '.join(filter(None, (added, removed)))}"
         )
+
+
+def refuse_another_runs_checkpoint(ckpt_path: str | Path, config_files: list[str]) -> None:
+    """A `UsageError` when `--ckpt_path newest` found a checkpoint that a run of other `--config` files wrote
+    (`TrainedModelConfig` records them; a checkpoint without the record is taken): resuming it would continue
+    another run, e.g. another table row whose config put its `last.ckpt` in the same folder. Evaluating with more
+    files than the fit (test-time overlays after the same files) is this run's checkpoint still."""
+    recorded = trained_config_files(checkpoint_metadata(ckpt_path))
+    if recorded is None or config_files[: len(recorded)] == recorded:
+        return
+    raise UsageError(
+        str(ckpt_path),
+        f"--ckpt_path newest: written by the run of --config {' '.join(recorded)}, not this run's "
+        f"--config {' '.join(config_files) or '(none)'}; give the run its own --trainer.default_root_dir, or "
+        "--ckpt_path FILE to start from that checkpoint on purpose",
+    )
 
 
 def skip_warm_start_of_a_checkpoint(section: Any, subcommand: str | None) -> None:
@@ -333,13 +374,18 @@ def option_changes(trained: Any, given: Any, prefix: str) -> list[tuple[str, Any
 def _subcommand_and_checkpoint(args: list[str] | tuple[str, ...], subcommands) -> tuple[str | None, str | None]:
     """The subcommand and the `--ckpt_path` value of a raw command line (None where absent)."""
     subcommand = next((arg for arg in args if arg in subcommands), None)
-    ckpt_path = None
+    return subcommand, (flag_values(args, "--ckpt_path") or [None])[-1]
+
+
+def flag_values(args: list[str] | tuple[str, ...], *names: str) -> list[str]:
+    """Every value a raw command line gives the flags `names` (`--name VALUE` or `--name=VALUE`), in order."""
+    values = []
     for i, arg in enumerate(args):
-        if arg == "--ckpt_path" and i + 1 < len(args):
-            ckpt_path = args[i + 1]
-        elif arg.startswith("--ckpt_path="):
-            ckpt_path = arg.split("=", 1)[1]
-    return subcommand, ckpt_path
+        if arg in names and i + 1 < len(args):
+            values.append(args[i + 1])
+        elif arg.startswith(tuple(f"{name}=" for name in names)):
+            values.append(arg.split("=", 1)[1])
+    return values
 
 
 # ---- reading a training config -------------------------------------------------------------------

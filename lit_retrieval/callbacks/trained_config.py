@@ -15,17 +15,21 @@ from typing import Any
 import lightning as L
 
 CHECKPOINT_KEY = "lit_retrieval_model_config"
+CONFIG_FILES_KEY = "lit_retrieval_config_files"  # the run's `--config` files (absolute paths), in order
 
 
 class TrainedModelConfig(L.Callback):
     """Writes `model_config` (a `{class_path, init_args}` dict) into every checkpoint under
-    `CHECKPOINT_KEY`; DeepSpeed keeps it with Lightning's other keys in its model-states file."""
+    `CHECKPOINT_KEY`, and the run's `--config` files under `CONFIG_FILES_KEY` (whose run wrote it: `--ckpt_path
+    newest` refuses another run's); DeepSpeed keeps both with Lightning's other keys in its model-states file."""
 
-    def __init__(self, model_config: dict[str, Any]) -> None:
+    def __init__(self, model_config: dict[str, Any], config_files: list[str] | None = None) -> None:
         self.model_config = copy.deepcopy(model_config)
+        self.config_files = list(config_files or [])
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
         checkpoint[CHECKPOINT_KEY] = copy.deepcopy(self.model_config)
+        checkpoint[CONFIG_FILES_KEY] = list(self.config_files)
 
 
 def trained_model_config(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
@@ -38,3 +42,9 @@ def trained_model_config(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
     hparams.pop("_instantiator", None)
     class_path = hparams.pop("_class_path", None)
     return {"class_path": class_path, "init_args": hparams} if class_path else None
+
+
+def trained_config_files(checkpoint: dict[str, Any]) -> list[str] | None:
+    """The `--config` files of the run that wrote `checkpoint` (None: written before the record)."""
+    files = checkpoint.get(CONFIG_FILES_KEY)
+    return list(files) if isinstance(files, list) else None

@@ -5,6 +5,7 @@
     lit-retrieval uvrb --config configs/gve/train.yaml --config configs/gve/model_3b.yaml \
         --config configs/gve/data_3b.yaml --ckpt runs/gve/checkpoints/last.ckpt --out runs/uvrb/gve3b_lora
     lit-retrieval uvrb report runs/uvrb/gve3b/results.json
+    lit-retrieval uvrb convert msrvtt_pairs.jsonl --out data/uvrb/MSRVTT --field text=caption target=video_path
     lit-retrieval uvrb --model /models/GVE-3B --frames 16 --max-frame-tokens 400 --out runs/uvrb/gve3b_f16_t400
 
 `--frames` and `--max-frame-tokens` are GVE's test-time scaling settings (GVE A.12 "Experiments of
@@ -29,6 +30,7 @@ from lit_retrieval.errors import UsageError
 from lit_retrieval.locking import OutputLock
 from lit_retrieval.progress import add_progress_arguments, configure_from
 from lit_retrieval.search.loading import ModelSpec, load_item_embedder
+from lit_retrieval.uvrb.convert import convert_pairs
 from lit_retrieval.uvrb.abilities import ability_scores, ability_table, read_scores
 from lit_retrieval.uvrb.runner import markdown_table, run_benchmark
 from lit_retrieval.uvrb.tasks import read_task_list
@@ -68,9 +70,34 @@ def composed_config(configs: list[str], out: Path) -> str:
     return str(path)
 
 
+def run_convert(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="lit-retrieval uvrb convert",
+        description="A retrieval task (corpus.jsonl, queries.jsonl, qrels.jsonl) from one file of query -> video "
+        "pairs (JSONL, JSON list or CSV); the row format is in lit_retrieval/uvrb/convert.py.",
+    )
+    parser.add_argument("pairs", help="the pairs file: one row per relevant (query, video) pair")
+    parser.add_argument("--out", required=True, help="the task folder (a `dir` of the task list)")
+    parser.add_argument(
+        "--field", nargs="*", default=[], metavar="NAME=COLUMN", help="rename a field, e.g. text=caption target=path"
+    )
+    args = parser.parse_args(argv)
+    fields = {}
+    for item in args.field:
+        name, sep, column = item.partition("=")
+        if not sep or not name or not column:
+            raise UsageError("--field", f"expected NAME=COLUMN, got {item!r}")
+        fields[name] = column
+    counts = convert_pairs(args.pairs, args.out, fields)
+    print(f"{args.out}: {counts['queries']} queries, {counts['videos']} videos, {counts['pairs']} relevant pairs")
+    return 0
+
+
 def run(argv: list[str]) -> int:
     if argv and argv[0] == "report":
         return run_report(argv[1:])
+    if argv and argv[0] == "convert":
+        return run_convert(argv[1:])
     parser = argparse.ArgumentParser(
         prog="lit-retrieval uvrb", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -8,7 +8,7 @@ import shlex
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-FENCE = re.compile(r"^```[a-z]*\n(.*?)^```", re.S | re.M)
+FENCE = re.compile(r"^[ ]*```[a-z]*\n(.*?)^[ ]*```", re.S | re.M)  # also indented (in a list item)
 
 
 def documented_commands(doc: str) -> list[str]:
