@@ -43,7 +43,7 @@ from lit_retrieval.callbacks.resume_checkpoint import (
     has_wandb_logger,
     recorded_wandb_ids,
 )
-from lit_retrieval.callbacks.trained_config import TrainedModelConfig, trained_config_files, trained_model_config
+from lit_retrieval.callbacks.trained_config import TrainedModelConfig, recorded_run, trained_model_config
 from lit_retrieval.checkpoint_io import SafeCheckpointIO, checkpoint_metadata, newest_resume_checkpoint
 from lit_retrieval.config_errors import ExplainingArgumentParser
 from lit_retrieval.errors import UsageError, check_at_least
@@ -112,6 +112,8 @@ class RetrievalCLI(LightningCLI):
             merged = merged_dict_flags(parser, list(given))
             args = merged if merged != list(given) else args
         super().parse_arguments(parser, args)
+        section = self.config[self.config.subcommand] if self.config.get("subcommand") else self.config
+        self._given_seed = section.get("seed_everything")  # as configured: LightningCLI draws one for `true`
 
     def _run_subcommand(self, subcommand: str) -> None:
         try:
@@ -130,8 +132,8 @@ class RetrievalCLI(LightningCLI):
                 if isinstance(callback, ModelCheckpoint):
                     last |= callback._find_last_checkpoints(self.trainer)
             newest = newest_resume_checkpoint(self.trainer.default_root_dir, last)
-            if newest is not None:
-                refuse_another_runs_checkpoint(newest, self._config_files())
+            if newest is not None and subcommand == "fit":
+                refuse_another_runs_checkpoint(newest, self._config_files(), self._model_section(), self._given_seed)
             if newest is None and subcommand != "fit":  # evaluating the untrained model would be silently wrong
                 where = self.trainer.default_root_dir
                 raise UsageError(where, "--ckpt_path newest: no hpc_ckpt_*.ckpt or last checkpoint of this run")
@@ -149,7 +151,7 @@ class RetrievalCLI(LightningCLI):
         trainer = super().instantiate_trainer(**kwargs)
         # Lightning accepts 0 and divides by it when a module counts its schedule's steps
         check_at_least("trainer", 1, accumulate_grad_batches=trainer.accumulate_grad_batches)
-        trainer.callbacks.append(TrainedModelConfig(self._model_section(), self._config_files()))
+        trainer.callbacks.append(TrainedModelConfig(self._model_section(), self._config_files(), self._given_seed))
         trainer.callbacks.insert(0, RequeueOnlyWhileTraining())  # first: before any callback's final checkpoint
         strategy = trainer.strategy
         if type(getattr(strategy, "checkpoint_io", None)) is TorchCheckpointIO:
@@ -270,19 +272,43 @@ def refuse_reshaping_options(
         )
 
 
-def refuse_another_runs_checkpoint(ckpt_path: str | Path, config_files: list[str]) -> None:
-    """A `UsageError` when `--ckpt_path newest` found a checkpoint that a run of other `--config` files wrote
-    (`TrainedModelConfig` records them; a checkpoint without the record is taken): resuming it would continue
-    another run, e.g. another table row whose config put its `last.ckpt` in the same folder. Evaluating with more
-    files than the fit (test-time overlays after the same files) is this run's checkpoint still."""
-    recorded = trained_config_files(checkpoint_metadata(ckpt_path))
-    if recorded is None or config_files[: len(recorded)] == recorded:
+# model options a resumed run may change: how it is run (memory, devices, evaluation), not what it trains
+RESUMABLE_OPTIONS = (
+    "warm_start",
+    "grad_cache",
+    "evaluation",
+    "nonfinite",
+    "cross_device",
+    "recipe_batch",
+    "recipe_ranks",
+)
+
+
+def refuse_another_runs_checkpoint(ckpt_path: str | Path, config_files: list[str], model: dict, seed: Any) -> None:
+    """A `UsageError` when `fit --ckpt_path newest` found a checkpoint of another run: one whose model config or
+    seed differs from this run's (`TrainedModelConfig` records them with the run's `--config` files, named in the
+    message; a checkpoint without the record is taken). Resuming it would continue another run, e.g. another table
+    row or seed whose config put its `last.ckpt` in the same folder. What a resumed run may change is the rest:
+    the trainer (epochs, callbacks, resources, strategy), the data loading, the `RESUMABLE_OPTIONS` of the model,
+    and where its files are (a copied run folder)."""
+    recorded = recorded_run(checkpoint_metadata(ckpt_path))
+    if recorded is None:
+        return
+    files, trained, trained_seed = recorded
+    changes = [
+        f"--{key} {new!r} (its: {old!r})"
+        for key, old, new in option_changes(trained, model, "model")
+        if len(key.split(".")) < 3 or key.split(".")[2] not in RESUMABLE_OPTIONS
+    ]
+    if trained_seed != seed and type(seed) is int and type(trained_seed) is int:  # not `true` (a new draw each start)
+        changes.append(f"--seed_everything {seed!r} (its: {trained_seed!r})")
+    if not changes:
         return
     raise UsageError(
         str(ckpt_path),
-        f"--ckpt_path newest: written by the run of --config {' '.join(recorded)}, not this run's "
-        f"--config {' '.join(config_files) or '(none)'}; give the run its own --trainer.default_root_dir, or "
-        "--ckpt_path FILE to start from that checkpoint on purpose",
+        f"--ckpt_path newest: written by another run, of --config {' '.join(files) or '(none)'}; this run differs: "
+        f"{_few(changes)}. Give this run its own --trainer.default_root_dir, or --ckpt_path FILE to start from "
+        "that checkpoint on purpose",
     )
 
 

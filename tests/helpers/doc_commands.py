@@ -8,7 +8,15 @@ import shlex
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-FENCE = re.compile(r"^[ ]*```[a-z]*\n(.*?)^[ ]*```", re.S | re.M)  # also indented (in a list item)
+FENCE = re.compile(r"^[ ]*```(?:bash|sh)?\n(.*?)^[ ]*```", re.S | re.M)  # shell blocks, also indented (a list item)
+
+
+def fenced_block(doc: str, language: str, after: str) -> str:
+    """The text of the first ```language block of `doc` after the first occurrence of `after`, indentation removed."""
+    text = (ROOT / doc).read_text()
+    match = re.search(rf"^([ ]*)```{language}\n(.*?)^[ ]*```", text[text.index(after) :], re.S | re.M)
+    assert match, f"{doc}: no ```{language} block after {after!r}"
+    return "".join(line.removeprefix(match.group(1)) + "\n" for line in match.group(2).splitlines())
 
 
 def documented_commands(doc: str) -> list[str]:

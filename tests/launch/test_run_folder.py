@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-def row_config(tiny_clip: Path, corpus: Path, ties: str) -> dict:
+def row_config(tiny_clip: Path, corpus: Path, average_directions: bool) -> dict:
     """A config that names its own run folder in every path, as the MELON rows and the quick start do; both rows
     of the test name the same one (`runs/shared`)."""
     trainer = {
@@ -38,7 +38,7 @@ def row_config(tiny_clip: Path, corpus: Path, ties: str) -> dict:
             }
         ],
     }
-    return clip_fit_config(tiny_clip, corpus, trainer, model={"evaluation": {"ties": ties}})
+    return clip_fit_config(tiny_clip, corpus, trainer, model={"average_directions": average_directions})
 
 
 def job(submit: Path, config: str, run_dir: Path, name: str) -> subprocess.CompletedProcess:
@@ -64,23 +64,24 @@ def test_two_configs_naming_one_folder_each_keep_to_their_run_dir_and_newest_ref
 ):
     submit = tmp_path / "submit"
     submit.mkdir()
-    for name, ties in (("row_a.yaml", "average"), ("row_b.yaml", "optimistic")):
-        (submit / name).write_text(yaml.safe_dump(row_config(tiny_clip, corpus, ties)))
+    for name, average in (("row_a.yaml", False), ("row_b.yaml", True)):
+        (submit / name).write_text(yaml.safe_dump(row_config(tiny_clip, corpus, average)))
     run_a, run_b = tmp_path / "scratch" / "row_a", tmp_path / "scratch" / "row_b"
     first = job(submit, "row_a.yaml", run_a, "a.sbatch")
     assert first.returncode == 0, first.stderr[-3000:]
     second = job(submit, "row_b.yaml", run_b, "b.sbatch")
     assert second.returncode == 0, second.stderr[-3000:]
     assert not (submit / "runs").exists()  # nothing in the folder the configs name
-    for run, ties in ((run_a, "average"), (run_b, "optimistic")):
+    for run, average in ((run_a, False), (run_b, True)):
         checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False, map_location="cpu")
-        assert checkpoint["lit_retrieval_model_config"]["init_args"]["evaluation"]["ties"] == ties
+        assert checkpoint["lit_retrieval_model_config"]["init_args"]["average_directions"] is average
         assert (run / "logs" / "fit" / "config.yaml").is_file() and (run / "logs" / "fit" / "hparams.yaml").is_file()
     assert f"runs/shared/checkpoints -> {run_a / 'checkpoints'}" in first.stdout + first.stderr  # and says so
     # row B submitted into row A's folder: its newest checkpoint is row A's, refused by name
     wrong = job(submit, "row_b.yaml", run_a, "wrong.sbatch")
     assert wrong.returncode != 0
-    assert f"written by the run of --config {submit / 'row_a.yaml'}, not this run's" in wrong.stderr
+    assert f"written by another run, of --config {submit / 'row_a.yaml'}; this run differs: " in wrong.stderr
+    assert "--model.init_args.average_directions True (its: False)" in wrong.stderr
     # row A again (a requeue): its own checkpoint resumes, so the finished fit does nothing more
     again = job(submit, "row_a.yaml", run_a, "a.sbatch")
     assert again.returncode == 0, again.stderr[-3000:]
