@@ -8,7 +8,8 @@ import shlex
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-FENCE = re.compile(r"^[ ]*```(?:bash|sh)?\n(.*?)^[ ]*```", re.S | re.M)  # shell blocks, also indented (a list item)
+FENCE = re.compile(r"^[ ]*```([a-z]*)\n(.*?)^[ ]*```", re.S | re.M)  # every block, also indented (a list item)
+SHELL = ("", "bash", "sh")
 
 
 def fenced_block(doc: str, language: str, after: str) -> str:
@@ -20,13 +21,18 @@ def fenced_block(doc: str, language: str, after: str) -> str:
 
 
 def documented_commands(doc: str) -> list[str]:
-    """Every command of the fenced code blocks of `doc` (a path relative to the repository root), one string
-    each: backslash-continued lines joined, comments and blank lines dropped."""
+    """Every command of the shell blocks (```bash, ```sh, unlabelled) of `doc` (relative to the repository root),
+    one string each: backslash-continued lines joined, comments and blank lines dropped."""
     text = (ROOT / doc).read_text()
     commands = []
-    for block in FENCE.findall(text):
+    for language, block in FENCE.findall(text):
+        if language not in SHELL:
+            continue
         for command in re.sub(r"\\\n\s*", " ", block).splitlines():
-            words = shlex.split(command, comments=True)
+            try:
+                words = shlex.split(command, comments=True)
+            except ValueError:  # not shell (a YAML or prose line in an unlabelled block): no command to run
+                continue
             if words:
                 commands.append(shlex.join(words))
     return commands
