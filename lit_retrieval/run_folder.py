@@ -17,9 +17,10 @@ from jsonargparse import Namespace
 
 
 def config_run_folders(config_files: list[str]) -> set[str]:
-    """The run folders `config_files` name: each one's `trainer.default_root_dir` and loggers' `save_dir`
-    (`.` and empty values left out). A file that is not a YAML mapping names none (the CLI reports it)."""
-    folders = set()
+    """The run folders `config_files` name: each one's `trainer.default_root_dir`, and a logger's `save_dir` that
+    is not inside one of those (one inside moves with it: `runs/x/tb` -> `RUN_DIR/tb`); `.` and empty values left
+    out. A file that is not a YAML mapping names none (the CLI reports it)."""
+    roots, saves = set(), set()
     for path in config_files:
         try:
             config = yaml.safe_load(Path(path).read_text())
@@ -29,11 +30,11 @@ def config_run_folders(config_files: list[str]) -> set[str]:
         if not isinstance(trainer, dict):
             continue
         loggers = trainer.get("logger") if isinstance(trainer.get("logger"), list) else [trainer.get("logger")]
-        saves = [lg.get("init_args", {}).get("save_dir") for lg in loggers if isinstance(lg, dict)]
-        for folder in (trainer.get("default_root_dir"), *saves):
+        save_dirs = [(lg.get("init_args") or {}).get("save_dir") for lg in loggers if isinstance(lg, dict)]
+        for folder, found in ((trainer.get("default_root_dir"), roots), *((s, saves) for s in save_dirs)):
             if isinstance(folder, str) and folder.strip() not in ("", "."):
-                folders.add(folder.rstrip("/"))
-    return folders
+                found.add(folder.rstrip("/"))
+    return roots | {s for s in saves if not any(s == r or s.startswith(r + "/") for r in roots)}
 
 
 def moved(value: Any, old_folders: set[str], new_folder: str, changes: list[str] | None = None) -> Any:
