@@ -17,6 +17,7 @@ import copy
 import functools
 import io
 import json
+import os
 import warnings
 import signal
 import sys
@@ -43,10 +44,11 @@ from lit_retrieval.callbacks.resume_checkpoint import (
     log_wandb_at_global_step,
     recorded_wandb_ids,
 )
-from lit_retrieval.callbacks.trained_config import TrainedModelConfig, trained_model_config
+from lit_retrieval.callbacks.trained_config import TrainedModelConfig, recorded_run, trained_model_config
 from lit_retrieval.checkpoint_io import SafeCheckpointIO, checkpoint_metadata, newest_resume_checkpoint
 from lit_retrieval.config_errors import ExplainingArgumentParser, unknown_empty_mappings
 from lit_retrieval.errors import ConfigError, UsageError, check_at_least
+from lit_retrieval.run_folder import config_run_folders, moved
 from lit_retrieval.strategies import check_deepspeed_installed
 
 
@@ -106,14 +108,16 @@ class RetrievalCLI(LightningCLI):
         if self._trained_model is None and isinstance(given, (list, tuple)):  # so a `model:`-less config parses
             self._use_trained_model(*_subcommand_and_checkpoint(given, subcommands))
         self._given_args = args
+        self._command_line = list(given) if isinstance(given, (list, tuple)) else []
         if isinstance(given, (list, tuple)):
             merged = merged_dict_flags(parser, list(given))
             args = merged if merged != list(given) else args
         super().parse_arguments(parser, args)
-        parsed = self.config.get(str(self.config.get("subcommand")), self.config)
-        dropped = unknown_empty_mappings([str(path) for path in parsed.get("config") or []], parsed)
+        section = self.config[self.config.subcommand] if self.config.get("subcommand") else self.config
+        dropped = unknown_empty_mappings([str(path) for path in section.get("config") or []], section)
         if dropped:
             raise ConfigError(dropped[0])
+        self._given_seed = section.get("seed_everything")  # as configured: LightningCLI draws one for `true`
 
     def _run_subcommand(self, subcommand: str) -> None:
         try:
@@ -128,6 +132,8 @@ class RetrievalCLI(LightningCLI):
         kwargs = super()._prepare_subcommand_kwargs(subcommand)
         if kwargs.get("ckpt_path") == self.NEWEST:
             newest = newest_resume_checkpoint(self.trainer.default_root_dir, self._last_checkpoints())
+            if newest is not None and subcommand == "fit":
+                refuse_another_runs_checkpoint(newest, self._config_files(), self._model_section(), self._given_seed)
             if newest is None and subcommand != "fit":  # evaluating the untrained model would be silently wrong
                 where = self.trainer.default_root_dir
                 raise UsageError(where, "--ckpt_path newest: no hpc_ckpt_*.ckpt or last checkpoint of this run")
@@ -156,7 +162,7 @@ class RetrievalCLI(LightningCLI):
         trainer = super().instantiate_trainer(**kwargs)
         # Lightning accepts 0 and divides by it when a module counts its schedule's steps
         check_at_least("trainer", 1, accumulate_grad_batches=trainer.accumulate_grad_batches)
-        trainer.callbacks.append(TrainedModelConfig(self._model_section()))
+        trainer.callbacks.append(TrainedModelConfig(self._model_section(), self._config_files(), self._given_seed))
         trainer.callbacks.insert(0, RequeueOnlyWhileTraining())  # first: before any callback's final checkpoint
         log_wandb_at_global_step(trainer)
         strategy = trainer.strategy
@@ -190,6 +196,27 @@ class RetrievalCLI(LightningCLI):
         name = strategy if isinstance(strategy, str) else getattr(strategy, "class_path", "") or ""
         if "deepspeed" in name.lower():
             check_deepspeed_installed()
+        skip_warm_start_of_a_checkpoint(section, self.config.get("subcommand"))
+        self._move_run_folder(section)
+
+    def _move_run_folder(self, section: Any) -> None:
+        """With `--trainer.default_root_dir DIR` on the command line (`fit.sbatch`'s RUN_DIR), the trainer's
+        paths under the run folder the config files name (logger `save_dir`, checkpoint `dirpath`) move under
+        DIR (`run_folder.moved`): otherwise two jobs started from one folder write the same logs and
+        `last.ckpt`, and `--ckpt_path newest` may resume the other's. Logged, once."""
+        new = (flag_values(self._command_line, "--trainer.default_root_dir") or [None])[-1]
+        if not new or not section.get("trainer"):
+            return
+        old = config_run_folders(self._config_files()) - {new.rstrip("/")}
+        changes: list[str] = []
+        moved(section["trainer"], old, new.rstrip("/"), changes)
+        section["trainer.default_root_dir"] = new
+        if changes:
+            rank_zero_info(f"--trainer.default_root_dir {new}: the run's paths moved with it ({'; '.join(changes)})")
+
+    def _config_files(self) -> list[str]:
+        """The `--config` files of this command line, as absolute paths (what the run's checkpoints record)."""
+        return [os.path.abspath(path) for path in flag_values(self._command_line, "--config", "-c")]
 
     def after_instantiate_classes(self) -> None:
         if self._trained_model is not None:
@@ -255,6 +282,63 @@ def refuse_reshaping_options(
         raise UsageError(
             ckpt_path, f"{_changed_options(trained, given)} {' and '.join(filter(None, (added, removed)))}"
         )
+
+
+# model options a resumed run may change: how it is run (memory, devices, evaluation), not what it trains
+RESUMABLE_OPTIONS = (
+    "warm_start",
+    "grad_cache",
+    "evaluation",
+    "nonfinite",
+    "cross_device",
+    "recipe_batch",
+    "recipe_ranks",
+)
+
+
+def refuse_another_runs_checkpoint(ckpt_path: str | Path, config_files: list[str], model: dict, seed: Any) -> None:
+    """A `UsageError` when `fit --ckpt_path newest` found a checkpoint of another run: one whose model config or
+    seed differs from this run's (`TrainedModelConfig` records them with the run's `--config` files, named in the
+    message; a checkpoint without the record is taken). Resuming it would continue another run, e.g. another table
+    row or seed whose config put its `last.ckpt` in the same folder. What a resumed run may change is the rest:
+    the trainer (epochs, callbacks, resources, strategy), the data loading, the `RESUMABLE_OPTIONS` of the model,
+    and where its files are (a copied run folder)."""
+    recorded = recorded_run(checkpoint_metadata(ckpt_path))
+    if recorded is None:
+        return
+    files, trained, trained_seed = recorded
+    changes = [
+        f"--{key} {new!r} (its: {old!r})"
+        for key, old, new in option_changes(trained, model, "model")
+        if len(key.split(".")) < 3 or key.split(".")[2] not in RESUMABLE_OPTIONS
+    ]
+    if trained_seed != seed and type(seed) is int and type(trained_seed) is int:  # not `true` (a new draw each start)
+        changes.append(f"--seed_everything {seed!r} (its: {trained_seed!r})")
+    if not changes:
+        return
+    raise UsageError(
+        str(ckpt_path),
+        f"--ckpt_path newest: written by another run, of --config {' '.join(files) or '(none)'}; this run differs: "
+        f"{_few(changes)}. Give this run its own --trainer.default_root_dir, or --ckpt_path FILE to start from "
+        "that checkpoint on purpose",
+    )
+
+
+def skip_warm_start_of_a_checkpoint(section: Any, subcommand: str | None) -> None:
+    """Clear `model.init_args.warm_start` when the run loads a checkpoint that holds every weight: `validate`,
+    `test` and `predict` with any `--ckpt_path` (`newest` must find one there), `fit` with a checkpoint file (not
+    `newest`/`last`, which may start afresh and then need the warm start). The warm start is a previous run's
+    checkpoint that only initialises a fit; loading it first would need that file beside the trained one
+    (a FileNotFoundError where it was not copied) for weights the checkpoint then replaces. Logged, once."""
+    ckpt_path = section.get("ckpt_path")
+    warm_start = section.get("model.init_args.warm_start") if section.get("model.init_args") else None
+    if not ckpt_path or not warm_start or (subcommand == "fit" and not Path(str(ckpt_path)).is_file()):
+        return
+    section["model.init_args.warm_start"] = None
+    rank_zero_info(
+        f"--ckpt_path {ckpt_path}: model.init_args.warm_start {warm_start} is not loaded (the checkpoint holds "
+        "every weight it would initialise)"
+    )
 
 
 DICT_OPTIONS = ("model.init_args.encoder.init_args.config",)  # options typed `dict` (a CLIPConfig)
@@ -328,13 +412,18 @@ def option_changes(trained: Any, given: Any, prefix: str) -> list[tuple[str, Any
 def _subcommand_and_checkpoint(args: list[str] | tuple[str, ...], subcommands) -> tuple[str | None, str | None]:
     """The subcommand and the `--ckpt_path` value of a raw command line (None where absent)."""
     subcommand = next((arg for arg in args if arg in subcommands), None)
-    ckpt_path = None
+    return subcommand, (flag_values(args, "--ckpt_path") or [None])[-1]
+
+
+def flag_values(args: list[str] | tuple[str, ...], *names: str) -> list[str]:
+    """Every value a raw command line gives the flags `names` (`--name VALUE` or `--name=VALUE`), in order."""
+    values = []
     for i, arg in enumerate(args):
-        if arg == "--ckpt_path" and i + 1 < len(args):
-            ckpt_path = args[i + 1]
-        elif arg.startswith("--ckpt_path="):
-            ckpt_path = arg.split("=", 1)[1]
-    return subcommand, ckpt_path
+        if arg in names and i + 1 < len(args):
+            values.append(args[i + 1])
+        elif arg.startswith(tuple(f"{name}=" for name in names)):
+            values.append(arg.split("=", 1)[1])
+    return values
 
 
 # ---- reading a training config -------------------------------------------------------------------

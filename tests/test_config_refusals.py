@@ -216,3 +216,36 @@ def test_an_unknown_key_holding_an_empty_mapping_is_refused(tmp_path, overlay, k
     line = one_error_line(out, "test")
     assert f"'{key}' (in {extra}) is not an option; valid there:" in line
     assert valid in line
+
+
+def test_newest_refuses_another_runs_checkpoint_and_takes_its_own_with_other_run_time_options(tmp_path):
+    """`fit --ckpt_path newest`'s check on a checkpoint written with known content (`torch.save`): another head or
+    seed is another run (refused, naming its files and the option); other grad-cache chunks, evaluation options or
+    a `true` seed (drawn anew at each start) are the same run resumed; a checkpoint without the record is taken."""
+    import torch
+
+    from lit_retrieval.retrieval_cli import refuse_another_runs_checkpoint
+    from lit_retrieval.errors import UsageError
+
+    model = {"class_path": "M", "init_args": {"head": {"class_path": "MeanP"}, "grad_cache": None, "evaluation": {}}}
+    path = tmp_path / "last.ckpt"
+    torch.save(
+        {
+            "global_step": 4,
+            "state_dict": {},
+            "lit_retrieval_model_config": model,
+            "lit_retrieval_config_files": ["/c/train.yaml", "/c/row_a.yaml"],
+            "lit_retrieval_seed": 0,
+        },
+        path,
+    )
+    resumed = {**model, "init_args": {**model["init_args"], "grad_cache": {"video_chunk": 2}, "evaluation": {"x": 1}}}
+    refuse_another_runs_checkpoint(path, ["/c/train.yaml", "/elsewhere/row_a.yaml"], resumed, 0)
+    refuse_another_runs_checkpoint(path, [], model, True)
+    other_head = {**model, "init_args": {**model["init_args"], "head": {"class_path": "XCLIP"}}}
+    with pytest.raises(UsageError, match=r"another run, of --config /c/train.yaml /c/row_a.yaml; .*head.class_path"):
+        refuse_another_runs_checkpoint(path, [], other_head, 0)
+    with pytest.raises(UsageError, match=r"--seed_everything 1 \(its: 0\)"):
+        refuse_another_runs_checkpoint(path, [], model, 1)
+    torch.save({"global_step": 4, "state_dict": {}}, path)  # written before the record
+    refuse_another_runs_checkpoint(path, [], other_head, 1)

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from lit_retrieval.data.datasets.synthetic import SynthConfig, generate_corpus
+from helpers.doc_commands import documented_command
 from helpers.fit_configs import clean_launch_env, clip_fit_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -200,3 +201,24 @@ def test_the_documented_ensemble_recipe_writes_its_scores(dual_encoder_run):
     out = cli("metrics", "--ensemble", str(saved), str(saved), cwd=folder)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "R@1" in out.stdout
+
+
+def test_the_documented_test_of_a_copied_checkpoint_needs_no_warm_start(dual_encoder_run, tmp_path):
+    """docs/sali.md's `test --ckpt_path` of a checkpoint copied elsewhere, copied from the page: a run
+    warm-started from another run's checkpoint tests after that checkpoint is gone (it used to build the model
+    first and fail with FileNotFoundError on the warm start), and the log says the warm start was skipped."""
+    folder, ckpt = dual_encoder_run
+    warm = tmp_path / "baseline_best.ckpt"
+    warm.write_bytes(ckpt.read_bytes())
+    config = yaml.safe_load((folder / "fit.yaml").read_text())
+    config["trainer"] = trainer(tmp_path, max_steps=1, limit_val_batches=0)
+    config["model"]["init_args"]["warm_start"] = str(warm)
+    trained = fit(config, tmp_path)
+    warm.unlink()
+    words = documented_command("docs/sali.md", "test", "/archive/cm_sali/best.ckpt")
+    assert words[:2] == ["lit-retrieval", "test"]
+    given = {"configs/sali/cm_sali_max.yaml": "fit.yaml", "/archive/cm_sali/best.ckpt": str(trained)}
+    out = cli(*(given.get(w, w) for w in words[1:]), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"model.init_args.warm_start {warm} is not loaded" in out.stdout + out.stderr
+    assert (tmp_path / "run" / "logs" / "test" / "metrics.json").is_file()

@@ -15,17 +15,25 @@ from typing import Any
 import lightning as L
 
 CHECKPOINT_KEY = "lit_retrieval_model_config"
+CONFIG_FILES_KEY = "lit_retrieval_config_files"  # the run's `--config` files (absolute paths), in order
+SEED_KEY = "lit_retrieval_seed"  # the run's `seed_everything`
 
 
 class TrainedModelConfig(L.Callback):
     """Writes `model_config` (a `{class_path, init_args}` dict) into every checkpoint under
-    `CHECKPOINT_KEY`; DeepSpeed keeps it with Lightning's other keys in its model-states file."""
+    `CHECKPOINT_KEY`, and the run's `--config` files and seed under `CONFIG_FILES_KEY` and `SEED_KEY` (whose run
+    wrote it: `--ckpt_path newest` refuses another run's); DeepSpeed keeps them with Lightning's other keys in its
+    model-states file."""
 
-    def __init__(self, model_config: dict[str, Any]) -> None:
+    def __init__(self, model_config: dict[str, Any], config_files: list[str] | None = None, seed: Any = None) -> None:
         self.model_config = copy.deepcopy(model_config)
+        self.config_files = list(config_files or [])
+        self.seed = seed
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
         checkpoint[CHECKPOINT_KEY] = copy.deepcopy(self.model_config)
+        checkpoint[CONFIG_FILES_KEY] = list(self.config_files)
+        checkpoint[SEED_KEY] = self.seed
 
 
 def trained_model_config(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
@@ -38,3 +46,12 @@ def trained_model_config(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
     hparams.pop("_instantiator", None)
     class_path = hparams.pop("_class_path", None)
     return {"class_path": class_path, "init_args": hparams} if class_path else None
+
+
+def recorded_run(checkpoint: dict[str, Any]) -> tuple[list[str], dict[str, Any], Any] | None:
+    """(`--config` files, `model:` section, seed) of the run that wrote `checkpoint`; None for a checkpoint
+    written before these were recorded."""
+    files = checkpoint.get(CONFIG_FILES_KEY)
+    if not isinstance(files, list) or CHECKPOINT_KEY not in checkpoint:
+        return None
+    return list(files), checkpoint[CHECKPOINT_KEY], checkpoint.get(SEED_KEY)

@@ -3,6 +3,8 @@
     lit-retrieval grid configs/plans/melon_tab2.yaml --out runs/melon_tab2 --dry-run
     lit-retrieval grid configs/plans/melon_tab2.yaml --out runs/melon_tab2 --slurm --set ACCOUNT=proj PARTITION=a100 \
         --override model.init_args.encoder.init_args.pretrained=/models/longclip-B.pt
+    lit-retrieval grid configs/plans/melon_tab2.yaml --out runs/melon_tab2 --rows clip4clip clip4clip_mea \
+        --config configs/strategy/deepspeed_zero2.yaml --slurm --set ACCOUNT=proj PARTITION=a100
     lit-retrieval grid configs/plans/synthetic_mea.yaml --out runs/synthetic_mea --local
     lit-retrieval report runs/melon_tab2 --out reports/melon_tab2
 
@@ -19,12 +21,13 @@ alone, and one process at a time runs a run folder (its .run.lock).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 import yaml
 
 from lit_retrieval.errors import UsageError
-from lit_retrieval.grid.plan import load_plan
+from lit_retrieval.grid.plan import Plan, Run, load_plan
 from lit_retrieval.grid.runs import prepare, record_plan, run_locally, status
 from lit_retrieval.launch.queue import SlurmQueue
 from lit_retrieval.launch.submission import SBATCH, array_groups, run_array_task, submit_arrays, submitted_and_queued
@@ -39,6 +42,30 @@ def _pairs(items: list[str], flag: str) -> dict[str, str]:
             raise UsageError(flag, f"expected KEY=VALUE, got {item!r}")
         pairs[key] = value
     return pairs
+
+
+def selected_runs(plan: Plan, runs: list[Run], names: list[str]) -> list[Run]:
+    """The runs of the rows `names` and of the rows they evaluate (a row that tests another row's checkpoint
+    needs that row trained), in the plan's order; an unknown name is a `UsageError` listing the plan's rows."""
+    unknown = [n for n in names if plan.row(n) is None]
+    if unknown:
+        raise UsageError(
+            "--rows", f"{plan.path} has no row {unknown} (its rows: {', '.join(r.name for r in plan.rows)})"
+        )
+    wanted = set(names) | {plan.row(n).evaluates for n in names if plan.row(n).evaluates}
+    return [r for r in runs if r.row.name in wanted]
+
+
+def with_configs(plan: Plan, configs: list[str]) -> Plan:
+    """`plan` with `configs` given to every training row after its own files (rows that evaluate a `model`
+    directory or another row train nothing); a missing file is a `UsageError`."""
+    missing = [c for c in configs if not Path(c).is_file()]
+    if missing:
+        raise UsageError("--config", f"no such file: {', '.join(missing)} (paths are relative to {Path.cwd()})")
+    if not configs:
+        return plan
+    rows = [dataclasses.replace(r, configs=[*r.configs, *configs]) if r.trains else r for r in plan.rows]
+    return dataclasses.replace(plan, rows=rows)
 
 
 def run(argv: list[str]) -> int:
@@ -66,6 +93,19 @@ def run(argv: list[str]) -> int:
         metavar="KEY=VALUE",
         help="config keys for every row, e.g. model.init_args.encoder.init_args.pretrained=/models/longclip-B.pt",
     )
+    parser.add_argument(
+        "--rows",
+        nargs="+",
+        metavar="NAME",
+        help="run only these rows of the plan (and the rows they evaluate); task ids stay the plan's",
+    )
+    parser.add_argument(
+        "--config",
+        nargs="+",
+        default=[],
+        metavar="FILE",
+        help="config files given to every training row after its own, e.g. configs/strategy/deepspeed_zero2.yaml",
+    )
     parser.add_argument("--max-parallel", type=int, default=64, help="--slurm: array tasks running at once")
     parser.add_argument(
         "--dry-run", action="store_true", help="resolve every row's configs and list the runs; write and run nothing"
@@ -74,17 +114,19 @@ def run(argv: list[str]) -> int:
     add_progress_arguments(parser)
     args = parser.parse_args(argv)
     configure_from(args)
-    plan = load_plan(args.plan)
+    plan = with_configs(load_plan(args.plan), args.config)
     runs_dir = Path(args.out)
     extra = {k: yaml.safe_load(v) for k, v in _pairs(args.override, "--override").items()}
     values = _pairs(args.set, "--set")
     runs = plan.runs()
     if args.task is not None:
         return run_array_task(plan, runs, args.task, runs_dir, args.launcher)
+    if args.rows:
+        runs = selected_runs(plan, runs, args.rows)
     queued = submitted_and_queued({r.index: r.folder(runs_dir) for r in runs}) if not args.dry_run else {}
     pending = [r for r in runs if status(r.folder(runs_dir)) != "done" and r.index not in queued]
     print(
-        f"{plan.title}: {len(runs)} runs ({len(plan.rows)} rows, seeds {plan.seeds}), "
+        f"{plan.title}: {len(runs)} runs ({len({r.row.name for r in runs})} rows, seeds {plan.seeds}), "
         f"{sum(status(r.folder(runs_dir)) == 'done' for r in runs)} finished"
         + (f", {len(queued)} queued or running in Slurm (left alone: {sorted(set(queued.values()))})" if queued else "")
     )

@@ -36,6 +36,7 @@ from lit_retrieval.errors import InputError, UsageError
 from lit_retrieval.grid.plan import Plan, Run
 from lit_retrieval.locking import OutputLock, OutputLocked
 from lit_retrieval.progress import Progress
+from lit_retrieval.run_folder import moved as move_paths
 
 DONE, FIT_DONE, FAILED, RUN_FILE, CONFIG = "done.json", "fit.done", "failed.json", "run.json", "config.yaml"
 GRID_RECORD = "grid.json"  # RUNS_DIR/grid.json: the plan a runs folder was made from
@@ -95,19 +96,7 @@ def relocate(config: dict[str, Any], run_dir: Path, seed: int, seed_keys: list[s
         if p not in (None, "", ".")
     }
     new = str(run_dir)
-
-    def move(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: move(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [move(v) for v in value]
-        if isinstance(value, str):
-            for prefix in sorted(old, key=len, reverse=True):
-                if value == prefix or value.startswith(prefix + "/"):
-                    return new + value[len(prefix) :]
-        return value
-
-    moved = move(config)
+    moved = move_paths(config, old, new)
     moved["seed_everything"] = seed
     for key in seed_keys:
         *parents, last = key.split(".")

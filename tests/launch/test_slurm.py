@@ -20,6 +20,7 @@ from lit_retrieval.launch.templates import (
     template_text,
     template_variables,
 )
+from helpers.doc_commands import documented_command, replaced
 from helpers.fit_configs import clip_fit_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -343,3 +344,39 @@ def test_a_template_name_finds_the_file_then_the_shipped_template_never_a_mistyp
     for missing in ("mnie/fit.sbatch", "fitt.sbatch"):
         with pytest.raises(UsageError, match="no such file, and no shipped template of that name"):
             template_text(missing)
+
+
+def test_the_documented_current_environment_runs_every_template_without_a_venv(tmp_path):
+    """docs/slurm.md's `VENV=current` command, copied from the page: rendered and run in a submit folder that has
+    no `.venv`, the job launches `lit-retrieval fit` in the environment it inherited; the default `.venv` there
+    fails at its first line, naming `activate`. Every template takes the same choice (empty `VENV=` too)."""
+    words = documented_command("docs/slurm.md", "VENV=current")
+    assert words[:3] == ["lit-retrieval", "slurm", "fit.sbatch"]
+    words = replaced(words, USER="me")
+    words = [w.replace("/scratch/me", str(tmp_path / "scratch")) for w in words]
+    submit = tmp_path / "submit"
+    (submit / "configs").mkdir(parents=True)
+    env = fake_tools(tmp_path)
+    rendered = subprocess.run([sys.executable, "-m", "lit_retrieval", *words[1:]], cwd=submit, capture_output=True)
+    assert rendered.returncode == 0, rendered.stderr
+    job = subprocess.run(["bash", "quick.sbatch"], cwd=submit, env=env, capture_output=True, text=True)
+    assert job.returncode == 0, job.stderr
+    assert (tmp_path / "srun.log").read_text().split()[1:5] == [
+        "lit-retrieval",
+        "fit",
+        "--config",
+        "configs/quickstart.yaml",
+    ]
+    default = [w for w in words[1:] if not w.startswith("VENV=")]
+    assert subprocess.run([sys.executable, "-m", "lit_retrieval", *default], cwd=submit).returncode == 0
+    failed = subprocess.run(["bash", "quick.sbatch"], cwd=submit, env=env, capture_output=True, text=True)
+    assert failed.returncode != 0 and ".venv/bin/activate" in failed.stderr
+    for template in sorted(SBATCH.glob("*.sbatch")):
+        declared = template_variables(template.read_text())
+        for venv in ("current", ""):
+            required = {k: "x" for k, v in declared.items() if v is None}
+            script = render_template(template.read_text(), {**required, "VENV": venv})
+            activation = [line for line in script.splitlines() if "activate" in line]
+            assert len(activation) == 1, template.name
+            shell = subprocess.run(["bash", "-c", activation[0] + "; echo reached"], capture_output=True, text=True)
+            assert shell.stdout.strip() == "reached", (template.name, venv, shell.stderr)

@@ -30,6 +30,7 @@ LAYERS: dict[str, int] = {
     "progress": 1,  # progress of long commands: rich bar in a terminal, plain periodic lines otherwise
     "shipped": 1,  # the configs shipped as package data
     "faiss_library": 1,  # `import faiss` with a one-line error when it is missing or two are installed
+    "run_folder": 1,  # every path of a run under its run folder (a launcher's --trainer.default_root_dir, a grid run)
     "data": 2,  # records, formats, media items, video decoding, data modules
     "models": 3,  # encoders, heads, GVE embedder
     "losses": 4,

@@ -21,6 +21,7 @@ from lit_retrieval.search.embedders import GVEItemEmbedder, MTEBEncoderEmbedder
 from lit_retrieval.search.loading import ModelSpec, load_item_embedder
 from lit_retrieval.uvrb.runner import run_benchmark
 from lit_retrieval.uvrb.tasks import FieldMap, RetrievalTaskSpec, load_retrieval_task
+from helpers.doc_commands import documented_command
 from helpers.fit_configs import clip_fit_config
 from helpers.gve_embedder import SMALL_INPUTS
 from helpers.media import write_noise_video
@@ -246,3 +247,57 @@ def test_test_time_frames_and_tokens_per_frame(tmp_path, tiny_qwen, t2v_task, ca
     assert json.loads((tmp_path / "b" / "results.json").read_text())["cache"] == {"hits": 0, "misses": 2}
     assert run_command("uvrb", [*args, *cache, "--out", str(tmp_path / "c"), "--frames", "2"]) == 0
     assert json.loads((tmp_path / "c" / "results.json").read_text())["cache"] == {"hits": 2, "misses": 0}
+
+
+def test_the_documented_uvrb_of_a_trained_run_composes_its_configs_or_reads_the_saved_one(
+    tmp_path, tiny_clip, corpus, t2v_task
+):
+    """docs/gve.md's two `uvrb` commands of a trained run, copied from the page: several `--config` files compose
+    as `fit` composes them (a second file used to replace the first: the model section was lost), and the
+    config.yaml that LightningCLI saved in the run's log folder is accepted alone; both score the same."""
+    import yaml
+
+    from lit_retrieval.cli import main
+
+    trainer = {
+        "max_epochs": 1,
+        "limit_train_batches": 2,
+        "limit_val_batches": 0,
+        "default_root_dir": str(tmp_path / "run"),
+        "logger": {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": str(tmp_path)}},
+        "callbacks": [
+            {
+                "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                "init_args": {"dirpath": str(tmp_path / "ckpt"), "save_last": True},
+            }
+        ],
+    }
+    config = clip_fit_config(tiny_clip, corpus, trainer, data={"num_frames": 4, "batch_size": 8})
+    files = [tmp_path / "train.yaml", tmp_path / "data.yaml", tmp_path / "ties.yaml"]
+    files[0].write_text(yaml.safe_dump({k: v for k, v in config.items() if k != "data"}))
+    files[1].write_text(yaml.safe_dump({"data": config["data"]}))
+    files[2].write_text(yaml.safe_dump({"model": {"init_args": {"evaluation": {"ties": "average"}}}}))
+    main(["fit", *(a for f in files for a in ("--config", str(f)))])
+    saved = tmp_path / "lightning_logs" / "version_0" / "config.yaml"
+    assert saved.is_file()
+    tasks = tmp_path / "tasks.yaml"
+    tasks.write_text(yaml.safe_dump({"root": str(t2v_task.parent), "tasks": [{"name": "MSRVTT", "dir": "MSRVTT"}]}))
+    given = {
+        "configs/gve/train.yaml": str(files[0]),
+        "configs/gve/model_3b.yaml": str(files[1]),
+        "configs/gve/data_3b.yaml": str(files[2]),
+        "runs/gve/logs/version_0/config.yaml": str(saved),
+        "runs/gve/checkpoints/last.ckpt": str(tmp_path / "ckpt" / "last.ckpt"),
+    }
+    scores = {}
+    for marker, out in (("configs/gve/model_3b.yaml", "composed"), ("logs/version_0/config.yaml", "saved")):
+        words = documented_command("docs/gve.md", "uvrb --config", marker)
+        assert words[:2] == ["lit-retrieval", "uvrb"]
+        args = [given.get(w, str(tmp_path / out) if w == "runs/uvrb/gve3b_lora" else w) for w in words[2:]]
+        assert run_command("uvrb", [*args, "--tasks", str(tasks)]) == 0
+        scores[out] = json.loads((tmp_path / out / "results.json").read_text())["datasets"]["MSRVTT"]["score"]
+    composed = yaml.safe_load((tmp_path / "composed" / "config.yaml").read_text())
+    assert composed["model"]["class_path"] == config["model"]["class_path"]
+    assert composed["data"]["class_path"] == config["data"]["class_path"]
+    assert composed["model"]["init_args"]["evaluation"]["ties"] == "average"
+    assert scores["composed"] == scores["saved"]

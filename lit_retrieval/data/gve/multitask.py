@@ -207,6 +207,10 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
             model itself, our fallback); None: unset, refused by the callbacks that probe.
         hard_negatives: false trains every task on in-batch negatives alone (each task's `num_negatives`
             taken as 0): the ablation of GVE Sec. 3.3's hard negatives, which are added to the in-batch ones.
+        batch_scale: every task's `batch_size` multiplied by this. GVE A.8's batch sizes are per GPU on 32 GPUs,
+            contrasted together; on N GPUs `batch_scale: 32 / N` (4 on 8, 2 on 16) keeps each task's contrastive
+            batch, its probability under `equal_passes` and the optimizer steps of an epoch (docs/scale-out.md;
+            hold the larger per-GPU batch with `model.init_args.grad_cache`). Our option: the paper trains on 32.
     """
 
     def __init__(
@@ -225,12 +229,14 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
         negative_mining: Literal["offline", "prober"] = "offline",
         prober_path: str | None = None,
         hard_negatives: bool = True,
+        batch_scale: int = 1,
     ) -> None:
         super().__init__()
         # impossible values are refused when the config is parsed (LightningCLI builds the module then)
         check_at_least("data", 1, eval_batch_size=eval_batch_size)
         check_at_least("data", 1, **({"steps_per_epoch": steps_per_epoch} if steps_per_epoch is not None else {}))
         check_at_least("data", 0, num_workers=num_workers)
+        check_at_least("data", 1, batch_scale=batch_scale)
         if sampling not in SAMPLINGS:
             raise ConfigError(f"data.sampling must be one of {list(SAMPLINGS)}, got {sampling!r}")
         if negative_mining not in ("offline", "prober"):
@@ -240,7 +246,9 @@ class MultiTaskDataModule(EpochPosition, L.LightningDataModule):
                 f"data.prober_path: {prober_path} is not a model directory (or 'model': the model itself)"
             )
         self.specs = [
-            t if hard_negatives else replace(t, num_negatives=0) for t in tasks if include_synthetic or not t.synthetic
+            replace(t, num_negatives=t.num_negatives if hard_negatives else 0, batch_size=t.batch_size * batch_scale)
+            for t in tasks
+            if include_synthetic or not t.synthetic
         ]
         if not self.specs:
             raise ConfigError("data.tasks: no training task left (all are synthetic and include_synthetic is false)")
