@@ -1,7 +1,7 @@
 """`lit-retrieval slurm`: render a Slurm template with your account, partition, nodes, GPUs, time and
 config. A template that names no file is the shipped template of that file name (`fit.sbatch`,
 `eval.sbatch`, `grid.sbatch`, `array.sbatch`; `lit_retrieval.launch.templates`), so the command below
-runs from any folder; copy one from `lit_retrieval/launch/sbatch/` to change it.
+runs from any folder; copy one from the repository's `slurm/` to change it.
 
     lit-retrieval slurm fit.sbatch --set CONFIG=configs/gve/train.yaml ACCOUNT=proj PARTITION=a100 \\
         RUN_DIR=/scratch/runs/gve3b NODES=4 GPUS=8 --out gve3b.sbatch && sbatch gve3b.sbatch

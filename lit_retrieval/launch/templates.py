@@ -1,5 +1,5 @@
-"""Slurm job templates: the shipped ones (package data in `lit_retrieval/launch/sbatch/`) and the
-small template language `lit-retrieval slurm` and `grid --slurm` render them with.
+"""Slurm job templates: the shipped ones (the repository's `slurm/`, package data through the link
+`launch/sbatch`) and the small template language `lit-retrieval slurm` and `grid --slurm` render them with.
 
 A template declares its variables in `#@ NAME[=default]` lines (no default: required) and uses
 them as `{{NAME}}`. A value is used verbatim (`TIME=2-00` is two days, `ACCOUNT=123-45` an account

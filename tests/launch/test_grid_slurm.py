@@ -1,6 +1,6 @@
 """`lit-retrieval grid --slurm` under a REAL Slurm (`tests/launch/local_cluster.sh`, tests marked `slurm`): a
 one-row x two-seed plan of a tiny CPU config whose runs train and test on 2 ranks each (srun steps,
-DDP over gloo), submitted as ONE array with the project's lit_retrieval/launch/sbatch/grid.sbatch:
+DDP over gloo), submitted as ONE array with the project's slurm/grid.sbatch:
 
 - every array task evaluates once (one `test` step over its 2 ranks; the task process alone runs
   it, writes done.json and judges what is left), and `report` equals mean / sample std computed

@@ -10,7 +10,7 @@ them with `sbatch` and drives the jobs as a cluster would, on CPU with gloo:
   on-signal checkpoint, and the next submission resumes from it: no step lost;
 - SIGUSR1 once training has ended (final checkpoint, after Lightning's teardown, between the steps,
   during the follow-on test step of `TEST=true`): the job ends COMPLETED, exit 0, not requeued (issue 45);
-- `cache-frames`, `shots` and `index --embed-only` as 2-shard arrays (`lit_retrieval/launch/sbatch/array.sbatch`) whose
+- `cache-frames`, `shots` and `index --embed-only` as 2-shard arrays (`slurm/array.sbatch`) whose
   outputs merge into what a 1-shard run writes; each `cache-frames` task's Slurm `.out` reads as plain
   periodic progress lines naming its shard.
 
@@ -228,7 +228,7 @@ def cache_frames_progress(logs: Path, task: int) -> int:
 def test_cache_frames_shots_and_index_arrays_merge_into_the_one_shard_outputs(
     slurm_cluster, tmp_path, tiny_clip, corpus
 ):
-    """`lit_retrieval/launch/sbatch/array.sbatch` with SHARDS=2 for `cache-frames`, `shots` and `index --embed-only`:
+    """`slurm/array.sbatch` with SHARDS=2 for `cache-frames`, `shots` and `index --embed-only`:
     every array task writes its shard into the shared folder, and what the folder then gives
     (frame cache entries, shot lists, the index built from the embedded parts) equals a 1-shard run."""
 

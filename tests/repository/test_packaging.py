@@ -18,17 +18,21 @@ ROOT = Path(__file__).resolve().parents[2]
 SHIPPED_CONFIGS = sorted(
     str(p.relative_to(ROOT)) for p in ROOT.glob("configs/**/*") if p.suffix in (".yaml", ".md") and p.is_file()
 )
-TEMPLATES = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("lit_retrieval/launch/sbatch/*.sbatch"))
+TEMPLATES = sorted(ROOT.glob("slurm/*.sbatch"))  # the one copy; the wheel ships it as lit_retrieval/launch/sbatch/
 
 
 def test_the_wheel_holds_every_template_and_shipped_config(tmp_path):
     subprocess.run(["bash", str(ROOT / ".ci" / "build_wheel.sh"), str(tmp_path)], check=True, capture_output=True)
     (wheel,) = tmp_path.glob("lit_retrieval-*.whl")
-    names = set(zipfile.ZipFile(wheel).namelist())
+    archive = zipfile.ZipFile(wheel)
+    names = set(archive.namelist())
     assert len(SHIPPED_CONFIGS) > 80 and len(TEMPLATES) == 4
-    missing = [f"lit_retrieval/{path}" for path in SHIPPED_CONFIGS] + TEMPLATES
+    missing = [f"lit_retrieval/{path}" for path in SHIPPED_CONFIGS]
     missing = [path for path in missing if path not in names]
     assert not missing
+    shipped = sorted(name for name in names if name.startswith("lit_retrieval/launch/sbatch/"))
+    assert shipped == [f"lit_retrieval/launch/sbatch/{path.name}" for path in TEMPLATES]
+    assert all(archive.read(f"lit_retrieval/launch/sbatch/{path.name}") == path.read_bytes() for path in TEMPLATES)
     assert not any(name.endswith(("local_cluster.sh", "docs/slurm.md")) for name in names)  # templates only
 
 

@@ -73,7 +73,7 @@ SLURM_ENV = {
 @pytest.mark.slow
 def test_the_fit_template_resumes_a_newer_last_checkpoint_over_a_stale_hpc_one(tmp_path, tiny_clip, corpus):
     """A Slurm job got SIGUSR1 at step 2 (hpc_ckpt_1.ckpt; the requeue is a recording stand-in
-    here) and went on to write last.ckpt at step 8. The next job of `lit_retrieval/launch/sbatch/fit.sbatch` (run with
+    here) and went on to write last.ckpt at step 8. The next job of `slurm/fit.sbatch` (run with
     bash, `srun` running its command in place) resumes at step 8, not at the stale step 2 that
     Lightning picks by itself under Slurm."""
     import subprocess
