@@ -23,6 +23,7 @@ COMMANDS = {
     "build-melon": "lit_retrieval.commands.build_melon",
     "export-gve": "lit_retrieval.commands.export_gve",
     "cache-frames": "lit_retrieval.commands.cache_frames",
+    "shard": "lit_retrieval.commands.shard",
     "grid": "lit_retrieval.commands.grid",
     "report": "lit_retrieval.commands.report",
     "serve": "lit_retrieval.commands.serve",
