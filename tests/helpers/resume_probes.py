@@ -46,3 +46,17 @@ class SaveAndStopAt(L.Callback):
         if trainer.global_step == self.step:
             trainer.save_checkpoint(self.path)
             trainer.should_stop = True
+
+
+class WriteBatches(L.Callback):
+    """Appends each training batch's dataset indices to `FOLDER/rank{R}.jsonl` (one line a batch)."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def on_train_batch_start(self, trainer: L.Trainer, module, batch, batch_idx: int) -> None:
+        import json
+        from pathlib import Path
+
+        with open(Path(self.folder) / f"rank{trainer.global_rank}.jsonl", "a") as out:
+            out.write(json.dumps(batch["index"].tolist()) + "\n")

@@ -181,12 +181,13 @@ class ShardedDataModule(L.LightningDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         """Read and check the manifest and every configured split's index (a missing, foreign, truncated
-        or differently sampled shard is refused here, in one line)."""
+        or differently sampled shard is refused here, in one line); the stage's own split must be there."""
         self.manifest = read_manifest(self.shards, self.options["storage_options"])
         check_settings(self.shards, self.manifest, self.wanted)
+        needed = {"fit": "train", "validate": "val", "test": "test"}.get(stage or "", "")
         for role, split in self.splits.items():
             if split is not None:
-                self._check_split(split, required=role != "val")
+                self._check_split(split, required=role == needed)
 
     def _check_split(self, split: str, required: bool) -> None:
         assert self.manifest is not None
