@@ -107,13 +107,17 @@ def main() -> None:
                 seconds = write(folder, items, encoding)
                 size = sum(p.stat().st_size for p in folder.iterdir())
                 probe = subprocess.run(
-                    [sys.executable, "-c", PROBE, str(folder), str(args.read)], env=env, check=True, capture_output=True,
+                    [sys.executable, "-c", PROBE, str(folder), str(args.read)],
+                    env=env,
+                    check=True,
+                    capture_output=True,
                     text=True,
                 )
                 measured = json.loads(probe.stdout.strip().splitlines()[-1])
                 base = syscalls(folder, 0, env)
                 more = syscalls(folder, args.read, env)
                 per_item = {k: round((more[k] - base[k]) / args.read, 3) for k in base}
+                print(f"{encoding} {items}: written in {seconds:.0f} s, measured", file=sys.stderr, flush=True)
                 result["runs"].append(
                     {
                         "encoding": encoding,

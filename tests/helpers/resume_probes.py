@@ -49,7 +49,8 @@ class SaveAndStopAt(L.Callback):
 
 
 class WriteBatches(L.Callback):
-    """Appends each training batch's dataset indices to `FOLDER/rank{R}.jsonl` (one line a batch)."""
+    """Appends each training batch's dataset indices to `FOLDER/rank{R}.jsonl` (one line a batch;
+    `rank{R}-start{N}.jsonl` after the N-th requeue of a Slurm job, `SLURM_RESTART_COUNT`, unset in its first start)."""
 
     def __init__(self, folder: str) -> None:
         self.folder = folder
@@ -58,5 +59,10 @@ class WriteBatches(L.Callback):
         import json
         from pathlib import Path
 
-        with open(Path(self.folder) / f"rank{trainer.global_rank}.jsonl", "a") as out:
+        import os
+
+        restart = os.environ.get("SLURM_RESTART_COUNT")
+        name = f"rank{trainer.global_rank}" + (f"-start{restart}" if restart is not None else "")
+        Path(self.folder).mkdir(parents=True, exist_ok=True)
+        with open(Path(self.folder) / f"{name}.jsonl", "a") as out:
             out.write(json.dumps(batch["index"].tolist()) + "\n")
