@@ -74,9 +74,58 @@ def write(folder: Path, items: int, encoding: str) -> float:
     return time.perf_counter() - start
 
 
-def syscalls(folder: Path, read: int, env: dict) -> dict[str, float]:
+CACHE_PROBE = r"""
+import json, os, sys, time
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+import torch, numpy
+from lit_retrieval.data.batching.dataset import MultiEventDataset
+from lit_retrieval.data.media.frame_cache import FrameCache
+from lit_retrieval.data.media.normalize import NormalizeFrames
+from lit_retrieval.data.media.video import SamplingSpec
+folder, read = sys.argv[1], int(sys.argv[2])
+videos = [os.path.join(folder, "videos", f"v{i:08d}.mp4") for i in range(int(sys.argv[3]))]
+params = MultiEventDataset.cache_params(SamplingSpec(%d, %d), False)
+normalize = NormalizeFrames()
+before = rss(); start = time.perf_counter(); cpu = time.process_time()
+cache = FrameCache(os.path.join(folder, "cache"), params)
+normalize(cache.get(videos[0]).frames)
+opened = time.perf_counter() - start; opened_cpu = time.process_time() - cpu; held = rss() - before
+order = numpy.random.default_rng(0).permutation(len(videos))[:read]
+start = time.process_time()
+for i in order:
+    normalize(cache.get(videos[i]).frames)
+rate = read / (time.process_time() - start)
+figures = {"open_s": round(opened, 3), "open_cpu_s": round(opened_cpu, 3), "held_mb": round(held / 2**20, 1)}
+print(json.dumps({**figures, "items_per_s": round(rate, 1)}))
+""" % (FRAMES, SIZE)
+
+
+def write_cache(folder: Path, items: int) -> float:
+    """The current frame cache of `items` videos (hard links of one short clip: distinct paths, one file)."""
+    from lit_retrieval.data.batching.dataset import MultiEventDataset
+    from lit_retrieval.data.datasets.synthetic import SynthConfig, generate_corpus
+    from lit_retrieval.data.media.frame_cache import CacheJob, CacheWriter
+    from lit_retrieval.data.media.identity import file_path, file_version
+    from lit_retrieval.data.media.video import SamplingSpec, sample_video
+
+    generate_corpus(folder / "corpus", SynthConfig(num_videos=1, seed=0), workers=1, progress=False)
+    clip = next((folder / "corpus").rglob("*.mp4"))
+    spec = SamplingSpec(FRAMES, SIZE)
+    sample = sample_video(clip, spec)
+    (folder / "videos").mkdir()
+    writer = CacheWriter(folder / "cache", MultiEventDataset.cache_params(spec, False))
+    start = time.perf_counter()
+    for i in range(items):
+        video = folder / "videos" / f"v{i:08d}.mp4"
+        os.link(clip, video)
+        writer.add(CacheJob(file_path(video)), file_version(video), sample)
+    return time.perf_counter() - start
+
+
+def syscalls(folder: Path, read: int, env: dict, probe: str = PROBE, *extra: str) -> dict[str, float]:
     with tempfile.NamedTemporaryFile("r", suffix=".strace") as out:
-        cmd = ["strace", "-f", "-c", "-o", out.name, sys.executable, "-c", PROBE, str(folder), str(read)]
+        cmd = ["strace", "-f", "-c", "-o", out.name, sys.executable, "-c", probe, str(folder), str(read), *extra]
         subprocess.run(cmd, env=env, check=True, capture_output=True)
         text = out.read()
     counts = {}
@@ -97,7 +146,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--items", type=int, nargs="+", default=[10_000])
     parser.add_argument("--read", type=int, default=2000)
-    parser.add_argument("--encoding", nargs="+", default=["frames", "mp4"])
+    parser.add_argument("--encoding", nargs="+", default=["frames", "mp4", "cache"], help="cache: the frame cache")
     args = parser.parse_args()
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": f"{root}:{os.environ.get('PYTHONPATH', '')}", "OMP_NUM_THREADS": "1"}
@@ -105,19 +154,22 @@ def main() -> None:
     for encoding in args.encoding:
         for items in args.items:
             with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as tmp:
-                folder = Path(tmp) / "train"
-                seconds = write(folder, items, encoding)
-                size = sum(p.stat().st_size for p in folder.iterdir())
+                cache = encoding == "cache"
+                folder = Path(tmp) / ("" if cache else "train")
+                seconds = write_cache(folder, items) if cache else write(folder, items, encoding)
+                data = folder / "cache" if cache else folder
+                size = sum(p.stat().st_size for p in data.iterdir())
+                code, extra = (CACHE_PROBE, [str(items)]) if cache else (PROBE, [])
                 probe = subprocess.run(
-                    [sys.executable, "-c", PROBE, str(folder), str(args.read)],
+                    [sys.executable, "-c", code, str(folder), str(args.read), *extra],
                     env=env,
                     check=True,
                     capture_output=True,
                     text=True,
                 )
                 measured = json.loads(probe.stdout.strip().splitlines()[-1])
-                base = syscalls(folder, 0, env)
-                more = syscalls(folder, args.read, env)
+                base = syscalls(folder, 0, env, code, *extra)
+                more = syscalls(folder, args.read, env, code, *extra)
                 per_item = {k: round((more[k] - base[k]) / args.read, 3) for k in base}
                 print(f"{encoding} {items}: written in {seconds:.0f} s, measured", file=sys.stderr, flush=True)
                 result["runs"].append(
@@ -126,7 +178,7 @@ def main() -> None:
                         "items": items,
                         "write_s": round(seconds, 1),
                         "bytes_per_item": size // items,
-                        "chunks": len(list(folder.glob("chunk-*.bin"))),
+                        "files": len(list(data.iterdir())),
                         **measured,
                         "syscalls_at_open": base,
                         "syscalls_per_item": per_item,
