@@ -3,8 +3,8 @@ them: `num_frames` frames at `image_size`) and its text fields, and the way back
 module's batches are made of (`MultiEventDataset`'s keys, so `collate_items` and every module take it).
 
 `frames` keeps the uint8 frames [T, S, S, 3] as they are; `mp4` keeps them as an H.264 stream in RGB with
-QP 0 (libx264rgb, lossless: the frames decode to the same bytes), about 20-40% smaller on camera-like
-frames and paid for by a decode per item (docs/benchmarks.md measures both).
+QP 0 (libx264rgb, lossless: the frames decode to the same bytes), paid for by a decode per item; on the
+benchmark's noise-like frames it is not smaller and 38x slower to read (docs/benchmarks.md, "Shards at scale").
 """
 
 from __future__ import annotations
