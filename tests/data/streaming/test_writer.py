@@ -90,16 +90,3 @@ def test_a_folder_written_with_other_sampling_settings_is_one_line_exit_2(corpus
     assert "\n" not in err and err.startswith(f"lit-retrieval shard: {whole}: written with other settings")
     assert "params.num_frames: 2 -> 3" in err
     assert json.loads((whole / "shards.json").read_text())["params"]["num_frames"] == 2  # nothing lost
-
-
-def test_help_imports_no_data_stack():
-    import subprocess
-    import sys
-
-    code = (
-        "import sys; from lit_retrieval.cli import main\n"
-        "try: main(['shard', '--help'])\nexcept SystemExit: pass\n"
-        "print(sorted(m for m in ('torch', 'lightning', 'litdata', 'av') if m in sys.modules))"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.strip().splitlines()[-1] == "[]"
