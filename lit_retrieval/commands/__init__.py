@@ -24,6 +24,7 @@ COMMANDS = {
     "export-gve": "lit_retrieval.commands.export_gve",
     "export-dual-encoder": "lit_retrieval.commands.export_dual_encoder",
     "cache-frames": "lit_retrieval.commands.cache_frames",
+    "shard": "lit_retrieval.commands.shard",
     "grid": "lit_retrieval.commands.grid",
     "report": "lit_retrieval.commands.report",
     "serve": "lit_retrieval.commands.serve",

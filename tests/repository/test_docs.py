@@ -37,6 +37,8 @@ SOURCE_EXTENSIONS = {".py", ".yaml", ".yml", ".md", ".sh", ".sbatch", ".toml"}
 # File names that runs write (metrics, results, caches, task files, figures of a run) or that
 # belong to a dataset's own release; a doc names them without a folder.
 RUN_OUTPUT_NAMES = {
+    "shards.json",  # lit-retrieval shard: a shard folder's manifest
+    "index.json",  # litdata: a shard split's index of chunks
     "metrics.json",  # MetricsReport, every validate/test
     "metrics.csv",  # Lightning's CSVLogger
     "hparams.yaml",

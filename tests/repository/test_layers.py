@@ -117,11 +117,12 @@ DATA_RANKS: dict[str, int] = {
     "batching": 2,  # records -> batches: dataset, datamodule (the bases), samplers, workers, resume
     "formats": 2,  # release parsers read outside training (MELON, ActivityNet, DiDeMo, YouCook2): no DataModule
     "gve": 3,  # GVE's multi-task data
+    "streaming": 3,  # a video-text split as litdata shards and the DataModule streaming them
     "datasets.synthetic": 3,  # the synthetic corpus generator, which the canonical DataModule can run
     "datasets": 4,  # every other dataset file is a part of its own: a leaf no other dataset imports
     "exports": 5,  # data/__init__.py: the class paths YAML configs name
 }
-ROOMS = ("media", "text", "batching", "formats", "gve", "datasets")
+ROOMS = ("media", "text", "batching", "formats", "gve", "streaming", "datasets")
 
 
 def data_part(module: str) -> str:

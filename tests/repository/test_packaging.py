@@ -121,6 +121,7 @@ LIGHT_COMMANDS = [
     ["sali-stats", "--help"],
     ["sali-stats", "--captions", "{descriptions}", "--json"],
     ["build-melon", "--help"],
+    ["shard", "--help"],
     ["build-melon", "--config", "{build}", "--out", "{tmp}/build", "--stage", "collect"],
 ]
 

@@ -1560,3 +1560,105 @@ def by_entry() -> dict[str, int]:
     for c in CASES:
         counts[c.entry] = counts.get(c.entry, 0) + 1
     return counts
+
+
+# -- shards: `fit` reading a shard folder (ShardedDataModule) ------------------------------------------
+
+
+def written_shards(root: Path) -> Path:
+    """Two real videos in the canonical format, written as shards by `lit-retrieval shard` into `root/shards`."""
+    import yaml
+
+    from lit_retrieval.commands import run_command
+
+    events = [{"description": "x", "start": 0, "end": 1}]
+    videos = [
+        canonical_video("v1", duration=2.0, events=events),
+        canonical_video("v2", "test", duration=2.0, events=events),
+    ]
+    for seed in (0, 1):
+        write_noise_video(root / f"v{seed + 1}.mp4", 2.0, seed=seed)
+    annotation = canonical_file(root / "ann.json", videos=videos)
+    data = {"annotation": str(annotation), "num_frames": 2, "image_size": 16}
+    config = {"data": {"class_path": "lit_retrieval.data.MultiEventDataModule", "init_args": data}}
+    config["model"] = {"class_path": BORING}
+    (root / "shard.yaml").write_text(yaml.safe_dump(config))
+    out = root / "shards"
+    assert run_command("shard", ["--config", str(root / "shard.yaml"), "--out", str(out)]) == 0
+    return out
+
+
+BORING = "lightning.pytorch.demos.boring_classes.BoringModel"
+
+
+def shards_case(name: str, spoil: Callable[[Path], Path], reason: str, **init: Any):
+    def build(tmp: Path) -> Expect:
+        shards = written_shards(tmp)
+        named = spoil(shards)
+        return Expect(
+            fit(tmp, "ShardedDataModule", {"shards": str(shards), "batch_size": 1, **init}), str(named), reason
+        )
+
+    CASES.append(Case("shards", name, build))
+
+
+def truncated_chunk(shards: Path) -> Path:
+    chunk = next((shards / "train").glob("chunk-*.bin"))
+    chunk.write_bytes(chunk.read_bytes()[:-5])
+    return chunk
+
+
+def foreign_folder(shards: Path) -> Path:
+    (shards / "shards.json").write_text(json.dumps({"format": "mosaicml-streaming", "version": 1}))
+    return shards / "shards.json"
+
+
+def without_index(shards: Path) -> Path:
+    (shards / "train" / "index.json").unlink()
+    return shards / "train"
+
+
+shards_case("truncated chunk", truncated_chunk, "truncated or replaced")
+shards_case("foreign manifest", foreign_folder, "not a manifest of lit-retrieval shard")
+shards_case("no manifest", lambda s: (s / "shards.json").unlink() or s, "not a shard folder of lit-retrieval shard")
+shards_case("split without index", without_index, "no index.json")
+shards_case("other sampling settings", lambda s: s, "written with other sampling settings", num_frames=8)
+
+# -- video2dataset tars (WebDatasetTarsDataModule) ------------------------------------------------------
+
+
+def tar_case(name: str, members: Callable[[Path], dict[str, bytes]] | None, named: str, reason: str, raw: bytes = b""):
+    """A tar `part.tar` of `members(tmp)` (name -> bytes), or the bytes `raw` as the tar (no tar: `members` None)."""
+
+    def build(tmp: Path) -> Expect:
+        import tarfile
+
+        path = tmp / "part.tar"
+        if raw:
+            path.write_bytes(raw)
+        elif members is not None:
+            with tarfile.open(path, "w") as tar:
+                for member, data in members(tmp).items():
+                    info = tarfile.TarInfo(member)
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+        init = {"tars": {"train": str(tmp / "*.tar")}, "num_frames": 2, "image_size": 16, "batch_size": 1}
+        return Expect(fit(tmp, "WebDatasetTarsDataModule", init), named.format(tmp=tmp), reason)
+
+    CASES.append(Case("annotations/webdataset_tars", name, build))
+
+
+def clip_bytes(tmp: Path) -> bytes:
+    return write_noise_video(tmp / "src.mp4", 2.0, seed=0).read_bytes()
+
+
+tar_case("caption missing", lambda t: {"000.mp4": clip_bytes(t), "000.json": b"{}"}, "{tmp}/part.tar", "no caption")
+tar_case("mp4 missing", lambda t: {"000.txt": b"a dog"}, "{tmp}/part.tar", "no .mp4 in the tar")
+tar_case("not a tar", lambda t: {}, "{tmp}/part.tar", "unreadable tar", raw=b"not a tar file at all" * 40)
+tar_case(
+    "duration as text",
+    lambda t: {"000.mp4": clip_bytes(t), "000.txt": b"a dog", "000.json": b'{"duration": "long"}'},
+    "{tmp}/part.tar",
+    "duration must be a finite number",
+)
+tar_case("no tar matches", None, "{tmp}/*.tar", "no tar file matches")

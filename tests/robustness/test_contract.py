@@ -39,6 +39,7 @@ ENTRY_POINTS = {
     "serve",
     "frame cache",
     "cache-frames",
+    "shards",
     "shots",
 }
 

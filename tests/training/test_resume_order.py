@@ -13,48 +13,9 @@ from __future__ import annotations
 import lightning as L
 import pytest
 import torch
-from lightning.pytorch.strategies import SingleDeviceStrategy
 
+from helpers.resume_probes import AfterSetup, RecordBatches, SaveAndStopAt
 from lit_retrieval.data import MultiEventDataModule, MultiTaskDataModule
-
-
-class AfterSetup(SingleDeviceStrategy):
-    """Restores the checkpoint after the strategy's setup, as Lightning's DeepSpeed strategy does."""
-
-    @property
-    def restore_checkpoint_after_setup(self) -> bool:
-        return True
-
-
-class RecordBatches(L.LightningModule):
-    """Records the dataset indices of every training batch; sizes a schedule as our modules do."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.weight = torch.nn.Parameter(torch.zeros(1))
-        self.seen: list[list[int]] = []
-
-    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
-        self.seen.append(batch["index"].tolist())
-        return (self.weight - 1).pow(2).sum()
-
-    def configure_optimizers(self):
-        steps = self.trainer.estimated_stepping_batches  # builds the training loader (Lightning's fit loop)
-        optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
-        schedule = torch.optim.lr_scheduler.LinearLR(optimizer, 1.0, 0.5, total_iters=int(steps))
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
-
-
-class SaveAndStopAt(L.Callback):
-    """After optimizer step `step`: writes the checkpoint (as Lightning's SIGUSR1 handler does) and stops."""
-
-    def __init__(self, step: int, path: str) -> None:
-        self.step, self.path = step, path
-
-    def on_train_batch_end(self, trainer: L.Trainer, module, outputs, batch, batch_idx: int) -> None:
-        if trainer.global_step == self.step:
-            trainer.save_checkpoint(self.path)
-            trainer.should_stop = True
 
 
 def fit(corpus, root, strategy, callbacks=(), ckpt_path=None) -> list[list[int]]:

@@ -1,0 +1,76 @@
+"""`ShardedDataModule` under DDP (2 ranks, gloo, loader workers): every training item at most once per epoch
+over both ranks, and a run stopped mid-epoch and resumed through the Trainer gives each rank the batches the
+uninterrupted run gave it next; a resume on 1 rank of a 2-rank mid-epoch checkpoint is refused with the reason."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from helpers.fit_configs import clean_launch_env
+from helpers.shard_runs import shard
+
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+
+SCRIPT = """
+import sys
+import lightning as L
+from helpers.resume_probes import RecordBatches, SaveAndStopAt, WriteBatches
+from lit_retrieval.data import ShardedDataModule
+
+shards, out, devices, stop, ckpt, resume = sys.argv[1:7]
+callbacks = [WriteBatches(out)] + ([SaveAndStopAt(int(stop), ckpt)] if int(stop) else [])
+trainer = L.Trainer(
+    accelerator="cpu", devices=int(devices), strategy="ddp" if int(devices) > 1 else "auto", max_epochs=2,
+    logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+    default_root_dir=out, callbacks=callbacks,
+)
+data = ShardedDataModule(shards, batch_size=2, num_workers=2, shuffle_seed=3)
+trainer.fit(RecordBatches(), datamodule=data, ckpt_path=resume or None)
+"""
+
+
+def run(tmp_path: Path, shards: Path, name: str, devices: int, stop: int = 0, resume: str = "") -> dict:
+    out = tmp_path / name
+    out.mkdir()
+    script = tmp_path / "fit_shards.py"
+    script.write_text(textwrap.dedent(SCRIPT))
+    args = [sys.executable, str(script), str(shards), str(out), str(devices), str(stop), str(tmp_path / "mid.ckpt")]
+    done = subprocess.run(
+        [*args, resume],
+        env=clean_launch_env(str(Path(__file__).resolve().parents[2] / "tests")),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    batches = {
+        int(p.stem[4:]): [json.loads(line) for line in p.read_text().splitlines()] for p in out.glob("rank*.jsonl")
+    }
+    return {"code": done.returncode, "err": done.stderr, "batches": batches}
+
+
+def test_two_ranks_resumed_mid_epoch_continue_as_the_uninterrupted_run(corpus, tmp_path):
+    shards = tmp_path / "shards"
+    assert shard(corpus, shards, "--part-size", "4", "--chunk-bytes", "8KB", "--splits", "train") == 0
+    whole = run(tmp_path, shards, "whole", 2)
+    assert whole["code"] == 0, whole["err"][-2000:]
+    per_epoch = len(whole["batches"][0]) // 2
+    assert per_epoch == len(whole["batches"][1]) // 2 >= 3
+    epoch = [i for rank in (0, 1) for b in whole["batches"][rank][:per_epoch] for i in b]
+    assert len(epoch) == len(set(epoch)) and 17 - len(epoch) < 2 * 2 * 2  # at most drop_last's tail
+    stop = per_epoch + 1
+    first = run(tmp_path, shards, "first", 2, stop=stop)
+    assert first["code"] == 0, first["err"][-2000:]
+    resumed = run(tmp_path, shards, "resumed", 2, resume=str(tmp_path / "mid.ckpt"))
+    assert resumed["code"] == 0, resumed["err"][-2000:]
+    for rank in (0, 1):
+        assert first["batches"][rank] == whole["batches"][rank][:stop]
+        assert resumed["batches"][rank] == whole["batches"][rank][stop:]
+    refused = run(tmp_path, shards, "one_rank", 1, resume=str(tmp_path / "mid.ckpt"))
+    assert refused["code"] != 0
+    assert "another topology (world_size 2 -> 1)" in refused["err"]
