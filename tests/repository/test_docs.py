@@ -250,3 +250,15 @@ def test_every_method_page_keeps_the_papers_numbers_apart_from_ours(page):
     assert "benchmarks.md" in paragraph and ("published" in paragraph or "configs/plans/published/" in paragraph)
     if page == "docs/sali.md":
         assert "**Condensed Movies: the paper's split is not published.**" in text
+
+
+def test_the_readme_is_a_landing_page():
+    """Issue 53: the README stays under 14 kB (detail lives in docs/), links every page of docs/, shows the two
+    set-up commands it announces, and names every subcommand the CLI lists."""
+    from lit_retrieval.commands import COMMANDS
+
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.encode()) < 14_000
+    assert [p.name for p in sorted(ROOT.glob("docs/*.md")) if f"(docs/{p.name}" not in readme] == []
+    assert "make quickstart" in readme and "make test" in readme and "make test" in (ROOT / ".ci" / "run").read_text()
+    assert [c for c in COMMANDS if f"`{c}`" not in readme and f"`{c} " not in readme] == []
