@@ -39,6 +39,10 @@ ranks. The encoders (and the heads' `encode_text`/`encode_video`) run in the tra
 by default, as in `validation_step`, also where the evaluator encodes queries itself (analyses,
 calibration banks); `fp32_encoders` runs them with autocast off instead (see `EvaluationConfig`).
 
+Under DeepSpeed ZeRO-3 the head's weights are gathered for the stage (`lit_retrieval.precision.whole_weights`):
+scoring, calibration and validation fits call the head outside the engine's forward, where ZeRO-3
+leaves them partitioned (tests/training/test_deepspeed_heads.py runs every head with weights).
+
 Under DDP every rank takes part in every merge, also a rank without a single query (all of its
 videos skipped): it evaluates zero rows shaped like another rank's (`EvalBatch.empty`), so every
 rank reports the metrics one process would.
@@ -73,7 +77,7 @@ from lit_retrieval.models.heads.base import SimilarityHead, cat_reps, map_rep, r
 from lit_retrieval.modules.analyses import analyses, query_tokens
 from lit_retrieval.modules.reranking import reranked
 from lit_retrieval.modules.rescoring import rescored
-from lit_retrieval.precision import autocast_off, full_precision, full_precision_scoring
+from lit_retrieval.precision import autocast_off, full_precision, full_precision_scoring, whole_weights
 
 ScoreFn = Callable[[Any, Any], torch.Tensor]
 
@@ -297,7 +301,12 @@ class RetrievalEvaluator:
 
     # ---- the dual-encoder family ----------------------------------------------------------------
     def evaluate(self, model: L.LightningModule, stage: str) -> dict[str, float]:
-        """Metrics and analyses of `stage` from the batches collected since the last call."""
+        """Metrics and analyses of `stage` from the batches collected since the last call, the head's
+        weights whole (`whole_weights`: under ZeRO-3 its scoring runs outside the engine's forward)."""
+        with whole_weights(model.head):
+            return self._evaluate(model, stage)
+
+    def _evaluate(self, model: L.LightningModule, stage: str) -> dict[str, float]:
         batches = self._batches.pop(stage, [])
         skipped_index = torch.cat(self._skipped.pop(stage, []) or [torch.zeros(0, dtype=torch.long)])
         # a video is skipped once, however many ranks the sampler's padding sent it to
