@@ -23,7 +23,7 @@ from lit_retrieval.commands.index import add_model_arguments
 from lit_retrieval.data.items import MediaItem
 from lit_retrieval.data.text.queries import concat_query
 from lit_retrieval.errors import UsageError
-from lit_retrieval.search.index import VideoIndex
+from lit_retrieval.search.index import VideoIndex, check_k
 from lit_retrieval.search.loading import ModelSpec, load_item_embedder
 
 
@@ -87,6 +87,7 @@ def run(argv: list[str]) -> int:
     if not queries:
         parser.error("give a query: text, --event ..., --image or --video")
     index = VideoIndex.load(args.index, gpu=args.gpu)
+    check_k(args.k, index.on_gpu, len(index.videos))
     spec = ModelSpec(**index.meta["model"])
     if args.model or args.config:
         given = ModelSpec(args.model, args.config, args.ckpt, args.device).resolved()
