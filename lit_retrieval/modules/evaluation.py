@@ -71,7 +71,7 @@ from lit_retrieval.metrics.ranking import Ties, V2TRule, retrieval_metrics, text
 from lit_retrieval.metrics.relational import RelationalConfig, relational_metrics
 from lit_retrieval.metrics.rerank import RerankConfig
 from lit_retrieval.metrics.rescoring import RescoreConfig
-from lit_retrieval.metrics.retrieval import RetrievalMetrics, first_occurrence
+from lit_retrieval.metrics.retrieval import RetrievalMetrics, blockwise_metrics, first_occurrence
 from lit_retrieval.metrics.score_files import RELATIONAL_KEYS, write_bank, write_scores
 from lit_retrieval.models.heads.base import SimilarityHead, cat_reps, map_rep, rep_len
 from lit_retrieval.modules.analyses import analyses, query_tokens
@@ -275,12 +275,27 @@ class RetrievalEvaluator:
         keep_scores: bool = False,
     ) -> RankedQueries:
         """Score `text` against `gallery`, `query_rows` queries at a time, and compute the
-        retrieval metrics. With `synced` the rows of every process are merged (by `query_ids`)
+        retrieval metrics: without `keep_scores` and with the `strict` video-to-text rule in memory
+        bounded by `memory_mb` (`blockwise_metrics`: no score matrix is held or gathered), else from
+        the rows gathered to every rank (`RetrievalMetrics`; the matrix is what was asked for).
+        With `synced` the rows of every process are merged (by `query_ids`)
         before the metrics; without, the rows are taken to be the whole split already. Scores
         are computed from float32 representations with autocast off (module docstring)."""
+        text, gallery = map_rep(text, full_precision), map_rep(gallery, full_precision)
+        if not keep_scores and self.config.v2t_rule == "strict":  # bounded memory (`blockwise_metrics`)
+            with autocast_off(targets.device):
+                metrics, ranks = blockwise_metrics(
+                    lambda: self.score_rows(score, text, gallery),
+                    targets,
+                    query_ids,
+                    rep_len(gallery),
+                    self.config.ties,
+                    self.config.budget_bytes,
+                    synced,
+                )
+            return RankedQueries(metrics, ranks.to(targets.device))
         metric = RetrievalMetrics(self.config.ties, self.config.v2t_rule, sync_on_compute=synced).to(targets.device)
         ranks, kept = [], []
-        text, gallery = map_rep(text, full_precision), map_rep(gallery, full_precision)
         with autocast_off(targets.device):
             for rows, scores in self.score_rows(score, text, gallery):
                 metric.update(scores, targets[rows], query_ids[rows])
