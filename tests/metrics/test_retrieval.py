@@ -5,12 +5,15 @@ read in row blocks without holding the matrix, with its memory peak bounded by t
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 
 from lit_retrieval.metrics.ranking import retrieval_metrics, text_to_video_ranks
 from lit_retrieval.metrics.retrieval import blockwise_metrics
@@ -92,3 +95,34 @@ def test_peak_memory_is_bounded_by_the_block_not_the_matrix():
     blocks = peak_bytes(n, 200, full=False)
     assert blocks < full / 4, (blocks, full)
     assert peak_bytes(n, 200, full=True) > full  # the measurement sees a full matrix
+
+
+def shared_scores() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(3)
+    videos, queries = 11, 17
+    scores = torch.randint(0, 5, (queries, videos), generator=g).float()
+    return scores, torch.cat([torch.arange(videos), torch.randint(0, videos, (queries - videos,), generator=g)])
+
+
+def _rank_worker(rank: int, init: str, out_dir: str) -> None:
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
+    scores, targets = shared_scores()
+    # rank 0: rows 0..8; rank 1: rows 9..16 and rows 0 and 1 again (the distributed sampler's padding)
+    mine = torch.arange(0, 9) if rank == 0 else torch.cat([torch.arange(9, 17), torch.arange(2)])
+    got, ranks = blockwise_metrics(blocks_of(scores[mine], 3, []), targets[mine], mine, 11, "average", 64)
+    torch.save({"metrics": got, "ranks": ranks, "rows": mine}, os.path.join(out_dir, f"rank{rank}.pt"))
+    dist.destroy_process_group()
+
+
+@pytest.mark.distributed
+def test_two_ranks_merge_to_the_full_matrix_metrics(tmp_path):
+    """Each rank scores its own rows (one repeating two of the other's); both report the metrics of
+    the whole matrix, from O(queries + videos) values exchanged."""
+    mp.spawn(_rank_worker, args=(f"file://{tmp_path / 'rendezvous'}", str(tmp_path)), nprocs=2, join=True)
+    scores, targets = shared_scores()
+    expected = retrieval_metrics(scores, targets, "average")
+    full_ranks = text_to_video_ranks(scores, targets, "average")
+    for rank in range(2):
+        out = torch.load(tmp_path / f"rank{rank}.pt")
+        assert out["metrics"] == pytest.approx(expected, abs=1e-9)
+        torch.testing.assert_close(out["ranks"], full_ranks[out["rows"]])
