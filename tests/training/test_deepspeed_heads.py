@@ -41,9 +41,13 @@ def validation_metrics(run, version: str) -> dict[str, float]:
     return json.loads((run / "logs" / version / "metrics.json").read_text())["val"]
 
 
-# TS2-Net validates under ZeRO-3 but not to the single-process metrics (t2v R@1 28.6 vs 0.0 on the same
-# seeded weights): a defect found by this test and not yet located (issue 57, item 2)
-KNOWN = {"TS2NetHead": "validates under ZeRO-3 to other metrics than in one process (not yet located)"}
+# Found by this test, not yet located (issue 57, item 2): these validate under ZeRO-3 without error but
+# not to the single-process metrics of the same seeded weights (TS2-Net t2v R@1 28.6 vs 0.0; UATVR R@5
+# 71.4 vs 42.9; UATVR draws samples at evaluation, so the random streams of 2 ranks may be the cause)
+KNOWN = {
+    "TS2NetHead": "validates under ZeRO-3 to other metrics than in one process (not yet located)",
+    "UATVRHead": "validates under ZeRO-3 to other metrics than in one process (its samples' random streams?)",
+}
 
 
 @pytest.mark.parametrize(
