@@ -6,7 +6,9 @@ same metrics (strict video-to-text rule) from the row blocks without keeping the
 gives each row's text-to-video rank and positive score, the ranks merge these (O(queries) values) into
 each video's best caption score, and a second pass counts per video the captions above / level
 with it (the blocks kept from the first pass while they fit the evaluation's memory budget, else scored
-again), summed over the ranks. Memory: one block plus O(queries + videos) values per rank.
+again), summed over the ranks. Memory per rank: the first pass's blocks kept up to the budget, one
+block and its comparison temporaries (about 3.4 x the budget measured, docs/benchmarks.md), and
+O(queries + videos) values; never O(queries x videos).
 """
 
 from __future__ import annotations
