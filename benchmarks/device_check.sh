@@ -17,6 +17,9 @@
 # attempted only when CUDA, torchcodec and FFmpeg's shared libraries are all there (a torchcodec cp312
 # wheel put into benchmarks/device_wheels is installed with the others; device_wheels.sh does not fetch
 # it); otherwise one skip line on stderr says which is missing (DECODERS=0 skips it; so does --cpu).
+# Then benchmarks/device_cases.sh: one line per GPU path (fit -> test --ckpt_path, 8 CUDA RNG states on 1
+# GPU, GPU bf16 vs CPU fp32 metrics, ZeRO-3 X-CLIP validation, GVE attention variants, --device cuda
+# commands, faiss-gpu, flash-attn) into benchmarks/_work/device_cases.txt (DEVICE_CASES=0 skips them).
 #   bash benchmarks/device_check.sh            # on the GPU node, about 5-8 minutes + 3-5 for grad_cache
 #   bash benchmarks/device_check.sh --cpu      # the same script at tiny sizes on a CPU
 set -uo pipefail
@@ -77,5 +80,12 @@ except Exception as err:
     "$PY" benchmarks/decoders.py --device cuda --videos 60s | tee "$(dirname "$OUT")/decoders_nvdec.json" \
       || echo "decoders NVDEC benchmark failed" >&2
   fi
+fi
+# The GPU paths the CPU tests only fake, one line each (benchmarks/device_cases.sh; DEVICE_CASES=0 skips
+# them; with --cpu they run only with DEVICE_CASES=1, the CPU-runnable ones on the CPU)
+if [ "${1:-}" = "--cpu" ]; then CASES_DEFAULT=0; CASES_ARGS=(--cpu); else CASES_DEFAULT=1; CASES_ARGS=(); fi
+if [ "${DEVICE_CASES:-$CASES_DEFAULT}" != 0 ]; then
+  PY="$PY" WORK="$(dirname "$OUT")/device_cases" bash benchmarks/device_cases.sh "${CASES_ARGS[@]}" \
+    | tee "$(dirname "$OUT")/device_cases.txt" || echo "device cases: some FAILED (above)" >&2
 fi
 exit $status

@@ -18,7 +18,12 @@ PIP=(python3 -m pip download --quiet --no-deps --dest "$OUT")
   --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
   jsonargparse docstring-parser typeshed-client av hjson py-cpuinfo ninja msgpack nvidia-ml-py einops \
   'torchcodec>=0.17,<0.18'
-"${PIP[@]}" --no-binary=:all: --no-build-isolation deepspeed
+# DeepSpeed in the project's range (pyproject.toml's `deepspeed` extra; 0.19.x fails on every 0-dim
+# parameter such as `logit_scale`, which would read as a GPU fault in the check)
+DEEPSPEED=$(python3 -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["deepspeed"][0])')
+"${PIP[@]}" --no-binary=:all: --no-build-isolation "$DEEPSPEED"
+echo "fetched (name-version):"
+ls "$OUT" | sed -E 's/(-py[23].*|-cp3.*|\.tar\.gz|\.zip)$//' | sort | sed 's/^/  /'
 WHEELS=$(du -sb "$OUT" | cut -f1)
 REPO=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
 echo "wheels $((WHEELS / 1048576)) MiB + repository $((REPO / 1048576)) MiB = $(((WHEELS + REPO) / 1048576)) MiB (limit 64 MiB)"

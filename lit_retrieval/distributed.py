@@ -76,3 +76,27 @@ def gather_objects(items: list) -> list:
     parts: list = [None] * distributed_world()
     dist.all_gather_object(parts, list(items))
     return [item for part in parts for item in part]
+
+
+def gather_lengths(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Concatenate the 1-D `tensor`s (lengths may differ) of every rank in rank order, and the offset
+    of this rank's part in the result."""
+    world = distributed_world()
+    if world == 1:
+        return tensor, 0
+    length = torch.tensor([len(tensor)], device=tensor.device)
+    lengths = [torch.empty_like(length) for _ in range(world)]
+    dist.all_gather(lengths, length)
+    sizes = [int(n) for n in lengths]
+    padded = tensor.new_zeros(max(sizes))
+    padded[: len(tensor)] = tensor
+    parts = [torch.empty_like(padded) for _ in range(world)]
+    dist.all_gather(parts, padded)
+    return torch.cat([part[:n] for part, n in zip(parts, sizes)]), sum(sizes[: dist.get_rank()])
+
+
+def sum_over_ranks(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor` summed over every rank (in place)."""
+    if distributed_world() > 1:
+        dist.all_reduce(tensor)
+    return tensor

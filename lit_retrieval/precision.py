@@ -6,6 +6,10 @@ equal and the tie rule, not the model, decides ranks. Every evaluation score (th
 head's `score_blocks`, GVE's cosine, UVRB's blockwise search) is therefore computed here in
 float32 (float64 inputs stay float64): representations cast up, autocast off, and the scoring
 module's low-precision weights (bf16-true, DeepSpeed's bf16) held in float32 for the duration.
+
+Under DeepSpeed ZeRO-3 a module's weights are whole only inside the module's own forward, which the
+engine runs; scoring calls a head's methods outside it, where each rank holds an empty placeholder.
+`whole_weights` gathers them for an evaluation (the evaluator holds it for the whole stage).
 """
 
 from __future__ import annotations
@@ -46,6 +50,23 @@ def float32_weights(module: nn.Module) -> Iterator[None]:
     finally:
         for t, data in zip(low, originals):
             t.data = data
+
+
+@contextmanager
+def whole_weights(module: nn.Module) -> Iterator[None]:
+    """`module`'s parameters whole on every rank for the block where DeepSpeed ZeRO-3 has partitioned
+    them (`deepspeed.zero.GatheredParameters`, read-only: changes are not kept), else nothing. Every
+    rank must enter it (it all-gathers), as often as the others: the evaluator enters it once per stage.
+    Where a sub-module's own forward runs inside, ZeRO-3's hooks release that sub-module's weights after
+    it and gather them again at its next call, as in training."""
+    partitioned = [p for p in module.parameters() if hasattr(p, "ds_id")]
+    if not partitioned:
+        yield
+        return
+    import deepspeed
+
+    with deepspeed.zero.GatheredParameters(partitioned, modifier_rank=None):
+        yield
 
 
 @contextmanager

@@ -53,4 +53,6 @@ def epoch_prober(trainer: L.Trainer, module: L.LightningModule, epoch: int, who:
     path = first_prober_path(trainer, who)
     if epoch > 0 or path == PROBER_IS_MODEL:
         return module.embedder, PROBER_IS_MODEL
-    return GVEEmbedder(path, lora=None, inputs=module.embedder.processing.config).to(module.device), path
+    return GVEEmbedder(path, lora=None, inputs=module.embedder.processing.config, device=module.device).to(
+        module.device
+    ), path

@@ -81,7 +81,7 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--gpu", action="store_true")
     args = parser.parse_args(argv)
     # imported here, not at the top: --help stays light
-    from lit_retrieval.search.index import VideoIndex
+    from lit_retrieval.search.index import VideoIndex, check_k
     from lit_retrieval.search.loading import ModelSpec, load_item_embedder
 
     check_arguments(args)
@@ -89,6 +89,7 @@ def run(argv: list[str]) -> int:
     if not queries:
         parser.error("give a query: text, --event ..., --image or --video")
     index = VideoIndex.load(args.index, gpu=args.gpu)
+    check_k(args.k, index.on_gpu, len(index.videos))
     spec = ModelSpec(**index.meta["model"])
     if args.model or args.config:
         given = ModelSpec(args.model, args.config, args.ckpt, args.device).resolved()

@@ -41,6 +41,10 @@ ranks. The encoders (and the heads' `encode_text`/`encode_video`) run in the tra
 by default, as in `validation_step`, also where the evaluator encodes queries itself (analyses,
 calibration banks); `fp32_encoders` runs them with autocast off instead (see `EvaluationConfig`).
 
+Under DeepSpeed ZeRO-3 the head's weights are gathered for the stage (`lit_retrieval.precision.whole_weights`):
+scoring, calibration and validation fits call the head outside the engine's forward, where ZeRO-3
+leaves them partitioned (tests/training/test_deepspeed_heads.py runs every head with weights).
+
 Under DDP every rank takes part in every merge, also a rank without a single query (all of its
 videos skipped): it evaluates zero rows shaped like another rank's (`EvalBatch.empty`), so every
 rank reports the metrics one process would.
@@ -68,12 +72,12 @@ from lit_retrieval.metrics.analyses import AnalysesConfig
 from lit_retrieval.metrics.ranking import Ties, V2TRule, retrieval_metrics, text_to_video_ranks
 from lit_retrieval.metrics.relational import RelationalConfig, relational_metrics
 from lit_retrieval.metrics.rerank import RerankConfig
+from lit_retrieval.metrics.analyses import avg_event_hits
 from lit_retrieval.metrics.rerank import RerankResult
 from lit_retrieval.metrics.rescoring import QueryBank, RescoreConfig, rescored_metrics
-from lit_retrieval.metrics.retrieval import RetrievalMetrics, first_occurrence
+from lit_retrieval.metrics.retrieval import RetrievalMetrics, blockwise_metrics, first_occurrence
 from lit_retrieval.metrics.score_files import RELATIONAL_KEYS, write_bank, write_scores
 from lit_retrieval.models.heads.base import SimilarityHead, cat_reps, map_rep, rep_len
-from lit_retrieval.metrics.analyses import avg_event_hits
 from lit_retrieval.modules.analyses import (
     merged_analyses,
     per_query_values,
@@ -82,7 +86,7 @@ from lit_retrieval.modules.analyses import (
     token_counts,
 )
 from lit_retrieval.modules.reranking import rerank_split, retriever_reps
-from lit_retrieval.precision import autocast_off, full_precision, full_precision_scoring
+from lit_retrieval.precision import autocast_off, full_precision, full_precision_scoring, whole_weights
 
 ScoreFn = Callable[[Any, Any], torch.Tensor]
 
@@ -292,12 +296,27 @@ class RetrievalEvaluator:
         keep_scores: bool = False,
     ) -> RankedQueries:
         """Score `text` against `gallery`, `query_rows` queries at a time, and compute the
-        retrieval metrics. With `synced` the rows of every process are merged (by `query_ids`)
+        retrieval metrics: without `keep_scores` and with the `strict` video-to-text rule in memory
+        bounded by `memory_mb` (`blockwise_metrics`: no score matrix is held or gathered), else from
+        the rows gathered to every rank (`RetrievalMetrics`; the matrix is what was asked for).
+        With `synced` the rows of every process are merged (by `query_ids`)
         before the metrics; without, the rows are taken to be the whole split already. Scores
         are computed from float32 representations with autocast off (module docstring)."""
+        text, gallery = map_rep(text, full_precision), map_rep(gallery, full_precision)
+        if not keep_scores and self.config.v2t_rule == "strict":  # bounded memory (`blockwise_metrics`)
+            with autocast_off(targets.device):
+                metrics, ranks = blockwise_metrics(
+                    lambda: self.score_rows(score, text, gallery),
+                    targets,
+                    query_ids,
+                    rep_len(gallery),
+                    self.config.ties,
+                    self.config.budget_bytes,
+                    synced,
+                )
+            return RankedQueries(metrics, ranks.to(targets.device))
         metric = RetrievalMetrics(self.config.ties, self.config.v2t_rule, sync_on_compute=synced).to(targets.device)
         ranks, kept = [], []
-        text, gallery = map_rep(text, full_precision), map_rep(gallery, full_precision)
         with autocast_off(targets.device):
             for rows, scores in self.score_rows(score, text, gallery):
                 metric.update(scores, targets[rows], query_ids[rows])
@@ -318,7 +337,12 @@ class RetrievalEvaluator:
 
     # ---- the dual-encoder family ----------------------------------------------------------------
     def evaluate(self, model: L.LightningModule, stage: str) -> dict[str, float]:
-        """Metrics and analyses of `stage` from the batches collected since the last call."""
+        """Metrics and analyses of `stage` from the batches collected since the last call, the head's
+        weights whole (`whole_weights`: under ZeRO-3 its scoring runs outside the engine's forward)."""
+        with whole_weights(model.head):
+            return self._evaluate(model, stage)
+
+    def _evaluate(self, model: L.LightningModule, stage: str) -> dict[str, float]:
         batches = self._batches.pop(stage, [])
         skipped_index = torch.cat(self._skipped.pop(stage, []) or [torch.zeros(0, dtype=torch.long)])
         # a video is skipped once, however many ranks the sampler's padding sent it to

@@ -6,7 +6,7 @@ that fail to decode in `OUT/failed.json` instead of stopping (with the file's si
 time: a re-run retries a file that changed since, e.g. a repaired video, and `retry_failed` retries
 every listed one), and then builds the index:
 exact inner product (`flat`, default), `ivf` (IVF-Flat, `nlist` lists, `nprobe` at search) or
-`hnsw` for large collections, on the GPU when faiss-gpu is installed and asked for. `meta.json`
+`hnsw` for large collections. `meta.json`
 records the model (`ModelSpec`), its fingerprint and the index settings; searching with another
 model or settings is refused.
 
@@ -16,6 +16,12 @@ load through it): `meta.json` holds a model description, a fingerprint and the d
 and the faiss dimension is `meta.json`'s; `VideoIndex.check` then refuses a query model with another
 fingerprint or another embedding dimension. Each is one line naming the file (`UsageError`,
 `IndexMismatch`), never a traceback or a 500 at the first query.
+
+On the GPU (`--gpu`, faiss-gpu): `flat` and `ivf` build (IVF's k-means and the adds) and search on
+GPU 0; the written file is the CPU copy, so an index built on a GPU searches anywhere. faiss cannot
+clone HNSW to the GPU: `index --kind hnsw --gpu` is refused, and `search`/`serve --gpu` on an HNSW
+index search it on the CPU after one line saying so. faiss' GPU search returns at most `GPU_MAX_K`
+(2,048) neighbours per query: a larger `-k` / `--max-k` with `--gpu` is refused.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -52,11 +59,30 @@ class IndexConfig:
     nprobe: int = 32  # IVF lists searched
     hnsw_m: int = 32
     ef_search: int = 128
-    gpu: bool = False
+    gpu: bool = False  # build on GPU 0 (flat, ivf)
 
     def __post_init__(self) -> None:
         if self.kind not in ("flat", "ivf", "hnsw"):
             raise ConfigError(f"index kind must be flat, ivf or hnsw, got {self.kind!r}")
+        if self.gpu and self.kind == "hnsw":
+            raise UsageError(
+                "--gpu",
+                "faiss builds and searches HNSW indexes on the CPU only; leave --gpu out, or build --kind flat or ivf",
+            )
+
+
+GPU_MAX_K = 2048  # faiss' GPU k-selection limit (GPU_MAX_SELECTION_K): its GPU search refuses a larger k
+
+
+def check_k(k: int, gpu: bool, gallery: int, option: str = "-k") -> None:
+    """Refuse a `k` below 1, or one that asks a search on the GPU for more than `GPU_MAX_K` of the
+    `gallery`'s videos."""
+    if k < 1:
+        raise UsageError(option, f"must be at least 1, got {k}")
+    if gpu and min(k, gallery) > GPU_MAX_K:
+        raise UsageError(
+            option, f"{k} is above {GPU_MAX_K}, the most faiss' GPU search returns; lower it or leave --gpu out"
+        )
 
 
 def list_videos(source: str | Path) -> list[str]:
@@ -93,6 +119,8 @@ def check_ivf_lists(settings: IndexConfig, count: int) -> None:
 
 
 def make_index(vectors: np.ndarray, settings: IndexConfig) -> faiss.Index:
+    """The index of `vectors` (rows) that `settings` describe, built on GPU 0 with `settings.gpu`
+    and returned as its CPU copy."""
     dim = vectors.shape[1]
     if settings.kind == "flat":
         index = faiss.IndexFlatIP(dim)
@@ -103,16 +131,42 @@ def make_index(vectors: np.ndarray, settings: IndexConfig) -> faiss.Index:
         check_ivf_lists(settings, len(vectors))
         nlist = settings.nlist or max(1, min(len(vectors) // IVF_POINTS_PER_LIST, int(4 * math.sqrt(len(vectors)))))
         index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
-        index.train(vectors)
-        index.nprobe = min(settings.nprobe, nlist)
-    index.add(vectors)
+    built = on_gpu(index) if settings.gpu else index
+    if not built.is_trained:
+        built.train(vectors)
+    built.add(vectors)
+    index = faiss.index_gpu_to_cpu(built) if settings.gpu else built
+    if settings.kind == "ivf":
+        index.nprobe = min(settings.nprobe, index.nlist)
     return index
 
 
-def to_gpu(index: faiss.Index) -> faiss.Index:
+def on_gpu(index: faiss.Index) -> faiss.Index:
+    """`index` cloned to GPU 0 (faiss-gpu)."""
+    resources = gpu_resources()
+    moved = faiss.index_cpu_to_gpu(resources, 0, index)
+    moved.lit_resources = resources  # the GPU memory it lives in, as long as the index does
+    return moved
+
+
+def gpu_resources() -> faiss.StandardGpuResources:
     if not hasattr(faiss, "StandardGpuResources") or faiss.get_num_gpus() == 0:
-        raise RuntimeError("--gpu needs faiss-gpu and a visible GPU")
-    return faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index)
+        raise UsageError("--gpu", "needs faiss-gpu and a visible GPU (pip install 'lit-retrieval[gpu]')")
+    return faiss.StandardGpuResources()
+
+
+def to_gpu(index: faiss.Index, path: Path) -> faiss.Index:
+    """`index` on GPU 0; an index faiss cannot clone to the GPU (HNSW) stays on the CPU, said in one
+    line on stderr."""
+    try:
+        return on_gpu(index)
+    except RuntimeError as err:
+        reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        print(
+            f"{path}: faiss cannot search a {type(index).__name__} on the GPU ({reason}); searching it on the CPU",
+            file=sys.stderr,
+        )
+        return index
 
 
 def _write_atomic(path: Path, write) -> None:
@@ -326,7 +380,7 @@ class VideoIndex:
                 str(path / "index.faiss"),
                 f"holds {index.d}-dimensional vectors, meta.json says {meta['dim']}; run `lit-retrieval index` again",
             )
-        return cls(to_gpu(index) if gpu else index, videos, meta, path)
+        return cls(to_gpu(index, path / "index.faiss") if gpu else index, videos, meta, path)
 
     def check(self, embedder: ItemEmbedder) -> None:
         """Refuse a query model other than the one that built the index: another fingerprint, or
@@ -344,7 +398,12 @@ class VideoIndex:
                 f"{dim} (a faiss file of another model?); run `lit-retrieval index` again"
             )
 
+    @property
+    def on_gpu(self) -> bool:
+        return type(self.index).__name__.startswith("Gpu")
+
     def search(self, queries: np.ndarray, k: int) -> list[list[tuple[str, float]]]:
+        check_k(k, self.on_gpu, len(self.videos))
         scores, found = self.index.search(np.ascontiguousarray(queries, dtype=np.float32), min(k, len(self.videos)))
         return [
             [(self.videos[j], float(s)) for j, s in zip(row_ids, row_scores) if j >= 0]

@@ -15,6 +15,7 @@ from lit_retrieval.checkpoint_io import read_checkpoint
 from lit_retrieval.data.media.shots import ShotConfig, ShotDetectorConfig, Shots, detect_many
 from lit_retrieval.errors import ConfigError, UsageError
 from lit_retrieval.models.gve import GVEEmbedder, InputConfig
+from lit_retrieval.models.gve.embedder import placed_on
 from lit_retrieval.models.gve.processing import scaled_inputs
 from lit_retrieval.data.media.identity import tree_identity
 from lit_retrieval.search.embedders import FrameInput, GVEItemEmbedder, HeadItemEncoder, ItemEmbedder
@@ -64,11 +65,13 @@ def load_item_embedder(spec: ModelSpec, pairwise: bool = False) -> ItemEmbedder 
             raise FileNotFoundError(f"{spec.model}: not a model directory (no config.json)")
         inputs = scaled_inputs(InputConfig(sampling=spec.sampling), spec.frames, spec.frame_tokens)
         return GVEItemEmbedder(
-            GVEEmbedder(spec.model, lora=None, inputs=inputs).to(spec.device), tree_identity(spec.model)
+            GVEEmbedder(spec.model, lora=None, inputs=inputs, device=spec.device).to(spec.device),
+            tree_identity(spec.model),
         )
     from lit_retrieval.retrieval_cli import build_module
 
-    module, data = build_module(spec.config)
+    with placed_on(spec.device):  # GVE's dtype and attention `auto` follow the device it runs on
+        module, data = build_module(spec.config)
     identity = [Path(spec.config).read_text(), tree_identity(spec.ckpt) if spec.ckpt else None]
     if spec.ckpt:
         load_checkpoint_weights(module, spec.ckpt)

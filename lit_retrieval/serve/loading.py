@@ -8,7 +8,7 @@ import logging
 import os
 from dataclasses import asdict, replace
 
-from lit_retrieval.search.index import VideoIndex
+from lit_retrieval.search.index import VideoIndex, check_k
 from lit_retrieval.search.loading import ModelSpec, load_item_embedder
 from lit_retrieval.serve.app import Limits, SearchService, create_app
 from lit_retrieval.serve.guards import GuardedH11Protocol, default_allowed_hosts
@@ -37,6 +37,7 @@ def load_service(
         torch.set_num_threads(threads)
         faiss.omp_set_num_threads(threads)
     loaded = VideoIndex.load(index, gpu=gpu)
+    check_k((limits or Limits()).max_k, loaded.on_gpu, len(loaded.videos), "--max-k")
     spec = replace(ModelSpec(**loaded.meta["model"]), device=device)
     embedder = load_item_embedder(spec)
     loaded.check(embedder)

@@ -42,3 +42,48 @@ def test_cpu_path_writes_one_json_object(tmp_path):
     assert plain["frames"] == 4 and plain["videos_per_s"] > 0 and plain["tflop_per_video"] > 0
     utilisation = plain["tflop_per_video"] * 1e12 * plain["videos_per_s"] / (plain["peak_tflops"] * 1e12)
     assert plain["model_flop_utilisation"] == pytest.approx(utilisation, rel=1e-2, abs=1e-9)
+
+
+CASES = ROOT / "benchmarks/device_cases.sh"
+
+
+def cases(*args: str, work) -> list[str]:
+    env = {**os.environ, "PY": sys.executable, "WORK": str(work)}
+    done = subprocess.run(["bash", str(CASES), *args], capture_output=True, text=True, env=env, timeout=600)
+    return done.stdout.strip().splitlines()
+
+
+def test_the_device_scripts_parse_and_list_every_gpu_case(tmp_path):
+    """Issue 57, item 9: the cases the GPU node runs (benchmarks/device_cases.sh, not yet run on a GPU)."""
+    for script in ("device_check.sh", "device_cases.sh", "device_wheels.sh"):
+        subprocess.run(["bash", "-n", str(ROOT / "benchmarks" / script)], check=True)
+    listed = cases("--list", work=tmp_path)
+    assert listed == [
+        "fit_test",
+        "cuda_states",
+        "gpu_vs_cpu",
+        "zero3_xclip",
+        "gve_attention",
+        "commands",
+        "faiss_gpu",
+        "flash_attn",
+    ]
+    text = CASES.read_text()
+    assert all(f"\n{name}() {{" in text for name in listed)  # each listed case is a function of the script
+    assert "--trainer.callbacks+" in text and "val_split test" in text  # validation on in the fit -> test cycle
+
+
+def test_cases_that_cannot_run_here_say_so_in_one_line_each(tmp_path):
+    lines = cases("--cpu", "cuda_states", "faiss_gpu", "flash_attn", "no_such_case", work=tmp_path)
+    assert lines[0] == "case cuda_states: skipped (needs CUDA)"
+    assert lines[1].startswith("case faiss_gpu: not exercised: faiss-gpu is not installed")
+    assert lines[2].startswith("case flash_attn: not exercised: flash-attn is not installed")
+    assert lines[3] == "case no_such_case: FAILED (no such case; --list)"
+    assert lines[-1].startswith("device cases: not yet run on a GPU")
+
+
+@pytest.mark.slow
+def test_gve_attention_case_runs_on_the_cpu(tmp_path):
+    """The GVE case's own code on the CPU: eager and SDPA in fp32, left and right padding, agree."""
+    lines = cases("--cpu", "gve_attention", work=tmp_path)
+    assert lines[0] == "case gve_attention: ok", (tmp_path / "gve_attention.log").read_text()[-3000:]

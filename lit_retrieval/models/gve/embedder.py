@@ -13,8 +13,11 @@ as do the token embeddings and everything else).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import copy
 import importlib.util
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,19 +68,48 @@ def last_token_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch
     return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
 
 
-def resolve_attention(choice: str) -> str:
-    """`auto`: flash-attention-2 on CUDA when `flash_attn` is installed, else PyTorch SDPA."""
+# the device a model built inside `placed_on` will run on (see there)
+_TARGET_DEVICE: contextvars.ContextVar[torch.device | None] = contextvars.ContextVar("gve_target_device", default=None)
+
+
+@contextlib.contextmanager
+def placed_on(device: str | torch.device) -> Iterator[None]:
+    """Embedders built inside run on `device`: for a caller that places a model it does not build
+    itself (`search.loading` builds a GVE training config through the config parser, which has no
+    device option, then moves the module to `--device`)."""
+    token = _TARGET_DEVICE.set(torch.device(device))
+    try:
+        yield
+    finally:
+        _TARGET_DEVICE.reset(token)
+
+
+def target_device(device: str | torch.device | None) -> torch.device:
+    """Where the model will run: `device`, else the one `placed_on` names, else the GPU when one is
+    visible (where Lightning's `accelerator: auto` trains it), else the CPU."""
+    if device is not None:
+        return torch.device(device)
+    placed = _TARGET_DEVICE.get()
+    if placed is not None:
+        return placed
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def resolve_attention(choice: str, device: torch.device, dtype: torch.dtype) -> str:
+    """`auto`: flash-attention-2 for a model running on CUDA in bf16/fp16 (the only dtypes
+    flash-attention computes in) when `flash_attn` is installed, else PyTorch SDPA."""
     if choice != "auto":
         return choice
-    if torch.cuda.is_available() and importlib.util.find_spec("flash_attn") is not None:
+    half = dtype in (torch.bfloat16, torch.float16)
+    if device.type == "cuda" and half and importlib.util.find_spec("flash_attn") is not None:
         return "flash_attention_2"
     return "sdpa"
 
 
-def resolve_dtype(choice: str) -> torch.dtype:
-    """`auto`: bfloat16 where the GPU supports it, else float32."""
+def resolve_dtype(choice: str, device: torch.device) -> torch.dtype:
+    """`auto`: bfloat16 for a model running on a GPU that supports it, else float32."""
     if choice == "auto":
-        return torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float32
+        return torch.bfloat16 if device.type == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[choice]
 
 
@@ -90,8 +122,10 @@ class GVEEmbedder(nn.Module):
         adapter_path: a saved LoRA adapter to load (and keep training if `lora` is set).
         inputs: frame sampling, pixel budgets, token cap.
         gradient_checkpointing: recompute activations in backward (GVE A.8), non-reentrant.
-        dtype: `auto`, `float32`, `bfloat16` or `float16` weights.
-        attn_implementation: `auto`, `sdpa`, `eager` or `flash_attention_2`.
+        dtype: `auto` (`resolve_dtype`), `float32`, `bfloat16` or `float16` weights.
+        attn_implementation: `auto` (`resolve_attention`), `sdpa`, `eager` or `flash_attention_2`.
+        device: where the model will run, which `auto` resolves from (`target_device`; None: the
+            device of an enclosing `placed_on`, else the GPU when one is visible). The caller moves it.
     """
 
     def __init__(
@@ -103,6 +137,7 @@ class GVEEmbedder(nn.Module):
         gradient_checkpointing: bool = False,
         dtype: str = "auto",
         attn_implementation: str = "auto",
+        device: str | torch.device | None = None,
     ) -> None:
         super().__init__()
         path = Path(model_path)
@@ -111,8 +146,10 @@ class GVEEmbedder(nn.Module):
                 f"embedder.model_path: {model_path} is not a model directory (no config.json); "
                 "give a local Qwen2.5-VL or GVE path"
             )
+        target = target_device(device)
+        weights = resolve_dtype(dtype, target)
         model = AutoModelForImageTextToText.from_pretrained(
-            str(path), dtype=resolve_dtype(dtype), attn_implementation=resolve_attention(attn_implementation)
+            str(path), dtype=weights, attn_implementation=resolve_attention(attn_implementation, target, weights)
         )
         model.config.use_cache = False
         model.requires_grad_(False)

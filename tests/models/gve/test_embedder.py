@@ -3,6 +3,9 @@ sampling, token cap, and equality with plain transformers for a released (merged
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
+
 import numpy as np
 import pytest
 import torch
@@ -12,6 +15,7 @@ from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
 from lit_retrieval.data.items import ItemError, MediaItem
 from lit_retrieval.data.media.video import VideoDecodeError
 from lit_retrieval.models.gve import InputConfig, AdapterConfig, last_token_pool
+from lit_retrieval.models.gve.embedder import resolve_attention, resolve_dtype
 from helpers.gve_embedder import SMALL, embedder, items, media, perturb_lora  # noqa: F401 (media: a fixture)
 from helpers.media import full_decode
 from helpers.mrope_reference import batch_reference_positions
@@ -202,3 +206,53 @@ def test_release_in_the_old_key_layout_with_a_custom_class_name_loads(tiny_qwen,
     torch.testing.assert_close(
         embedder(release, lora=None).embed(probe), embedder(tiny_qwen, lora=None).embed(probe), atol=0, rtol=0
     )
+
+
+# ---- dtype and attention `auto`: resolved from where the model runs (issue 57, item 3) ----------
+@pytest.fixture
+def gpu_node_with_flash_attn(monkeypatch):
+    """A node with a bf16-capable GPU and flash-attn installed, as torch and importlib report them
+    (neither is here: both are faked)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
+    find_spec = importlib.util.find_spec
+    flash = importlib.machinery.ModuleSpec("flash_attn", None)
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: flash if name == "flash_attn" else find_spec(name, *a)
+    )
+
+
+def test_auto_resolves_from_the_target_device_and_dtype_not_from_a_visible_gpu(gpu_node_with_flash_attn):
+    cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)
+    assert resolve_dtype("auto", cpu) == torch.float32
+    assert resolve_dtype("auto", cuda) == torch.bfloat16
+    assert resolve_attention("auto", cpu, torch.float32) == "sdpa"
+    assert resolve_attention("auto", cpu, torch.bfloat16) == "sdpa"
+    assert resolve_attention("auto", cuda, torch.bfloat16) == "flash_attention_2"
+    # flash-attention computes in fp16/bf16 only: float32 weights never get it
+    assert resolve_attention("auto", cuda, torch.float32) == "sdpa"
+    assert resolve_attention("eager", cuda, torch.bfloat16) == "eager"  # an explicit choice is kept
+
+
+def test_a_cpu_placed_model_on_a_gpu_node_loads_fp32_with_sdpa(tiny_qwen, media, gpu_node_with_flash_attn):  # noqa: F811
+    """`index`/`uvrb`/`serve`/`mine-negatives --device cpu` (their default) on a GPU node with flash-attn:
+    the model they place on the CPU loads in float32 with SDPA and embeds (flash-attention there failed
+    at its first forward)."""
+    from lit_retrieval.search.loading import ModelSpec, load_item_embedder
+
+    loaded = load_item_embedder(ModelSpec(model=str(tiny_qwen), device="cpu")).embedder
+    assert loaded.base_model.config._attn_implementation == "sdpa"
+    assert {p.dtype for p in loaded.parameters()} == {torch.float32}
+    out = loaded.embed(items(media)[:2], "Find the video.")
+    assert out.shape == (2, loaded.dim) and torch.isfinite(out).all()
+
+
+def test_a_module_built_from_a_config_inside_placed_on_follows_that_device(tiny_qwen, gpu_node_with_flash_attn):
+    """A GVE training config that `search.loading` builds for `--device cpu` (through the config parser)."""
+    from lit_retrieval.models.gve.embedder import placed_on
+    from lit_retrieval.modules.gve import EmbedderConfig
+
+    with placed_on("cpu"):
+        built = EmbedderConfig(str(tiny_qwen), lora=None, gradient_checkpointing=False).build()
+    assert built.base_model.config._attn_implementation == "sdpa"
+    assert {p.dtype for p in built.parameters()} == {torch.float32}
