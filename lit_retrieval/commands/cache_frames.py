@@ -28,7 +28,7 @@ import errno
 import os
 import time
 
-from lit_retrieval.commands.sharding import add_shard_arguments, check_shard
+from lit_retrieval.commands.arguments import add_shard_arguments, check_shard
 from lit_retrieval.data.media.cache_plan import write_jobs
 from lit_retrieval.data.media.frame_cache import CacheWriter
 from lit_retrieval.errors import ConfigError, DiskFull

@@ -15,29 +15,10 @@ from __future__ import annotations
 
 import argparse
 
-from lit_retrieval.commands.sharding import add_shard_arguments, check_shard
+from lit_retrieval.commands.arguments import add_model_arguments, add_shard_arguments, check_shard, positive_int
 from lit_retrieval.errors import UsageError
 from lit_retrieval.locking import OutputLock
 from lit_retrieval.progress import add_progress_arguments, configure_from
-
-
-def positive_int(text: str) -> int:
-    """argparse `type` of a count that must be at least 1 (`--chunk 0` would embed nothing, forever)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
-    return value
-
-
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument("--model", help="model directory (GVE / Qwen2.5-VL), embedded as is")
-    source.add_argument("--config", help="training config of a GVE or dual-encoder model")
-    parser.add_argument("--ckpt", help="checkpoint to load with --config")
-    parser.add_argument("--device", default="cpu")
 
 
 def run(argv: list[str]) -> int:

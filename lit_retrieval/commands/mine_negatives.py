@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from lit_retrieval.commands.arguments import add_model_arguments
 from lit_retrieval.data.items import parse_format
 from lit_retrieval.data.gve.negatives import candidate_targets, hardest_negatives, read_corpus
 from lit_retrieval.data.items import item_to_json
@@ -30,10 +31,7 @@ def run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="lit-retrieval mine-negatives", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--model", help="prober model directory (embedded as is)")
-    source.add_argument("--config", help="a GVE training config (its embedder settings)")
-    parser.add_argument("--ckpt", help="trained checkpoint to load with --config")
+    add_model_arguments(parser, required=True)
     parser.add_argument("--task", required=True, help="task JSONL file")
     parser.add_argument("--format", required=True, help="the task's format, e.g. T->V")
     parser.add_argument("--out", required=True, help="output JSONL with negatives")
@@ -44,7 +42,6 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--instruction", help="query instruction")
     parser.add_argument("--target-instruction", help="target instruction")
     parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--device", default="cpu")
     add_progress_arguments(parser)
     args = parser.parse_args(argv)
     # imported here, not at the top: --help stays light

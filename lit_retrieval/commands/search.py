@@ -19,7 +19,7 @@ from dataclasses import replace
 from rich.console import Console
 from rich.table import Table
 
-from lit_retrieval.commands.index import add_model_arguments
+from lit_retrieval.commands.arguments import add_model_arguments
 from lit_retrieval.data.items import MediaItem
 from lit_retrieval.data.text.queries import concat_query
 from lit_retrieval.errors import UsageError

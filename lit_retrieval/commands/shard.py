@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 
-from lit_retrieval.commands.sharding import add_shard_arguments, check_shard
+from lit_retrieval.commands.arguments import add_shard_arguments, check_shard
 
 
 def run(argv: list[str]) -> int:

@@ -21,7 +21,7 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from lit_retrieval.commands.sharding import add_shard_arguments, check_shard
+from lit_retrieval.commands.arguments import add_shard_arguments, check_shard
 from lit_retrieval.data.media.shots import ShotDetectorConfig, ShotConfig, detect_many
 from lit_retrieval.data.reading import read_text
 from lit_retrieval.errors import ConfigError, UsageError

@@ -26,6 +26,7 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
+from lit_retrieval.commands.arguments import add_model_arguments
 from lit_retrieval.errors import UsageError
 from lit_retrieval.locking import OutputLock
 from lit_retrieval.progress import add_progress_arguments, configure_from
@@ -99,15 +100,7 @@ def run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="lit-retrieval uvrb", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--model", help="model directory (GVE / Qwen2.5-VL), embedded as is")
-    source.add_argument(
-        "--config",
-        action="append",
-        help="training config of a GVE or dual-encoder model; several compose as `fit --config A --config B` "
-        "(later files win), e.g. a run's saved config.yaml alone",
-    )
-    parser.add_argument("--ckpt", help="checkpoint to load with --config")
+    add_model_arguments(parser, required=True, composed=True)
     parser.add_argument(
         "--tasks", default="configs/uvrb/uvrb.yaml", help="task list YAML (default: the 16 UVRB datasets)"
     )
@@ -117,7 +110,6 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--cache", help="embedding cache folder (default: OUT/cache)")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--memory-mb", type=float, default=256, help="score-matrix budget per block")
-    parser.add_argument("--device", default="cpu")
     parser.add_argument(
         "--frames", type=int, help="test-time frames per video (GVE A.12 scales 8 to 48; default: the model's, 8)"
     )

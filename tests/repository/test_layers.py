@@ -209,6 +209,30 @@ def commands_that_do_more_than_parse(root: Path = PACKAGE) -> list[str]:
     return problems
 
 
+SHARED_ARGUMENTS = "lit_retrieval.commands.arguments"  # the one module of commands/ the others may import
+
+
+def commands_importing_commands(root: Path = PACKAGE) -> list[str]:
+    """Imports of one command's module by another (what they share lives in `commands/arguments.py`)."""
+    problems = []
+    for path in sorted((root / "commands").glob("*.py")):
+        if path.stem in ("__init__", "arguments"):
+            continue
+        for target, line in imported_modules(path, root):
+            if target.startswith("lit_retrieval.commands.") and target != SHARED_ARGUMENTS:
+                problems.append(f"{path}:{line}: {target}")
+    return problems
+
+
+def test_commands_share_arguments_through_one_module(tmp_path):
+    assert commands_importing_commands() == []
+    fake = tmp_path / "lit_retrieval" / "commands"
+    fake.mkdir(parents=True)
+    (fake / "search.py").write_text("from lit_retrieval.commands.index import add_model_arguments\n")
+    (fake / "index.py").write_text("from lit_retrieval.commands.arguments import positive_int\n")
+    assert commands_importing_commands(fake.parent) == [f"{fake / 'search.py'}:1: lit_retrieval.commands.index"]
+
+
 def test_slurm_lives_in_the_launch_room():
     assert slurm_outside_launch() == []
 
