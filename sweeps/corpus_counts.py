@@ -41,6 +41,7 @@ def main() -> None:
         out: dict = {"plan": args.plan, "row": args.row}
         if args.tokens_over is not None:
             data = build_datamodule(training_config([str(path)]))
+            data.prepare_data()  # a synthetic corpus is generated on first use, as `fit` does
             data.setup("test")
             events = [list(record.descriptions) for record in data.datasets["test"].records]
             module, _ = build_module(str(path))
