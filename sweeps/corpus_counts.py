@@ -39,9 +39,9 @@ def main() -> None:
         path = Path(scratch) / "config.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         out: dict = {"plan": args.plan, "row": args.row}
+        data = build_datamodule(training_config([str(path)]))
+        data.prepare_data()  # a synthetic corpus is generated on first use, as `fit` does
         if args.tokens_over is not None:
-            data = build_datamodule(training_config([str(path)]))
-            data.prepare_data()  # a synthetic corpus is generated on first use, as `fit` does
             data.setup("test")
             events = [list(record.descriptions) for record in data.datasets["test"].records]
             module, _ = build_module(str(path))
