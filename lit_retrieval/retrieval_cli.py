@@ -38,6 +38,7 @@ from lit_retrieval.callbacks.metrics_report import MetricsReport
 from lit_retrieval.callbacks.requeue_signal import RequeueOnlyWhileTraining
 from lit_retrieval.callbacks.resume_checkpoint import (
     ResumeCheckpoint,
+    check_configured_wandb_ids,
     continue_wandb_runs,
     has_wandb_logger,
     recorded_wandb_ids,
@@ -133,8 +134,10 @@ class RetrievalCLI(LightningCLI):
             kwargs["ckpt_path"] = None if newest is None else str(newest)
             rank_zero_info(f"--ckpt_path newest: {newest or 'no checkpoint yet, starting afresh'}")
         resumed = kwargs.get("ckpt_path")
+        if has_wandb_logger(self.trainer):
+            check_configured_wandb_ids(self.trainer)
         if subcommand == "fit" and resumed and Path(resumed).exists() and has_wandb_logger(self.trainer):
-            continue_wandb_runs(self.trainer, recorded_wandb_ids(checkpoint_metadata(resumed)))
+            continue_wandb_runs(self.trainer, recorded_wandb_ids(checkpoint_metadata(resumed)), str(resumed))
         return kwargs
 
     def instantiate_trainer(self, **kwargs) -> L.Trainer:
