@@ -294,3 +294,22 @@ def test_a_config_fits_meanp_on_the_backbone(backbone, corpus, tmp_path):
     assert math.isfinite(loss.item())
     for name, param in module.encoder.named_parameters():
         assert param.grad is not None and torch.isfinite(param.grad).all() and param.grad.any(), name
+
+
+def test_unreadable_configs_checkpoints_and_folders_are_one_config_error(tiny_open_clip, tmp_path):
+    """Issue 56, item 5: each was three chained tracebacks (exit 1)."""
+    config, _, _ = tiny_open_clip
+    for name, content, message in (
+        ("bad.json", b"{not json", "is not a JSON model config"),
+        ("latin.json", '{"caf\u00e9": 1}'.encode("latin-1"), "is not a JSON model config"),
+        ("list.json", b"[1, 2]", "is not an open_clip model config"),
+    ):
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(ConfigError, match=rf"{name} {message}"):
+            OpenCLIPEncoder(model=str(tmp_path / name))
+    (tmp_path / "notes.pt").write_text("not a checkpoint")
+    with pytest.raises(ConfigError, match=r"notes\.pt cannot be loaded as an open_clip checkpoint"):
+        OpenCLIPEncoder(model=str(config), pretrained=str(tmp_path / "notes.pt"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match=r"empty is not a SiglipModel folder"):
+        SiglipEncoder(pretrained=str(tmp_path / "empty"))
