@@ -54,7 +54,7 @@ import torch
 from PIL import Image
 
 from lit_retrieval.data.items import MediaItem
-from lit_retrieval.errors import ConfigError
+from lit_retrieval.errors import ConfigError, InputError
 from lit_retrieval.search.embedders import ItemEmbedder
 from lit_retrieval.search.loading import ModelSpec, load_item_embedder
 
@@ -131,7 +131,7 @@ class MTEBModel:
     def video_frames(self, video: Any) -> torch.Tensor:
         """`[T, C, H, W]` uint8 frames of one video as mteb hands it (module docstring)."""
         if isinstance(video, (torch.Tensor, np.ndarray)):
-            return torch.as_tensor(video)
+            return checked_frames(torch.as_tensor(video), "a tensor")
         from mteb.models.modality_collators import FramesCollator
 
         metadata = video.metadata
@@ -139,7 +139,7 @@ class MTEBModel:
         frames = FramesCollator.resample_video(video, num_frames=count)
         if tuple(frames.shape[1:]) == (metadata.height, metadata.width, 3):  # a decoder made with NHWC
             frames = frames.permute(0, 3, 1, 2)
-        return frames
+        return checked_frames(frames, f"a decoded video ({metadata.duration_seconds} s)")
 
     def encode(
         self,
@@ -245,6 +245,16 @@ def frameworks(module: torch.nn.Module | None) -> list[str]:
         return ["PyTorch"]
     uses_transformers = any(type(m).__module__.startswith("transformers.") for m in module.modules())
     return ["PyTorch", "Transformers"] if uses_transformers else ["PyTorch"]
+
+
+def checked_frames(frames: torch.Tensor, what: str) -> torch.Tensor:
+    """`frames` if they are `[T, 3, H, W]` with T >= 1; else an `InputError` saying what the input was
+    and what is expected (a 3-D tensor was a bare `permute` error, zero frames a missing temp file)."""
+    if frames.ndim != 4 or frames.shape[1] != 3 or frames.shape[0] == 0:
+        raise InputError(
+            f"MTEB video input: {what} of shape {tuple(frames.shape)}; expected [T, 3, H, W] uint8 frames, T >= 1"
+        )
+    return frames
 
 
 def write_image(image: Image.Image, path: Path) -> str:

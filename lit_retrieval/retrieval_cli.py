@@ -39,6 +39,7 @@ from lit_retrieval.callbacks.metrics_report import MetricsReport
 from lit_retrieval.callbacks.requeue_signal import RequeueOnlyWhileTraining
 from lit_retrieval.callbacks.resume_checkpoint import (
     ResumeCheckpoint,
+    check_configured_wandb_ids,
     continue_wandb_runs,
     has_wandb_logger,
     log_wandb_at_global_step,
@@ -143,8 +144,10 @@ class RetrievalCLI(LightningCLI):
         if resumed == "last":  # Lightning resolves it inside fit, after the W&B run has started: the same rule here
             existing = [path for path in self._last_checkpoints() if Path(path).exists()]
             resumed = max(existing, key=lambda path: Path(path).stat().st_mtime) if existing else None
+        if has_wandb_logger(self.trainer):
+            check_configured_wandb_ids(self.trainer)
         if subcommand == "fit" and resumed and Path(resumed).exists() and has_wandb_logger(self.trainer):
-            continue_wandb_runs(self.trainer, recorded_wandb_ids(checkpoint_metadata(resumed)))
+            continue_wandb_runs(self.trainer, recorded_wandb_ids(checkpoint_metadata(resumed)), str(resumed))
         return kwargs
 
     def _last_checkpoints(self) -> set[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ import yaml
 
 from lit_retrieval.data.annotations import load_annotations
 from lit_retrieval.data.items import MediaItem
+from lit_retrieval.errors import InputError
 from lit_retrieval.mteb_model import MTEBModel, query_instruction, write_frames
 from lit_retrieval.search.cache import EmbeddingCache
 from lit_retrieval.search.loading import ModelSpec
@@ -309,3 +311,13 @@ def test_mteb_builds_the_model_from_its_meta_and_the_meta_fills_a_leaderboard_en
     stale = meta.model_copy(update={"revision": "another"})
     with pytest.raises(ValueError, match="revision another is not this model's"):
         stale.load_model()
+
+
+@pytest.mark.parametrize("shape", [(3, 32, 32), (0, 3, 32, 32), (2, 32, 32, 3)])
+def test_video_inputs_that_are_not_frames_say_what_they_were(shape):
+    """Issue 56, item 5: a 3-D tensor was a bare `permute` RuntimeError, a zero-frame video a "file not found"
+    about an internal temp file; now one message with the input's shape and what is expected."""
+    model = MTEBModel.__new__(MTEBModel)  # the frames check needs no embedder
+    with pytest.raises(InputError, match=re.escape(f"a tensor of shape {shape}; expected [T, 3, H, W]")):
+        model.video_frames(np.zeros(shape, dtype=np.uint8))
+    assert model.video_frames(np.zeros((1, 3, 4, 4), dtype=np.uint8)).shape == (1, 3, 4, 4)

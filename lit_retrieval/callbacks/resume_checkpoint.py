@@ -232,13 +232,35 @@ def has_wandb_logger(trainer: L.Trainer) -> bool:
     return bool(_wandb_loggers(trainer))
 
 
-def continue_wandb_runs(trainer: L.Trainer, run_ids: list[str | None]) -> None:
+def check_wandb_id(run_id: str, where: str) -> None:
+    """Refuse at once a run id W&B would refuse only after its start-up (`wandb.init`, some 20 s
+    later, as a traceback): W&B's own check (its `Settings.run_id` validator), as one line naming
+    `where` the id came from."""
+    from wandb.errors import UsageError as WandbUsageError
+    from wandb.sdk.wandb_settings import Settings
+
+    try:
+        Settings(run_id=run_id)
+    except (WandbUsageError, ValueError) as err:
+        raise ConfigError(f"{where}: W&B run id {run_id!r} is refused by W&B ({err})") from None
+
+
+def check_configured_wandb_ids(trainer: L.Trainer) -> None:
+    """The ids given to the trainer's `WandbLogger`s (`trainer.logger ... init_args.id`), checked."""
+    for logger in _wandb_loggers(trainer):
+        if logger._experiment is None and logger.version is not None:
+            check_wandb_id(str(logger.version), "trainer.logger: WandbLogger id")
+
+
+def continue_wandb_runs(trainer: L.Trainer, run_ids: list[str | None], checkpoint: str = "the checkpoint") -> None:
     """Give each `WandbLogger` (in order) the W&B run id its checkpoint recorded, unless it already
-    has a run or an id of its own. Lightning has no public setter: the id goes into the arguments
-    the logger passes to `wandb.init` (`_wandb_init`, with its `resume="allow"`) and its `version`."""
+    has a run or an id of its own; a recorded id W&B would refuse is refused, naming `checkpoint`.
+    Lightning has no public setter: the id goes into the arguments the logger passes to `wandb.init`
+    (`_wandb_init`, with its `resume="allow"`) and its `version`."""
     for logger, run_id in zip(_wandb_loggers(trainer), run_ids):
         if run_id is None or logger._experiment is not None:
             continue
+        check_wandb_id(str(run_id), f"{checkpoint}: its recorded W&B run")
         if logger.version is not None:
             if logger.version != run_id:
                 log.info("W&B: the configured id %s wins over the checkpoint's run %s", logger.version, run_id)

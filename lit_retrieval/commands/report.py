@@ -30,6 +30,8 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--out", required=True, help="report folder: report.md, report.csv, report.png")
     parser.add_argument("--digits", type=int, default=2, help="decimals in the markdown table")
     args = parser.parse_args(argv)
+    if args.digits < 0:
+        parser.error(f"--digits must be at least 0, got {args.digits}")
     runs_dir = Path(args.runs)
     plan = load_plan(args.plan or recorded_plan(runs_dir))
     text, written = write_report(plan, runs_dir, Path(args.out), args.digits)

@@ -60,6 +60,11 @@ def run(argv: list[str]) -> int:
     for flag, (low, high) in (("--events", args.events), ("--occurrences", args.occurrences)):
         if not 1 <= low <= high:
             parser.error(f"{flag} MIN MAX needs 1 <= MIN <= MAX, got {low} {high}")
+    if args.occurrences[1] > args.num_videos:  # an event cannot be in more videos than there are
+        parser.error(
+            f"--occurrences MAX ({args.occurrences[1]}) is above --num-videos ({args.num_videos}): "
+            "an event is in at most every video once"
+        )
     cfg = SynthConfig(
         num_videos=args.num_videos,
         seed=args.seed,

@@ -78,8 +78,9 @@ class ComparisonResult:
     comparison: Comparison
     runs: tuple[int, int]
     complete: bool
-    result: dict
+    result: dict | None  # None: not run (a row without a finished seed: `missing` names it)
     holm_p: float = math.nan
+    missing: str = ""
 
 
 def score_matrices(plan: Plan, runs_dir: Path, name: str) -> tuple[list[Path], bool]:
@@ -117,15 +118,23 @@ def compare_rows(plan: Plan, runs_dir: Path) -> list[ComparisonResult]:
     results = []
     for comparison in plan.comparisons:
         (a, a_done), (b, b_done) = (score_matrices(plan, runs_dir, n) for n in (comparison.a, comparison.b))
-        if a and b and plan.evaluate == "uvrb":
+        if not (a and b):
+            missing = ", ".join(n for n, files in ((comparison.a, a), (comparison.b, b)) if not files)
+            results.append(ComparisonResult(comparison, (len(a), len(b)), False, None, missing=missing))
+        elif plan.evaluate == "uvrb":
             paired = {**compare_per_query_files(a, b, comparison.tasks).as_dict(), "measure": "task mean"}
             results.append(ComparisonResult(comparison, (len(a), len(b)), a_done and b_done, paired))
-        elif a and b:
+        else:
             tokens = None if comparison.tokens is None else TokenRange(*comparison.tokens)
             paired = compare_score_files(a, b, comparison.k, tokens=tokens, queries=comparison.queries)
             results.append(ComparisonResult(comparison, (len(a), len(b)), a_done and b_done, paired.as_dict()))
-    adjusted = holm([r.result["p_value"] for r in results])
-    return [ComparisonResult(r.comparison, r.runs, r.complete, r.result, p) for r, p in zip(results, adjusted)]
+    # Holm over the plan's comparisons: one not run counts as p = 1, the order that gives the run ones the
+    # largest multipliers (m, m - 1, ...), so their corrected p-values hold whatever the missing ones would be
+    adjusted = holm([1.0 if r.result is None else r.result["p_value"] for r in results])
+    return [
+        ComparisonResult(r.comparison, r.runs, r.complete, r.result, math.nan if r.result is None else p, r.missing)
+        for r, p in zip(results, adjusted)
+    ]
 
 
 def comparisons_markdown(results: list[ComparisonResult], digits: int = 2) -> str:
@@ -136,14 +145,17 @@ def comparisons_markdown(results: list[ComparisonResult], digits: int = 2) -> st
         "",
         "Per query, the R@k hit (a uvrb plan: its task's metric, weighted so that the mean is the mean over "
         "tasks) averaged over a row's seeds, A − B; two-sided sign-flip p-value and 95 % "
-        f"bootstrap interval over the queries; Holm's correction over the {len(results)} comparisons "
-        "(docs/experiments.md).",
+        f"bootstrap interval over the queries; Holm's correction over the plan's {len(results)} comparisons, "
+        "each not run counted as p = 1 (docs/experiments.md).",
         "",
         "| comparison | A | B | queries | runs | A | B | A − B [95 % CI] | p | p (Holm) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         c, v = r.comparison, r.result
+        if v is None:
+            lines.append(f"| {c.label} | {c.a} | {c.b} | not run: no finished seed of {r.missing} | | | | | | |")
+            continue
         sliced = [] if c.tokens is None else [f"{c.tokens[0] or 0}-{c.tokens[1] or ''} tokens"]
         sliced += [] if c.queries == "all" else [c.queries]
         sliced += [] if c.tasks is None else [", ".join(c.tasks)]
@@ -171,9 +183,13 @@ def write_comparisons_csv(results: list[ComparisonResult], path: Path) -> None:
         for r in results:
             c, v = r.comparison, r.result
             low, high = c.tokens or (None, None)
+            head = [c.name, c.a, c.b, c.k, "" if low is None else low, "" if high is None else high]
+            head += [c.queries if c.tasks is None else "+".join(c.tasks)]
+            if v is None:  # not run: the runs found, no figures
+                writer.writerow([*head, "", r.runs[0], r.runs[1], r.complete, *[""] * 7, "not run"])
+                continue
             writer.writerow(
-                [c.name, c.a, c.b, c.k, "" if low is None else low, "" if high is None else high]
-                + [c.queries if c.tasks is None else "+".join(c.tasks)]
+                head
                 + [v["queries"], r.runs[0], r.runs[1], r.complete, repr(v["a"]), repr(v["b"]), repr(v["difference"])]
                 + [repr(v["ci95"][0]), repr(v["ci95"][1]), repr(v["p_value"]), repr(r.holm_p), v["test"]]
             )

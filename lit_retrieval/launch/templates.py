@@ -152,9 +152,13 @@ def template_text(name: str) -> tuple[str, str]:
     template of one's own must not render the shipped one instead."""
     path = Path(name)
     if path.is_file():
-        return name, path.read_text()
+        try:
+            return name, path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise UsageError(name, f"not UTF-8 text (byte {err.start})") from None
     shipped = shipped_templates()
-    if path.parent not in (Path("."), Path("slurm")) or path.name not in shipped:
+    bare = "/" not in name or Path(name).parent == Path("slurm")  # "./fit.sbatch" names a path of one's own
+    if not bare or path.name not in shipped:
         raise UsageError(name, f"no such file, and no shipped template of that name (shipped: {', '.join(shipped)})")
     return f"{path.name} (shipped)", shipped[path.name].read_text()
 

@@ -45,6 +45,8 @@ class EmbedderConfig:
     gradient_checkpointing: bool = True
     dtype: str = "auto"
     attn_implementation: str = "auto"
+    full_training: bool = False
+    base_checkpoint: str | None = None
 
     def build(self) -> GVEEmbedder:
         return GVEEmbedder(
@@ -55,6 +57,8 @@ class EmbedderConfig:
             self.gradient_checkpointing,
             self.dtype,
             self.attn_implementation,
+            self.full_training,
+            self.base_checkpoint,
         )
 
 

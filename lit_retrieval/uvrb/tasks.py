@@ -159,9 +159,15 @@ def read_task_list(path: str, root: str | None, only: list[str] | None) -> list[
             specs.append(RetrievalTaskSpec(**entry))
         except (TypeError, ValueError) as err:
             raise ConfigError(f"{path}: task {entry['name']!r}: {err}") from None
+    if not specs:
+        raise ConfigError(f"{path}: no tasks (the 'tasks' list is empty)")
     if only:
         unknown = set(only) - {s.name for s in specs}
         if unknown:
             raise ConfigError(f"{path}: unknown task(s) {sorted(unknown)} given to --only")
         specs = [s for s in specs if s.name in only]
+    for spec in specs:
+        for file in spec.paths():
+            if file.is_file() and not read_text(str(file)).strip():
+                raise ConfigError(f"{file}: empty file (task {spec.name!r} needs corpus, queries and relevance lines)")
     return specs

@@ -179,3 +179,31 @@ def test_relational_subsets_follow_salis_rel_multi_rule(tmp_path, capsys):
     plain = str(tmp_path / "plain" / "runs" / "a" / "seed0" / "logs" / "test" / "scores.npy")
     with pytest.raises(UsageError, match="has no 'relational' flags"):
         run_command("compare", [plain, "--against", plain, "--queries", "relational"])
+
+
+def test_comparisons_of_a_row_without_a_finished_seed_are_listed_as_not_run_and_still_counted_by_holm(tmp_path):
+    """Issue 56, item 5: such comparisons vanished from report.md and Holm ran over the 1 comparison left. Now
+    they are listed as not run, and Holm's m is the plan's 3, the missing p-values counted as 1 (the order
+    that gives the run ones the largest multipliers): a vs b's p 0.75 (worked above) becomes min(1, 3 x 0.75)."""
+    write_runs(tmp_path)
+    plan = yaml.safe_load(write_plan(tmp_path, []).read_text())
+    plan["rows"].append({"name": "c", "configs": []})
+    plan["comparisons"] = [
+        {"name": "ab", "a": "a", "b": "b"},
+        {"name": "ac", "a": "a", "b": "c"},
+        {"name": "cb", "a": "c", "b": "b"},
+    ]
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(plan))
+    out = tmp_path / "report"
+    assert (
+        run_command("report", [str(tmp_path / "runs"), "--out", str(out), "--plan", str(tmp_path / "plan.yaml")]) == 0
+    )
+    rows = {r["comparison"]: r for r in csv.DictReader((out / "comparisons.csv").open())}
+    assert list(rows) == ["ab", "ac", "cb"]
+    assert float(rows["ab"]["p_value"]) == 0.75 and float(rows["ab"]["p_holm"]) == 1.0
+    assert rows["ac"]["test"] == rows["cb"]["test"] == "not run" and rows["ac"]["p_value"] == ""
+    text = (out / "report.md").read_text()
+    assert "Holm's correction over the plan's 3 comparisons" in text
+    assert "| ac | a | c | not run: no finished seed of c |" in text
+    assert "| cb | c | b | not run: no finished seed of c |" in text
+    assert holm([0.75, 1.0, 1.0]) == [1.0, 1.0, 1.0] and holm([0.01, 1.0, 1.0])[0] == pytest.approx(0.03)

@@ -380,3 +380,16 @@ def test_the_documented_current_environment_runs_every_template_without_a_venv(t
             assert len(activation) == 1, template.name
             shell = subprocess.run(["bash", "-c", activation[0] + "; echo reached"], capture_output=True, text=True)
             assert shell.stdout.strip() == "reached", (template.name, venv, shell.stderr)
+
+
+def test_a_dot_slash_path_is_a_path_and_a_template_not_utf8_is_refused(tmp_path, monkeypatch, capsys):
+    """Issue 56, item 5: `./fit.sbatch` in a folder without it printed the shipped template (exit 0): the user
+    named a path, refused like `dir/NAME`; a template that is not UTF-8 was a UnicodeDecodeError traceback."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match="no such file, and no shipped template of that name"):
+        template_text("./fit.sbatch")
+    (tmp_path / "latin.sbatch").write_bytes("#@ RUN_DIR\necho caf\u00e9 {{RUN_DIR}}\n".encode("latin-1"))
+    with pytest.raises(UsageError, match=r"latin\.sbatch: not UTF-8 text \(byte 19\)"):
+        template_text("latin.sbatch")
+    (tmp_path / "fit.sbatch").write_text("#@ RUN_DIR\necho {{RUN_DIR}}\n")
+    assert template_text("./fit.sbatch") == ("./fit.sbatch", "#@ RUN_DIR\necho {{RUN_DIR}}\n")

@@ -143,6 +143,7 @@ def test_every_config_parses(config, capsys, monkeypatch):
         "configs/gve/ablation_": ["configs/gve/train.yaml", "configs/gve/data_3b.yaml"],
         "configs/gve/train.yaml": ["configs/gve/data_3b.yaml"],
         "configs/gve/e2/": ["configs/gve/tiny_cpu.yaml"],  # E2's overlays (configs/plans/gve_curriculum_negatives.yaml)
+        "configs/gve/e2b/": ["configs/gve/tiny_cpu.yaml"],  # E2b's base (configs/plans/gve_e2b_base.yaml)
     }
     base = [arg for key, paths in bases.items() if key in config for path in paths for arg in ("--config", path)]
     if config == "configs/gve/train.yaml":  # the recipe is completed by a data mixture

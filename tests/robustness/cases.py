@@ -1112,6 +1112,31 @@ uvrb_tasks_case("task without a name", "tasks:\n  - dir: msrvtt\n", "expected a 
 uvrb_tasks_case("task with an unknown key", "tasks:\n  - name: MSRVTT\n    metrc: R@1\n", "task 'MSRVTT'")
 uvrb_tasks_case("unknown metric", "tasks:\n  - name: mine\n    metric: R@3\n", "metric must be")
 uvrb_tasks_case("--only an unknown task", "tasks:\n  - name: mine\n", "unknown task(s) ['other']", "--only", "other")
+uvrb_tasks_case("no tasks", "tasks: []\n", "no tasks")
+
+
+def uvrb_empty_file_case(empty: str):
+    """A task folder whose `empty` file (corpus, queries or relevance) has no line (issue 56, item 5)."""
+
+    def build(tmp: Path) -> Expect:
+        task = tmp / "mine"
+        task.mkdir()
+        lines = {
+            "corpus.jsonl": '{"id": "c1", "text": "a dog"}\n',
+            "queries.jsonl": '{"id": "q1", "text": "a dog runs"}\n',
+            "qrels.jsonl": '{"query-id": "q1", "corpus-id": "c1", "score": 1}\n',
+        }
+        for name, content in lines.items():
+            (task / name).write_text("" if name == empty else content)
+        (tmp / "tasks.yaml").write_text(f"root: {tmp}\ntasks:\n  - name: mine\n")
+        argv = ["uvrb", "--model", str(tmp / "no-model"), "--tasks", str(tmp / "tasks.yaml"), "--out", str(tmp / "o")]
+        return Expect(argv, str(task / empty), "empty file")
+
+    CASES.append(Case("uvrb", f"empty {empty}", build))
+
+
+for _empty in ("corpus.jsonl", "queries.jsonl", "qrels.jsonl"):
+    uvrb_empty_file_case(_empty)
 
 # -- index -------------------------------------------------------------------------------------------
 

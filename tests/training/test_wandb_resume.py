@@ -24,7 +24,8 @@ if importlib.util.find_spec("wandb") is None:
 
 from lightning.pytorch.loggers import WandbLogger  # noqa: E402
 
-from lit_retrieval.callbacks.resume_checkpoint import continue_wandb_runs  # noqa: E402
+from lit_retrieval.callbacks.resume_checkpoint import check_configured_wandb_ids, continue_wandb_runs  # noqa: E402
+from lit_retrieval.errors import ConfigError  # noqa: E402
 
 
 def fit(config: Path, *args: str) -> None:
@@ -120,3 +121,41 @@ def test_ckpt_path_last_keeps_the_run_and_its_steps_continue_from_the_global_ste
         assert row["_step"] == row["trainer/global_step"], row
     steps = [[row["_step"] for row in rows if "train/loss" in row] for rows in (first, second)]
     assert steps[0] and steps[1] and min(steps[1]) > max(steps[0]), steps
+
+
+@pytest.mark.parametrize("bad", ["bad/id?", "a:b", " padded", "it's"])
+def test_an_id_wandb_refuses_is_refused_at_once_naming_where_it_came_from(tmp_path, bad):
+    """W&B's own rule (its `Settings.run_id` validator: no `:;,#?/'`, no surrounding white space),
+    before `wandb.init` would refuse it as a traceback; from the config or from an edited checkpoint."""
+    configured = type("Trainer", (), {"loggers": [WandbLogger(save_dir=str(tmp_path), offline=True, id=bad)]})()
+    with pytest.raises(ConfigError, match=r"trainer\.logger: WandbLogger id: W&B run id .* is refused by W&B"):
+        check_configured_wandb_ids(configured)
+    fresh = type("Trainer", (), {"loggers": [WandbLogger(save_dir=str(tmp_path), offline=True)]})()
+    with pytest.raises(ConfigError, match=r"edited\.ckpt: its recorded W&B run: W&B run id"):
+        continue_wandb_runs(fresh, [bad], "runs/x/edited.ckpt")
+    check_configured_wandb_ids(type("Trainer", (), {"loggers": [WandbLogger(save_dir=str(tmp_path), id="ok-1")]})())
+
+
+def test_fit_with_a_refused_wandb_id_is_one_line_exit_2(tmp_path, tiny_clip, corpus):
+    trainer = {
+        "devices": 1,
+        "max_epochs": 1,
+        "default_root_dir": str(tmp_path / "run"),
+        "logger": {
+            "class_path": "lightning.pytorch.loggers.WandbLogger",
+            "init_args": {"save_dir": str(tmp_path / "wb"), "offline": True, "id": "bad/id?"},
+        },
+    }
+    config = tmp_path / "fit.yaml"
+    config.write_text(yaml.safe_dump(clip_fit_config(tiny_clip, corpus, trainer)))
+    env = {**os.environ, "WANDB_SILENT": "true", "WANDB_MODE": "offline"}
+    done = subprocess.run(
+        [sys.executable, "-m", "lit_retrieval", "fit", "--config", str(config)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1].startswith("lit-retrieval fit: ") and "'bad/id?'" in done.stderr
+    assert not (tmp_path / "wb" / "wandb").exists()  # wandb.init never ran

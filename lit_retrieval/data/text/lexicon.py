@@ -7,6 +7,8 @@ end of a verb's object, a verb used without an object).
 
 from __future__ import annotations
 
+from lit_retrieval.data.text.wordnet_persons import shipped_person_nouns
+
 
 def plural(noun: str) -> str:
     """The regular English plural of a person noun (*man* -> *men*, *lady* -> *ladies*)."""
@@ -23,10 +25,10 @@ def plural(noun: str) -> str:
 
 
 # fmt: off
-# Nouns that denote one person (their plurals denote two or more). Occupations and roles count: "a
-# waiter talks to a customer" names two people. Left out: nouns that are commonly verbs or adjectives
-# in captions ("cook", "patient", "fan", "general"), and "audience" (in captions: the viewer).
-PERSON_NOUNS: tuple[str, ...] = (
+# Nouns that denote one person (their plurals denote two or more), chosen by hand before issue 56; the
+# rule's nouns are these and WordNet's noun.person lemmas (`WORDNET_PERSON_NOUNS`). "audience" is not one
+# (in captions: the viewer).
+HAND_PERSON_NOUNS: tuple[str, ...] = (
     "man", "woman", "boy", "girl", "guy", "lady", "gentleman", "person", "kid", "child", "baby", "toddler",
     "teenager", "teen", "adult", "friend", "partner", "wife", "husband", "mother", "father", "mom", "mum", "dad",
     "parent", "son", "daughter", "brother", "sister", "sibling", "grandmother", "grandfather", "grandma",
@@ -61,7 +63,9 @@ POSSESSIVE_WORDS: tuple[str, ...] = (
 )
 # Person nouns often used as a noun's modifier ("a baby stroller", "the family photos"): not a
 # person when a noun follows them.
-MODIFIER_PERSON_WORDS: tuple[str, ...] = ("baby", "family", "child", "kid", "teen")
+# WordNet's person nouns that are also adjectives ("a white car", "a patient man") join them.
+WORDNET_PERSON_NOUNS, WORDNET_MODIFIER_NOUNS = shipped_person_nouns()
+MODIFIER_PERSON_WORDS: tuple[str, ...] = ("baby", "family", "child", "kid", "teen", *WORDNET_MODIFIER_NOUNS)
 # Reciprocal pronouns: two persons each ("two men are talking to each other")
 RECIPROCALS: tuple[str, ...] = ("each other", "one another", "eachother")
 TITLES: tuple[str, ...] = ("Mr", "Mrs", "Ms", "Dr", "Prof", "St", "Jr", "Sr")
@@ -115,6 +119,8 @@ INITIAL_STOP_WORDS: tuple[str, ...] = (
 # fmt: on
 
 FUNCTION_WORDS = frozenset((*PREPOSITIONS, *CLAUSE_WORDS, *DETERMINERS, *AUXILIARIES, *OTHER_PRONOUNS))
+NOT_PERSONS = FUNCTION_WORDS | {"audience", *POSSESSIVE_WORDS}
+PERSON_NOUNS: tuple[str, ...] = tuple(sorted(set(HAND_PERSON_NOUNS) | set(WORDNET_PERSON_NOUNS) - NOT_PERSONS))
 PERSON_WORDS: tuple[str, ...] = (
     *SINGULAR_PRONOUNS,
     *PLURAL_PRONOUNS,

@@ -66,7 +66,7 @@ DEFAULT_VERBS: tuple[str, ...] = (
     r"look(?:s|ed|ing)? at",
     # ours, by meaning (module notes); "talks" leaves "talks to" to the paper's pattern
     r"talk(?:s|ed|ing)?(?: with)?(?! to\b)",
-    r"(?:speak(?:s|ing)?|spoke)(?: to| with)?",
+    r"(?:speak(?:s|ing)?|spoken?)(?: to| with)?",
     r"(?:tell(?:s|ing)?|told)",
     r"ask(?:s|ed|ing)?",
     r"argu(?:es|ed|ing|e)(?: with)?",
@@ -77,7 +77,7 @@ DEFAULT_VERBS: tuple[str, ...] = (
 # Verbs whose two parties can both be the subject ("they argue"): their first word's patterns
 SYMMETRIC_VERBS: tuple[str, ...] = (
     r"talk(?:s|ed|ing)?",
-    r"(?:speak(?:s|ing)?|spoke)",
+    r"(?:speak(?:s|ing)?|spoken?)",
     r"argu(?:es|ed|ing|e)",
     r"(?:fight(?:s|ing)?|fought)",
     r"kiss(?:es|ed|ing)?",

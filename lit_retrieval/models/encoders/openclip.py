@@ -30,6 +30,7 @@ them (a checkpoint with a bias trains with SigLIP's sigmoid loss by default, `Co
 from __future__ import annotations
 
 import json
+import pickle
 from functools import partial
 from pathlib import Path
 from types import ModuleType
@@ -83,8 +84,11 @@ def resolve_model_config(model: str) -> tuple[str, dict[str, Any]]:
     if path.suffix == ".json":
         if not path.is_file():
             raise ConfigError(f"{KEY}.model: {model} does not exist")
-        config = json.loads(path.read_text())
-        if not {"embed_dim", "vision_cfg", "text_cfg"} <= set(config):
+        try:
+            config = json.loads(path.read_bytes().decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ConfigError(f"{KEY}.model: {model} is not a JSON model config ({err})") from None
+        if not isinstance(config, dict) or not {"embed_dim", "vision_cfg", "text_cfg"} <= set(config):
             raise ConfigError(
                 f"{KEY}.model: {model} is not an open_clip model config (embed_dim, vision_cfg, text_cfg; the "
                 "format of open_clip's model_configs/*.json)"
@@ -142,13 +146,17 @@ def load_open_clip(
     check_offline(name, config, pretrained, tokenizer)
     # an absolute path can never be taken for a pretrained tag (create_model looks tags up first)
     checkpoint = str(Path(pretrained).resolve()) if pretrained is not None else None
-    clip = open_clip.create_model(
-        name,
-        pretrained=checkpoint,
-        pretrained_image=False,
-        pretrained_text=False,
-        require_pretrained=checkpoint is not None or name.startswith("local-dir:"),
-    )
+    try:
+        clip = open_clip.create_model(
+            name,
+            pretrained=checkpoint,
+            pretrained_image=False,
+            pretrained_text=False,
+            require_pretrained=checkpoint is not None or name.startswith("local-dir:"),
+        )
+    except (pickle.UnpicklingError, RuntimeError, OSError, EOFError, KeyError) as err:  # open_clip's load_checkpoint
+        where = pretrained if pretrained is not None else model
+        raise ConfigError(f"{KEY}.pretrained: {where} cannot be loaded as an open_clip checkpoint ({err})") from None
     text_cfg = config["text_cfg"]
     context_length = text_cfg.get("context_length", 77)
     kwargs = text_cfg.get("tokenizer_kwargs") or {}

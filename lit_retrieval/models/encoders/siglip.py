@@ -65,7 +65,10 @@ class SiglipEncoder(VideoTextEncoder):
         path = resolve_model_path(pretrained)
         if not Path(path).is_dir():
             raise ConfigError(f"{KEY}.pretrained: {pretrained} is not a folder (a SiglipModel save_pretrained folder)")
-        siglip = SiglipModel.from_pretrained(path, local_files_only=True).train()  # from_pretrained: eval mode
+        try:
+            siglip = SiglipModel.from_pretrained(path, local_files_only=True).train()  # from_pretrained: eval mode
+        except (OSError, ValueError) as err:  # an empty folder, a config or weights transformers cannot read
+            raise ConfigError(f"{KEY}.pretrained: {pretrained} is not a SiglipModel folder ({err})") from None
         if gradient_checkpointing:
             siglip.gradient_checkpointing_enable()
         config = siglip.config

@@ -9,6 +9,10 @@ of the last attended position (A.7: p_i = max{j | M_ij = 1}, padding side agnost
 LoRA (A.8, Tab. 9): rank 16, alpha 32, dropout 0.1 on q/k/v/up/down/gate projections of the
 language model only (the vision tower's MLP also has up/down/gate projections: they stay frozen,
 as do the token embeddings and everything else).
+
+Not in the paper (issue 55, experiment E2b): `full_training` trains every weight (no LoRA), to make
+a stand-in for a pretrained base from the tiny random model, and `base_checkpoint` loads such a
+run's weights into the model before LoRA wraps it, so LoRA then trains on a base that has learned.
 """
 
 from __future__ import annotations
@@ -113,6 +117,29 @@ def resolve_dtype(choice: str, device: torch.device) -> torch.dtype:
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[choice]
 
 
+CHECKPOINT_PREFIX = "embedder.model."  # GVERetrieval's name for the embedder's transformers model
+
+
+def load_base_weights(model: nn.Module, checkpoint: str) -> None:
+    """Copy a full-training GVE checkpoint's weights (`embedder.model.*`) into `model`; every
+    parameter must be there (a LoRA-only checkpoint is refused, naming the file)."""
+    path = Path(checkpoint)
+    if not path.is_file():
+        raise ConfigError(f"embedder.base_checkpoint: {checkpoint} is not a file")
+    try:
+        stored = torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
+    except Exception as error:  # noqa: BLE001 - any unreadable file is one line
+        raise ConfigError(f"embedder.base_checkpoint: {checkpoint} is not a Lightning checkpoint ({error})") from error
+    weights = {k.removeprefix(CHECKPOINT_PREFIX): v for k, v in stored.items() if k.startswith(CHECKPOINT_PREFIX)}
+    missing = sorted({name for name, _ in model.named_parameters()} - set(weights))
+    if missing:
+        raise ConfigError(
+            f"embedder.base_checkpoint: {checkpoint} lacks {len(missing)} of the model's weights "
+            f"(e.g. {missing[0]}): give the checkpoint of an embedder.full_training run"
+        )
+    model.load_state_dict(weights, strict=False)
+
+
 class GVEEmbedder(nn.Module):
     """Embeds lists of `MediaItem`s with a (LoRA-tuned) Qwen2.5-VL.
 
@@ -124,6 +151,9 @@ class GVEEmbedder(nn.Module):
         gradient_checkpointing: recompute activations in backward (GVE A.8), non-reentrant.
         dtype: `auto` (`resolve_dtype`), `float32`, `bfloat16` or `float16` weights.
         attn_implementation: `auto` (`resolve_attention`), `sdpa`, `eager` or `flash_attention_2`.
+        full_training: train every weight of the model (needs `lora` and `adapter_path` unset).
+        base_checkpoint: a GVE training checkpoint of a `full_training` run whose weights replace
+            the loaded ones before any LoRA (every parameter of the model must be in it).
         device: where the model will run, which `auto` resolves from (`target_device`; None: the
             device of an enclosing `placed_on`, else the GPU when one is visible). The caller moves it.
     """
@@ -137,9 +167,13 @@ class GVEEmbedder(nn.Module):
         gradient_checkpointing: bool = False,
         dtype: str = "auto",
         attn_implementation: str = "auto",
+        full_training: bool = False,
+        base_checkpoint: str | None = None,
         device: str | torch.device | None = None,
     ) -> None:
         super().__init__()
+        if full_training and (lora is not None or adapter_path is not None):
+            raise ConfigError("embedder.full_training trains every weight: set embedder.lora: null, no adapter_path")
         path = Path(model_path)
         if not (path / "config.json").is_file():
             raise ConfigError(
@@ -152,7 +186,9 @@ class GVEEmbedder(nn.Module):
             str(path), dtype=weights, attn_implementation=resolve_attention(attn_implementation, target, weights)
         )
         model.config.use_cache = False
-        model.requires_grad_(False)
+        if base_checkpoint is not None:
+            load_base_weights(model, base_checkpoint)
+        model.requires_grad_(full_training)
         if adapter_path is not None:
             model = PeftModel.from_pretrained(model, adapter_path, is_trainable=lora is not None)
         elif lora is not None:

@@ -238,3 +238,19 @@ def test_old_pickles_load_with_their_lists():
     assert restored.split("The man greets Ann").relational  # the pickled verb and person lists are kept
     assert not restored.split("Bob greets Ann").relational  # the pickled initial_names=False is kept
     assert restored.symmetric_verbs == SpanSplitter().symmetric_verbs and not hasattr(restored, "scope")
+
+
+HELD_OUT = [
+    json.loads(line)
+    for line in (Path(__file__).parents[2] / "fixtures" / "sali_relational" / "heldout_round6.jsonl").open()
+]
+
+
+def test_held_out_round6_set_accuracy():
+    """221 captions written by meaning before the rule was changed (issue 56, item 3: role and social
+    nouns, passive and progressive-passive forms of the verbs, both classes); the accuracy is in
+    docs/sali.md and asserted at >= 90 %."""
+    assert len(HELD_OUT) >= 200 and {row["relational"] for row in HELD_OUT} == {True, False}
+    rule = SpanSplitter()
+    wrong = [row["caption"] for row in HELD_OUT if rule.split(row["caption"]).relational != row["relational"]]
+    assert 1 - len(wrong) / len(HELD_OUT) >= 0.90, wrong

@@ -316,3 +316,22 @@ def test_an_open_clip_model_with_a_logit_bias_trains_with_the_sigmoid_loss(tiny_
     assert module.objectives.sigmoid.loss.logit_bias.item() == -10.0
     plain = DualEncoderRetrieval(OpenCLIPEncoder(model=str(config)), MeanPHead())
     assert plain.objectives.infonce is not None and plain.objectives.sigmoid is None
+
+
+def test_unreadable_configs_checkpoints_and_folders_are_one_config_error(tiny_open_clip, tmp_path):
+    """Issue 56, item 5: each was three chained tracebacks (exit 1)."""
+    config, _, _ = tiny_open_clip
+    for name, content, message in (
+        ("bad.json", b"{not json", "is not a JSON model config"),
+        ("latin.json", '{"caf\u00e9": 1}'.encode("latin-1"), "is not a JSON model config"),
+        ("list.json", b"[1, 2]", "is not an open_clip model config"),
+    ):
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(ConfigError, match=rf"{name} {message}"):
+            OpenCLIPEncoder(model=str(tmp_path / name))
+    (tmp_path / "notes.pt").write_text("not a checkpoint")
+    with pytest.raises(ConfigError, match=r"notes\.pt cannot be loaded as an open_clip checkpoint"):
+        OpenCLIPEncoder(model=str(config), pretrained=str(tmp_path / "notes.pt"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match=r"empty is not a SiglipModel folder"):
+        SiglipEncoder(pretrained=str(tmp_path / "empty"))

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
 
 from lit_retrieval.data.items import ItemError, MediaItem
+from lit_retrieval.errors import ConfigError
 from lit_retrieval.data.media.video import VideoDecodeError
 from lit_retrieval.models.gve import InputConfig, AdapterConfig, last_token_pool
 from lit_retrieval.models.gve.embedder import resolve_attention, resolve_dtype
@@ -256,3 +257,47 @@ def test_a_module_built_from_a_config_inside_placed_on_follows_that_device(tiny_
         built = EmbedderConfig(str(tiny_qwen), lora=None, gradient_checkpointing=False).build()
     assert built.base_model.config._attn_implementation == "sdpa"
     assert {p.dtype for p in built.parameters()} == {torch.float32}
+
+
+def test_full_training_trains_every_weight_and_refuses_lora(tiny_qwen):
+    full = embedder(tiny_qwen, lora=None, full_training=True)
+    names = [n for n, _ in full.named_parameters()]
+    assert any(".visual." in n for n in names) and any("embed_tokens" in n for n in names)
+    assert all(p.requires_grad for p in full.parameters())
+    with pytest.raises(ConfigError, match="full_training"):
+        embedder(tiny_qwen, lora=AdapterConfig(r=4), full_training=True)
+
+
+def test_base_checkpoint_loads_a_full_run_as_transformers_loads_its_weights(tiny_qwen, media, tmp_path):  # noqa: F811
+    """A full-training checkpoint (Lightning layout, every weight under `embedder.model.`) used as
+    the base equals, embedding for embedding, the same weights saved and loaded by transformers."""
+    import shutil
+
+    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(tiny_qwen), dtype=torch.float32)
+    generator = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn(param.shape, generator=generator) * 0.05)
+    reference_dir = tmp_path / "trained_base"
+    shutil.copytree(tiny_qwen, reference_dir)
+    model.save_pretrained(str(reference_dir))
+    ckpt = tmp_path / "base.ckpt"
+    torch.save({"state_dict": {f"embedder.model.{k}": v for k, v in model.state_dict().items()}}, ckpt)
+    probe = items(media)[:3]
+    based = embedder(tiny_qwen, lora=None, base_checkpoint=str(ckpt))
+    torch.testing.assert_close(based.embed(probe), embedder(reference_dir, lora=None).embed(probe), atol=1e-5, rtol=0)
+    assert not torch.allclose(based.embed(probe), embedder(tiny_qwen, lora=None).embed(probe), atol=1e-3)
+    with_lora = embedder(tiny_qwen, lora=AdapterConfig(r=4), base_checkpoint=str(ckpt))  # LoRA B = 0: the base
+    torch.testing.assert_close(with_lora.embed(probe), based.embed(probe), atol=1e-5, rtol=0)
+    assert all(".lora_" in n for n, p in with_lora.named_parameters() if p.requires_grad)
+
+
+def test_base_checkpoint_without_every_weight_is_refused(tiny_qwen, tmp_path):
+    lora_only = tmp_path / "lora.ckpt"
+    torch.save({"state_dict": {"embedder.model.base_model.model.lora_A.weight": torch.zeros(1)}}, lora_only)
+    with pytest.raises(ConfigError, match=r"lora\.ckpt lacks \d+ .*embedder\.full_training"):
+        embedder(tiny_qwen, lora=None, base_checkpoint=str(lora_only))
+    not_ckpt = tmp_path / "notes.txt"
+    not_ckpt.write_text("hello")
+    with pytest.raises(ConfigError, match=r"notes\.txt is not a Lightning checkpoint"):
+        embedder(tiny_qwen, lora=None, base_checkpoint=str(not_ckpt))
