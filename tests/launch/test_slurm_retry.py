@@ -53,7 +53,9 @@ def rank_pid(job_id: str, rank: int) -> int:
     GLOBALID)."""
     listed = subprocess.run(["scontrol", "listpids", job_id], capture_output=True, text=True).stdout
     rows = [line.split() for line in listed.splitlines()[1:]]
-    return next(int(r[0]) for r in rows if len(r) == 5 and r[2] == "0" and r[4] == str(rank))
+    pid = next((int(r[0]) for r in rows if len(r) == 5 and r[2] == "0" and r[4] == str(rank)), None)
+    assert pid is not None, f"no rank {rank} of step {job_id}.0 in `scontrol listpids`: {listed!r}"
+    return pid
 
 
 def test_a_rank_killed_past_a_checkpoint_requeues_the_job_which_completes_with_each_step_once(
@@ -75,7 +77,8 @@ def test_a_rank_killed_past_a_checkpoint_requeues_the_job_which_completes_with_e
         ]
     )
     wait_for("the fit to pause at step 2", marker.exists, job_id)
-    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 1  # of this start
+    saved = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["global_step"]
+    assert saved == 1, f"last.ckpt at step {saved}, not this start's step 1: {output(run)[-3000:]}"
     os.kill(rank_pid(job_id, 1), signal.SIGKILL)
     release.touch()  # the restart's ranks do not pause
 
