@@ -280,7 +280,10 @@ def _newest(folder: Path, pattern: str) -> Path | None:
 
 
 def _fail(folder: Path, step: str, code: int) -> int:
-    write_atomic(folder / FAILED, json.dumps({"step": step, "exit_status": code, "time": time.time()}))
+    """Record the failed step in `failed.json`, with the Slurm job it ran in (`slurm_job`: grid.sbatch finds
+    the task's run folder by it, to requeue a task whose step died past a checkpoint), and return its status."""
+    failed = {"step": step, "exit_status": code, "time": time.time(), "slurm_job": os.environ.get("SLURM_JOB_ID")}
+    write_atomic(folder / FAILED, json.dumps(failed))
     return code or 1
 
 

@@ -87,9 +87,11 @@ def test_an_evaluating_row_before_its_training_fails_and_is_listed_again(work, t
     plan = load_plan(tmp_path / "plan.yaml")
     run = plan.runs()[1]
     prepare(plan, run, Path("runs"), {}, {})
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
     assert execute(run.folder(Path("runs"))) == 1
     failed = json.loads((run.folder(Path("runs")) / "failed.json").read_text())
     assert "is not fitted yet" in failed["step"]
+    assert failed["slurm_job"] == "77"  # how grid.sbatch finds the task's run folder (issue 56)
 
 
 def test_slurm_submits_the_evaluating_rows_after_the_training_array(work, tmp_path, monkeypatch):

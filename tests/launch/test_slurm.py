@@ -393,3 +393,112 @@ def test_a_dot_slash_path_is_a_path_and_a_template_not_utf8_is_refused(tmp_path,
         template_text("latin.sbatch")
     (tmp_path / "fit.sbatch").write_text("#@ RUN_DIR\necho {{RUN_DIR}}\n")
     assert template_text("./fit.sbatch") == ("./fit.sbatch", "#@ RUN_DIR\necho {{RUN_DIR}}\n")
+
+
+def fit_step_ending(tmp_path: Path, status: int, checkpoint: str = "new", **values: str):
+    """`fit.sbatch` (TEST=true) run by bash under a fake `srun` whose step writes nothing, a checkpoint
+    (`checkpoint`: "new") or none but an old one ("old", dated 2020), then ends with `status` (a negative
+    status: SIGTERM to the batch script first, as `scancel`, a requeue or the time limit send, then 143).
+    Returns the script's exit status, its output and the fake `scontrol`'s calls."""
+    run_dir, bin_dir = tmp_path / "run", tmp_path / "bin"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    bin_dir.mkdir()
+    old = run_dir / "checkpoints" / "epoch=0.ckpt"
+    old.write_text("")
+    os.utime(old, (1577836800, 1577836800))
+    touch = f'touch "{run_dir}/checkpoints/last.ckpt"' if checkpoint == "new" else ""
+    ending = "kill -TERM $PPID; sleep 0.5; exit 143" if status < 0 else f"exit {status}"
+    (bin_dir / "srun").write_text(f"#!/bin/bash\n{touch}\n{ending}\n")
+    (bin_dir / "scontrol").write_text(f'#!/bin/bash\necho "$@" >> "{tmp_path}/scontrol.log"\n')
+    for tool in ("srun", "scontrol"):
+        (bin_dir / tool).chmod(0o755)
+    job = tmp_path / "job.sbatch"
+    settings = {**FIT, "RUN_DIR": str(run_dir), "VENV": "current", "TEST": "true", **values}
+    job.write_text(render_template((SBATCH / "fit.sbatch").read_text(), settings))
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "n1"}
+    done = subprocess.run(["bash", str(job)], env=env, capture_output=True, text=True, timeout=60)
+    calls = tmp_path / "scontrol.log"
+    return done.returncode, done.stdout, calls.read_text().splitlines() if calls.exists() else []
+
+
+def test_a_step_that_died_of_a_rank_past_a_new_checkpoint_requeues_the_job(tmp_path):
+    """Issue 56: a step killed by a signal (137: a rank's SIGKILL) or a lost peer (1: gloo's error) after a
+    checkpoint of this start requeues the job (RETRIES, default 2, per job id), and says so."""
+    code, out, calls = fit_step_ending(tmp_path, 137)
+    assert (code, calls) == (0, ["requeue 4242"]), out
+    assert "the step ended with status 137: requeue 1 of 2 (RETRIES)" in out
+    assert (tmp_path / "run" / "slurm" / "retries-4242").read_text() == "137\n"
+
+
+@pytest.mark.parametrize(
+    ("status", "checkpoint", "values", "why"),
+    [
+        (2, "new", {}, "bad input"),
+        (-15, "new", {}, "Slurm stopped the job"),  # scancel, a handled time-limit requeue
+        (1, "old", {}, "no checkpoint newer than this start"),
+        (137, "new", {"RETRIES": "0"}, "0 of RETRIES=0 requeues done"),
+    ],
+)
+def test_bad_input_a_stop_by_slurm_no_new_checkpoint_or_retries_0_end_the_job(
+    tmp_path, status, checkpoint, values, why
+):
+    code, out, calls = fit_step_ending(tmp_path, status, checkpoint, **values)
+    assert calls == [] and code == (143 if status < 0 else status), out
+    assert f"not requeued ({why})" in out
+
+
+def test_the_retries_are_counted_per_job_and_end_at_retries(tmp_path):
+    (tmp_path / "run" / "slurm").mkdir(parents=True)
+    (tmp_path / "run" / "slurm" / "retries-4242").write_text("137\n1\n")
+    code, out, calls = fit_step_ending(tmp_path, 1)
+    assert (code, calls) == (1, []) and "not requeued (2 of RETRIES=2 requeues done)" in out
+
+
+def test_the_grid_task_whose_fit_died_past_a_checkpoint_is_requeued_once_its_run_folder_is_found(tmp_path):
+    """grid.sbatch under a fake `lit-retrieval` (its task's fit step died: failed.json naming this job, in the
+    run folder, with a checkpoint of this start) and a fake `scontrol`: requeued; another task's run folder
+    (another job id in its failed.json) does not count."""
+    runs, bin_dir = tmp_path / "runs", tmp_path / "bin"
+    bin_dir.mkdir()
+    (runs / "slurm").mkdir(parents=True)
+
+    def grid_job(job_id: str) -> tuple[int, str, list[str]]:
+        task = runs / "meanp" / "seed1"
+        fake = (
+            f'#!/bin/bash\nmkdir -p "{task}/checkpoints"\ntouch "{task}/checkpoints/last.ckpt"\n'
+            f'echo \'{{"step": "fit", "exit_status": 137, "slurm_job": "{job_id}"}}\' > "{task}/failed.json"\n'
+            "exit 137\n"
+        )
+        (bin_dir / "lit-retrieval").write_text(fake)
+        (bin_dir / "scontrol").write_text(f'#!/bin/bash\necho "$@" >> "{tmp_path}/scontrol.log"\n')
+        for tool in ("lit-retrieval", "scontrol"):
+            (bin_dir / tool).chmod(0o755)
+        values = {"PLAN": "plan.yaml", "RUNS_DIR": str(runs), "ARRAY": "0-1", "ACCOUNT": "a", "PARTITION": "p"}
+        job = tmp_path / "grid.sbatch"
+        job.write_text(render_template((SBATCH / "grid.sbatch").read_text(), {**values, "VENV": "current"}))
+        env = {
+            **os.environ,
+            "PATH": f"{bin_dir}:{os.environ['PATH']}",
+            "SLURM_JOB_ID": "4243",
+            "SLURM_ARRAY_JOB_ID": "4242",
+            "SLURM_ARRAY_TASK_ID": "1",
+            "SLURM_JOB_NODELIST": "n1",
+        }
+        done = subprocess.run(["bash", str(job)], env=env, capture_output=True, text=True, timeout=60)
+        calls = tmp_path / "scontrol.log"
+        return done.returncode, done.stdout, calls.read_text().splitlines() if calls.exists() else []
+
+    code, out, calls = grid_job("9999")
+    assert (code, calls) == (137, []) and "not requeued (no checkpoint newer than this start)" in out
+    code, out, calls = grid_job("4243")
+    assert (code, calls) == (0, ["requeue 4243"]) and "requeue 1 of 2 (RETRIES)" in out, out
+
+
+def test_fit_and_grid_templates_decide_a_retry_alike():
+    """The two templates carry one retry decision (a job script must stand alone, so each holds a copy)."""
+
+    def decision(template: str) -> str:
+        text = (SBATCH / template).read_text()
+        return text[text.index("# A step that died of one rank") : text.index("\n}\n")]
+
+    assert decision("fit.sbatch") == decision("grid.sbatch") and "scontrol requeue" in decision("fit.sbatch")
