@@ -122,3 +122,15 @@ def test_embedder_feeds_the_release_positions_for_every_input_format(tiny_qwen, 
     seconds = batch["second_per_grid_ts"].tolist()
     reach = [int((t - 1) * s * tps) - max(h, w) // merge for (t, h, w), s in zip(grids, seconds)]
     assert max(reach) >= 0
+
+
+def test_positions_need_no_host_transfer():
+    """The positions are computed where the batch is, with no device -> host copy (`.cpu()`, `.tolist()`,
+    `.item()`, a data-dependent branch) that would stall every step on a GPU: on PyTorch's `meta` device,
+    which holds shapes and no data, any such read raises, so the computation must run there end to end."""
+    layout = MRopeLayout(image_token_id=9, video_token_id=8, spatial_merge_size=2, tokens_per_second=2)
+    ids = torch.tensor([[0, 0, 1, 9, 9, 9, 9, 9, 9, 3], [1, 8, 8, 8, 8, 8, 8, 8, 8, 3]], device="meta")
+    mask = torch.ones(2, 10, dtype=torch.long, device="meta")
+    images, videos = torch.tensor([[1, 4, 6]], device="meta"), torch.tensor([[2, 4, 4]], device="meta")
+    out = release_mrope_positions(ids, mask, layout, images, videos, torch.tensor([2.5], device="meta"))
+    assert out.device.type == "meta" and out.shape == (3, 2, 10) and out.dtype == torch.long
