@@ -47,6 +47,7 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from lit_retrieval.models.gve.processing import grid_rows
 from lit_retrieval.errors import ConfigError
 from lit_retrieval.models.heads.base import cat_reps
 
@@ -114,28 +115,6 @@ def cached_encode(
     return parts[0] if len(parts) == 1 else cat_reps(parts)
 
 
-def grid_rows(
-    ids: torch.Tensor, grid: torch.Tensor | None, token: int, merge: int
-) -> tuple[list[int], list[int]] | tuple[None, None]:
-    """Per row of a processed Qwen2.5-VL batch: how many of the `grid` entries (images or videos,
-    in row order) it holds, and how many pixel rows (patches) they have; `None` without a grid.
-    A row's placeholder tokens (`token`) number t*h*w / merge^2 per item."""
-    if grid is None:
-        return None, None
-    tokens = [int(n) for n in (ids == token).sum(1)]
-    sizes = [int(t * h * w) for t, h, w in grid.tolist()]
-    items, patches, index = [], [], 0
-    for need in tokens:
-        taken = pixels = 0
-        while need > 0:
-            need -= sizes[index] // merge**2
-            pixels += sizes[index]
-            taken, index = taken + 1, index + 1
-        items.append(taken)
-        patches.append(pixels)
-    return items, patches
-
-
 @dataclass
 class QwenRowSplitter:
     """Cuts a processed Qwen2.5-VL batch (`input_ids`, `attention_mask`, `mm_token_type_ids`,
@@ -145,8 +124,8 @@ class QwenRowSplitter:
     the batch in row order). Rows keep the batch's padded length.
 
     Where each row's images and videos lie (`media_rows`) is read from the batch's tensors; on a GPU
-    that read waits for the device, so give it beforehand as `rows`, read while the batch is still
-    on the host (`GVERetrieval.on_before_batch_transfer`)."""
+    that read waits for the device, so give it beforehand as `rows`: the training batches carry it,
+    read in the DataLoader workers (`GVEProcessing.media_rows`)."""
 
     image_token: int
     video_token: int

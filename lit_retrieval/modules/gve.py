@@ -125,15 +125,6 @@ class GVERetrieval(L.LightningModule):
         merge = config.vision_config.spatial_merge_size
         return QwenRowSplitter(config.image_token_id, config.video_token_id, merge, rows)
 
-    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Under gradient caching, reads where each row's images and videos lie while the training
-        batch is still on the host (`media_rows`), so that cutting it into chunks on the GPU needs
-        no device -> host copy (issue 57.10)."""
-        if self.grad_cache is not None and isinstance(batch, dict) and "query" in batch:
-            split = self.row_splitter()
-            batch = {**batch, "media_rows": {side: split.media_rows(batch[side]) for side in ("query", "target")}}
-        return batch
-
     def embed_training(
         self,
         inputs: dict[str, torch.Tensor],
