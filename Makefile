@@ -65,7 +65,7 @@ lint: $(STAMP)
 
 # speed benchmarks (minutes); the comparisons on the synthetic corpus are training sweeps (hours) in sweeps/
 bench: $(STAMP)
-	for b in frame_sampling metrics_speed mea_step heads sali_ot shots_speed tempme gve_speed; do $(PY) benchmarks/$$b.py; done
+	for b in frame_sampling metrics_speed mea_step heads sali_ot shots_speed tempme gve_speed gve_positions; do $(PY) benchmarks/$$b.py; done
 
 mea-comparison: $(STAMP)
 	$(PY) sweeps/mea_synthetic.py --seeds 0 1 2 --variants baseline mea

@@ -12,6 +12,8 @@
 # GPU, GVE-3B batch 64 per GPU; plain and cached at chunks 64, 16, 4, plain may run out of memory,
 # which its row then says) and writes one JSON line to benchmarks/_work/grad_cache.json and stdout
 # (GRAD_CACHE=0 skips it; with --cpu it runs only with GRAD_CACHE=1, at tiny sizes and one chunk).
+# Then benchmarks/gve_positions.py --device cuda (GVE's M-RoPE positions on the GPU: ms per batch and whether
+# they synchronise with the host; one JSON line to benchmarks/_work/gve_positions.json; not with --cpu).
 # Last, the NVDEC case: benchmarks/decoders.py --device cuda (torchcodec decoding on the GPU next to
 # PyAV and torchcodec on the CPU, one JSON line to benchmarks/_work/decoders_nvdec.json and stdout),
 # attempted only when CUDA, torchcodec and FFmpeg's shared libraries are all there (a torchcodec cp312
@@ -62,6 +64,12 @@ fi
 if [ "${1:-}" != "--cpu" ]; then
   "$PY" benchmarks/loader_throughput.py --h2d-only | tee "$(dirname "$OUT")/host_to_device.json" \
     || echo "host-to-device benchmark failed" >&2
+fi
+# GVE's M-RoPE positions computed on the GPU (issue 57.10): ms per 16-row training batch, and "host_syncs": "none"
+# when CUDA's sync debug mode saw no device -> host copy
+if [ "${1:-}" != "--cpu" ]; then
+  "$PY" benchmarks/gve_positions.py --device cuda | tee "$(dirname "$OUT")/gve_positions.json" \
+    || echo "GVE positions benchmark failed" >&2
 fi
 if [ "${1:-}" = "--cpu" ] || [ "${DECODERS:-1}" = 0 ]; then
   echo "decoders NVDEC: skipped (--cpu or DECODERS=0)" >&2

@@ -103,7 +103,8 @@ def parse_format(spec: str) -> tuple[str, str]:
 
 class ItemProcessing(Protocol):
     """Turns items (and an optional instruction) into one batch of model inputs; the model provides
-    it (e.g. `models.gve.GVEProcessing`) and data modules call it in their workers."""
+    it (e.g. `models.gve.GVEProcessing`) and data modules call it in their workers. One that also has
+    `media_rows(batch)` (GVE) has it read there too, for gradient caching's chunks (issue 57.10)."""
 
     def __call__(self, items: list[MediaItem], instruction: str | None = None) -> Mapping[str, Any]: ...
 

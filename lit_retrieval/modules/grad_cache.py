@@ -47,6 +47,7 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from lit_retrieval.models.gve.processing import grid_rows
 from lit_retrieval.errors import ConfigError
 from lit_retrieval.models.heads.base import cat_reps
 
@@ -114,54 +115,45 @@ def cached_encode(
     return parts[0] if len(parts) == 1 else cat_reps(parts)
 
 
-def grid_rows(
-    ids: torch.Tensor, grid: torch.Tensor | None, token: int, merge: int
-) -> tuple[list[int], list[int]] | tuple[None, None]:
-    """Per row of a processed Qwen2.5-VL batch: how many of the `grid` entries (images or videos,
-    in row order) it holds, and how many pixel rows (patches) they have; `None` without a grid.
-    A row's placeholder tokens (`token`) number t*h*w / merge^2 per item."""
-    if grid is None:
-        return None, None
-    tokens = [int(n) for n in (ids == token).sum(1)]
-    sizes = [int(t * h * w) for t, h, w in grid.tolist()]
-    items, patches, index = [], [], 0
-    for need in tokens:
-        taken = pixels = 0
-        while need > 0:
-            need -= sizes[index] // merge**2
-            pixels += sizes[index]
-            taken, index = taken + 1, index + 1
-        items.append(taken)
-        patches.append(pixels)
-    return items, patches
-
-
 @dataclass
 class QwenRowSplitter:
     """Cuts a processed Qwen2.5-VL batch (`input_ids`, `attention_mask`, `mm_token_type_ids`,
     `pixel_values` + `image_grid_thw`, `pixel_values_videos` + `video_grid_thw` +
     `second_per_grid_ts`) into the batch of rows `start:stop`: text tensors by row, the pixel
     rows and grids of the images and videos those rows hold (the processor concatenates them over
-    the batch in row order). Rows keep the batch's padded length."""
+    the batch in row order). Rows keep the batch's padded length.
+
+    Where each row's images and videos lie (`media_rows`) is read from the batch's tensors; on a GPU
+    that read waits for the device, so give it beforehand as `rows`: the training batches carry it,
+    read in the DataLoader workers (`GVEProcessing.media_rows`)."""
 
     image_token: int
     video_token: int
     merge: int
+    rows: dict[str, tuple[list[int], list[int]]] | None = None
 
     MEDIA = (
         ("pixel_values", ("image_grid_thw",), "image"),
         ("pixel_values_videos", ("video_grid_thw", "second_per_grid_ts"), "video"),
     )
 
+    def media_rows(self, batch: dict[str, torch.Tensor]) -> dict[str, tuple[list[int], list[int]]]:
+        """Per kind of media in the batch: how many items and pixel rows each row holds (`grid_rows`)."""
+        out = {}
+        for pixels, grids, kind in self.MEDIA:
+            if batch.get(pixels) is not None:
+                token = self.image_token if kind == "image" else self.video_token
+                out[kind] = grid_rows(batch["input_ids"], batch[grids[0]], token, self.merge)
+        return out
+
     def __call__(self, batch: dict[str, torch.Tensor], start: int, stop: int) -> dict[str, torch.Tensor]:
-        ids = batch["input_ids"]
         media = {key for pixels, grids, _ in self.MEDIA for key in (pixels, *grids)}
         out = {k: v[start:stop] for k, v in batch.items() if k not in media and isinstance(v, torch.Tensor)}
+        rows = self.media_rows(batch) if self.rows is None else self.rows
         for pixels, grids, kind in self.MEDIA:
             if batch.get(pixels) is None:
                 continue
-            token = self.image_token if kind == "image" else self.video_token
-            items, patches = grid_rows(ids, batch[grids[0]], token, self.merge)
+            items, patches = rows[kind]
             first_item, first_patch = sum(items[:start]), sum(patches[:start])
             last_item, last_patch = first_item + sum(items[start:stop]), first_patch + sum(patches[start:stop])
             if last_item > first_item:  # a chunk without images (videos) has no such keys

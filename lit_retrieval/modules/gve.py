@@ -123,20 +123,31 @@ class GVERetrieval(L.LightningModule):
         return GVEItemEmbedder(self.embedder, [*identity, tree_identity(self.embedder.model_path)])
 
     # ---- training ----------------------------------------------------------------------------
-    def embed_training(self, inputs: dict[str, torch.Tensor], chunk: int | None) -> torch.Tensor:
+    def row_splitter(self, rows: dict[str, tuple[list[int], list[int]]] | None = None) -> QwenRowSplitter:
+        """Gradient caching's cut of a processed batch into chunks of rows (`rows`: see there)."""
+        config = self.embedder.base_model.config
+        merge = config.vision_config.spatial_merge_size
+        return QwenRowSplitter(config.image_token_id, config.video_token_id, merge, rows)
+
+    def embed_training(
+        self,
+        inputs: dict[str, torch.Tensor],
+        chunk: int | None,
+        rows: dict[str, tuple[list[int], list[int]]] | None = None,
+    ) -> torch.Tensor:
         """Embeddings of a processed training batch: in one model call, or `chunk` rows at a time
-        under gradient caching (`grad_cache`)."""
+        under gradient caching (`grad_cache`; `rows`: `QwenRowSplitter.rows`)."""
         if self.grad_cache is None:
             return self.embedder(inputs)
-        config = self.embedder.base_model.config
-        split = QwenRowSplitter(config.image_token_id, config.video_token_id, config.vision_config.spatial_merge_size)
         device = inputs["input_ids"].device
+        split = self.row_splitter(rows)
         return cached_encode(self.embedder, inputs, len(inputs["input_ids"]), chunk, device, split)
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, torch.Tensor] | None:
         cache = self.grad_cache or GradCacheConfig()
-        query = self.embed_training(batch["query"], cache.text_chunk)
-        target = self.embed_training(batch["target"], cache.video_chunk)
+        rows = batch.get("media_rows", {})
+        query = self.embed_training(batch["query"], cache.text_chunk, rows.get("query"))
+        target = self.embed_training(batch["target"], cache.video_chunk, rows.get("target"))
         size, k = query.shape[0], int(batch["num_negatives"])
         world = distributed_world() if self.loss_fn.cross_device else 1
         self.recipe_ranks.check(world, self.global_rank, f"{world} rank(s) contrasted, {size} pairs each")

@@ -281,7 +281,32 @@ def test_gve_with_hard_negatives_gives_the_full_batch_loss_and_gradients(tiny_qw
     assert want[0]["margin"] != 0
     for (text_chunk, video_chunk), checkpointing in [((1, 1), False), ((2, 3), True), ((None, None), False)]:
         module = gve_module(tiny_qwen, GradCacheConfig(text_chunk, video_chunk), checkpointing)
-        assert_same_step(step(module, batch), want)
+        # as training batches come: the chunks' media rows read on the host, in the DataLoader workers
+        # (without them, the splitter reads them itself: the other GVE tests here)
+        assert_same_step(step(module, with_media_rows(module, batch)), want)
+
+
+def with_media_rows(module: GVERetrieval, batch: dict) -> dict:
+    """The batch as `TrainBatches` makes it: where each row's images and videos lie, read on the host."""
+    return {**batch, "media_rows": {side: module.processing.media_rows(batch[side]) for side in ("query", "target")}}
+
+
+def test_gve_chunks_and_their_positions_need_no_host_transfer(tiny_qwen, gve_media):
+    """Cutting a GVE batch into chunks and computing each chunk's M-RoPE positions read nothing back
+    from the device once the batch carries its `media_rows`: on PyTorch's `meta` device, which has shapes
+    and no data, any such read (`.tolist()`, `int(tensor)`) raises (it does without `media_rows`)."""
+    module = gve_module(tiny_qwen, GradCacheConfig(1, 1))
+    batch = with_media_rows(module, gve_batch(module, gve_media))
+    for side in ("query", "target"):
+        on_host = batch[side]
+        on_meta = {k: v.to("meta") for k, v in on_host.items()}
+        split = module.row_splitter(batch["media_rows"][side])
+        for start in range(len(on_host["input_ids"])):
+            chunk, want = split(on_meta, start, start + 1), split(on_host, start, start + 1)
+            assert {k: v.shape for k, v in chunk.items()} == {k: v.shape for k, v in want.items()}
+            assert module.embedder.positions(chunk).shape == (3, *want["input_ids"].shape)
+        with pytest.raises(RuntimeError, match="meta tensors"):
+            module.row_splitter()(on_meta, 0, 1)
 
 
 def test_gve_lora_dropout_draws_the_same_masks_in_both_passes(tiny_qwen, gve_media, monkeypatch):

@@ -79,10 +79,14 @@ class TrainBatches(Dataset):
 
     def _process(self, spec: TaskSpec, records: list[TaskRecord]) -> dict[str, Any]:
         targets = [r.positive for r in records] + [n for r in records for n in r.negatives]
-        return {
+        batch = {
             "query": dict(self.processing([r.query for r in records], spec.instruction)),
             "target": dict(self.processing(targets, spec.target_instruction)),
         }
+        media_rows = getattr(self.processing, "media_rows", None)  # read here, on the host (issue 57.10)
+        if media_rows is not None:
+            batch["media_rows"] = {side: media_rows(batch[side]) for side in ("query", "target")}
+        return batch
 
     def _usable(self, task: int, index: int) -> TaskRecord:
         """The record at `index`, or the next one whose media decode (each replacement counted

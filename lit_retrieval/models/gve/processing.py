@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+import torch
 from PIL import Image, UnidentifiedImageError
 from transformers import BatchFeature
 from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
@@ -159,6 +160,28 @@ class LoadedVideo:
     fps: float  # sampled frames per second of the clip
 
 
+def grid_rows(
+    ids: torch.Tensor, grid: torch.Tensor | None, token: int, merge: int
+) -> tuple[list[int], list[int]] | tuple[None, None]:
+    """Per row of a processed Qwen2.5-VL batch: how many of the `grid` entries (images or videos,
+    in row order) it holds, and how many pixel rows (patches) they have; `None` without a grid.
+    A row's placeholder tokens (`token`) number t*h*w / merge^2 per item."""
+    if grid is None:
+        return None, None
+    tokens = [int(n) for n in (ids == token).sum(1)]
+    sizes = [int(t * h * w) for t, h, w in grid.tolist()]
+    items, patches, index = [], [], 0
+    for need in tokens:
+        taken = pixels = 0
+        while need > 0:
+            need -= sizes[index] // merge**2
+            pixels += sizes[index]
+            taken, index = taken + 1, index + 1
+        items.append(taken)
+        patches.append(pixels)
+    return items, patches
+
+
 class GVEProcessing:
     """Callable `(items, instruction) -> BatchFeature` around a Qwen2.5-VL processor."""
 
@@ -269,6 +292,19 @@ class GVEProcessing:
         return self.prompt(item, self.tokenizer.decode(text_ids[:keep]), instruction)
 
     # ---- batch -------------------------------------------------------------------------------
+    def media_rows(self, batch: dict[str, Any]) -> dict[str, tuple[list[int], list[int]]]:
+        """Per kind of media a processed batch holds ("image", "video"): how many items and pixel rows
+        each of its rows has (`grid_rows`). Read on the host (the DataLoader workers) so that cutting
+        the batch into chunks on the GPU (gradient caching) needs no device -> host copy."""
+        processor, out = self.processor, {}
+        for kind, grid, token in (
+            ("image", "image_grid_thw", processor.image_token_id),
+            ("video", "video_grid_thw", processor.video_token_id),
+        ):
+            if batch.get(grid) is not None:
+                out[kind] = grid_rows(batch["input_ids"], batch[grid], token, processor.image_processor.merge_size)
+        return out
+
     def __call__(self, items: list[MediaItem], instruction: str | None = None) -> BatchFeature:
         cfg = self.config
         prompts, images, videos, metadata = [], [], [], []

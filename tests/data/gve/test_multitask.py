@@ -149,6 +149,17 @@ def test_data_module_batches(gve_tasks, processing):  # noqa: F811
         assert batch["query"]["input_ids"].shape[0] == size
         assert batch["target"]["input_ids"].shape[0] == size * (1 + spec.num_negatives)
         assert batch["target_keys"].shape == (size,) and len(batch["ids"]) == size
+        for side in ("query", "target"):  # where each row's media lie, read here on the host (issue 57.10)
+            inputs, rows = batch[side], batch["media_rows"][side]
+            for kind, grid, pixels in (
+                ("image", "image_grid_thw", "pixel_values"),
+                ("video", "video_grid_thw", "pixel_values_videos"),
+            ):
+                assert (kind in rows) == (grid in inputs)
+                if kind in rows:
+                    items, patches = rows[kind]
+                    assert len(items) == len(inputs["input_ids"]) and sum(items) == len(inputs[grid])
+                    assert sum(patches) == len(inputs[pixels])
     dm.set_task_probabilities({"syn_t2v": 1.0, "syn_t2i": 0, "syn_i2v": 0, "syn_v2v": 0, "syn_tv2v": 0})
     assert {b["task"] for b in loader} == {"syn_t2v"}
     no_synthetic = MultiTaskDataModule(gve_tasks["train"], include_synthetic=False)

@@ -122,3 +122,49 @@ def test_embedder_feeds_the_release_positions_for_every_input_format(tiny_qwen, 
     seconds = batch["second_per_grid_ts"].tolist()
     reach = [int((t - 1) * s * tps) - max(h, w) // merge for (t, h, w), s in zip(grids, seconds)]
     assert max(reach) >= 0
+
+
+def test_positions_need_no_host_transfer():
+    """The positions are computed where the batch is, with no device -> host copy (`.cpu()`, `.tolist()`,
+    `.item()`, a data-dependent branch) that would stall every step on a GPU: on PyTorch's `meta` device,
+    which holds shapes and no data, any such read raises, so the computation must run there end to end."""
+    layout = MRopeLayout(image_token_id=9, video_token_id=8, spatial_merge_size=2, tokens_per_second=2)
+    ids = torch.tensor([[0, 0, 1, 9, 9, 9, 9, 9, 9, 3], [1, 8, 8, 8, 8, 8, 8, 8, 8, 3]], device="meta")
+    mask = torch.ones(2, 10, dtype=torch.long, device="meta")
+    images, videos = torch.tensor([[1, 4, 6]], device="meta"), torch.tensor([[2, 4, 4]], device="meta")
+    out = release_mrope_positions(ids, mask, layout, images, videos, torch.tensor([2.5], device="meta"))
+    assert out.device.type == "meta" and out.shape == (3, 2, 10) and out.dtype == torch.long
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_positions_equal_the_installed_transformers_where_its_rule_agrees(tiny_qwen, media, side):
+    """Against the installed transformers' own Qwen2.5-VL `get_rope_index` on the attended slots of a
+    batch of text, image and video items (short clips: where each video's temporal positions stay
+    within its spatial ones, the 5.x rule and the release rule give the same positions; the module
+    docstring says where they part). Padded slots: the release fills 1, 5.x fills 0."""
+    inputs = InputConfig(**{**SMALL.__dict__, "padding_side": side})
+    model = GVEEmbedder(str(tiny_qwen), lora=None, inputs=inputs, dtype="float32", attn_implementation="sdpa")
+    items = [
+        MediaItem(text="a red circle"),
+        MediaItem(image=media["image"]),
+        MediaItem(text="then it stops", video=media["video"], start=0.0, end=1.0),
+        MediaItem(text="both", image=media["image"], video=media["video"], start=2.0, end=3.0),
+    ]
+    batch = model.process(items, "Find the video.")
+    config = model.base_model.config
+    merge, tps = config.vision_config.spatial_merge_size, config.vision_config.tokens_per_second
+    for (t, h, w), s in zip(batch["video_grid_thw"].tolist(), batch["second_per_grid_ts"].tolist()):
+        assert int((t - 1) * s * tps) < max(h, w) // merge  # the rules agree on this batch
+    theirs, _ = model.base_model.model.get_rope_index(
+        batch["input_ids"],
+        batch["mm_token_type_ids"],
+        batch["image_grid_thw"],
+        batch["video_grid_thw"],
+        batch["second_per_grid_ts"],
+        attention_mask=batch["attention_mask"],
+    )
+    ours = model.positions(batch)
+    attended = batch["attention_mask"].bool().expand(3, -1, -1)
+    assert attended[0].sum(1).min() < attended.shape[2]  # the batch is padded on `side`
+    assert torch.equal(ours[attended], theirs[attended])
+    assert (ours[~attended] == 1).all()
