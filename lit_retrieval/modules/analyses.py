@@ -54,7 +54,8 @@ def token_counts(
 def single_event_queries(events: list[list[str]], device: torch.device) -> tuple[list[list[str]], torch.Tensor]:
     """Avg-Event R@1's queries, each event of each query alone, and the query each came from."""
     owner = torch.repeat_interleave(
-        torch.arange(len(events), device=device), torch.tensor([len(e) for e in events], device=device)
+        torch.arange(len(events), device=device),
+        torch.tensor([len(e) for e in events], dtype=torch.long, device=device),  # long also when there are none
     )
     return [[d] for e in events for d in e], owner
 

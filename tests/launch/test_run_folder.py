@@ -55,7 +55,8 @@ def job(submit: Path, config: str, run_dir: Path, name: str) -> subprocess.Compl
     bin_dir.mkdir(exist_ok=True)
     (bin_dir / "srun").write_text('#!/bin/bash\nwhile [[ "$1" == --* ]]; do shift; done\nexec "$@"\n')
     (bin_dir / "srun").chmod(0o755)
-    env = {**env, "PATH": f"{bin_dir}:{env['PATH']}", "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "cpu01"}
+    path = f"{bin_dir}:{Path(sys.executable).parent}:{env['PATH']}"  # `lit-retrieval` beside this interpreter
+    env = {**env, "PATH": path, "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "cpu01"}
     return subprocess.run(["bash", name], cwd=submit, env=env, capture_output=True, text=True, timeout=600)
 
 

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import yaml
 
 from lit_retrieval.cli import main
 from lit_retrieval.data import MultiEventDataModule
@@ -47,7 +49,9 @@ def test_several_ranks_refuse_an_incomplete_shot_cache_and_run_once_the_named_co
     array = message.split("`lit-retrieval slurm array.sbatch --set ")[1].split("`")[0]
     assert shlex.split(array)[0] == f"COMMAND={single.removesuffix(' --workers N')}"
     fit_yaml = tmp_path / "FIT.yaml"
-    fit_yaml.write_text(f"data:\n  init_args:\n    shots: {{cache_dir: {cache}, progress: false}}\n")
+    fit = yaml.safe_load((Path(__file__).resolve().parents[3] / "configs" / "quickstart.yaml").read_text())
+    fit["data"]["init_args"]["shots"] = {"cache_dir": str(cache), "progress": False}  # a whole training config
+    fit_yaml.write_text(yaml.safe_dump(fit))
     args = shlex.split(single.replace("FIT.yaml", str(fit_yaml)).replace("--workers N", "--workers 2"))
     with pytest.raises(SystemExit) as done:
         main(args)

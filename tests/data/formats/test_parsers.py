@@ -261,7 +261,7 @@ def test_activitynet_datamodule_loads_real_videos(tmp_path, corpus):
     assert batch["frames"].shape == (2, 4, 3, 32, 32) and bool(batch["frame_mask"].all())
     assert {tuple(e) for e in batch["events"]} <= {tuple(v.descriptions) for v in canonical}
     test = next(iter(module.test_dataloader()))
-    assert test["video_id"] == ["v_yt000000000"] and test["duration"].tolist() == [canonical[0].duration]
+    assert test["video_id"] == ["v_yt000000000"] and test["duration"] == [canonical[0].duration]
 
 
 def split_module(tmp_path, train_path: str, test_path: str, **kwargs) -> MultiEventDataModule:
