@@ -167,14 +167,17 @@ class SpanSplitter:
         verbs: regular expressions of the verb patterns (11 by default; see the module notes).
         symmetric_verbs: patterns of the verbs (first word) whose two parties may both be the
             subject when no object follows ("they argue", "two men are talking").
-        person_words: lower-case nouns and pronouns that denote a person. Capitalised tokens that
-            do not start their sentence always count (names; Sec. 4).
-        plural_person_words: those of `person_words` that denote two or more persons (two mentions).
+        person_words: lower-case nouns and pronouns that denote a person (None: the shipped lexicon,
+            `lexicon.PERSON_WORDS`, about 12,000 words: a None default keeps every config parse fast).
+            Capitalised tokens that do not start their sentence always count (names; Sec. 4).
+        plural_person_words: those of `person_words` that denote two or more persons (two mentions;
+            None: `lexicon.PLURAL_PERSON_WORDS`).
         extra_person_words: added to `person_words` (e.g. the shape nouns that play the characters
             of the synthetic relational scenes).
         possessive_words: never a person; one that is also a person word (*her*) is a person
             unless a noun follows it.
-        modifier_person_words: person words that are no person when a noun follows ("a baby stroller").
+        modifier_person_words: person words that are no person when a noun follows ("a baby stroller";
+            None: `lexicon.MODIFIER_PERSON_WORDS`).
         reciprocals: lower-case phrases that count as two person mentions (*each other*).
         initial_names: also count a capitalised sentence-initial token as a name unless it is one
             of `initial_stop_words` ("Anna confronts Mark." has two mentions; "The", "A", "Then"
@@ -185,11 +188,11 @@ class SpanSplitter:
 
     verbs: list[str] = field(default_factory=lambda: list(DEFAULT_VERBS))
     symmetric_verbs: list[str] = field(default_factory=lambda: list(SYMMETRIC_VERBS))
-    person_words: list[str] = field(default_factory=lambda: list(lexicon.PERSON_WORDS))
-    plural_person_words: list[str] = field(default_factory=lambda: list(lexicon.PLURAL_PERSON_WORDS))
+    person_words: list[str] | None = None
+    plural_person_words: list[str] | None = None
     extra_person_words: list[str] = field(default_factory=list)
     possessive_words: list[str] = field(default_factory=lambda: list(lexicon.POSSESSIVE_WORDS))
-    modifier_person_words: list[str] = field(default_factory=lambda: list(lexicon.MODIFIER_PERSON_WORDS))
+    modifier_person_words: list[str] | None = None
     reciprocals: list[str] = field(default_factory=lambda: list(lexicon.RECIPROCALS))
     initial_names: bool = True
     initial_stop_words: list[str] = field(default_factory=lambda: list(lexicon.INITIAL_STOP_WORDS))
@@ -199,10 +202,13 @@ class SpanSplitter:
             raise ConfigError("SpanSplitter needs at least one verb pattern")
         self._verb = self._compile("verbs", self.verbs)
         self._symmetric = self._compile("symmetric_verbs", self.symmetric_verbs) if self.symmetric_verbs else None
-        self._people = {w.lower() for w in (*self.person_words, *self.extra_person_words)}
-        self._plural = {w.lower() for w in self.plural_person_words}
+        people = lexicon.PERSON_WORDS if self.person_words is None else self.person_words
+        plural = lexicon.PLURAL_PERSON_WORDS if self.plural_person_words is None else self.plural_person_words
+        modifiers = lexicon.MODIFIER_PERSON_WORDS if self.modifier_person_words is None else self.modifier_person_words
+        self._people = {w.lower() for w in (*people, *self.extra_person_words)}
+        self._plural = {w.lower() for w in plural}
         self._possessive = {w.lower() for w in self.possessive_words}
-        self._modifier = {w.lower() for w in self.modifier_person_words}
+        self._modifier = {w.lower() for w in modifiers}
         self._not_names = {w.lower() for w in self.initial_stop_words}
         phrases = "|".join(re.escape(r) for r in self.reciprocals)
         self._reciprocal = re.compile(rf"\b(?:{phrases})\b", re.IGNORECASE) if self.reciprocals else None
