@@ -66,3 +66,21 @@ class WriteBatches(L.Callback):
         Path(self.folder).mkdir(parents=True, exist_ok=True)
         with open(Path(self.folder) / f"{name}.jsonl", "a") as out:
             out.write(json.dumps(batch["index"].tolist()) + "\n")
+
+
+def recorded_fit(data: L.LightningDataModule, root, strategy, callbacks=(), ckpt_path=None) -> list[list[int]]:
+    """Two epochs of `RecordBatches` on `data` (`ckpt_path`: resumed from it): the dataset indices of each batch."""
+    module = RecordBatches()
+    trainer = L.Trainer(
+        accelerator="cpu",
+        strategy=strategy,
+        max_epochs=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=str(root),
+        callbacks=list(callbacks),
+    )
+    trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
+    return module.seen

@@ -10,11 +10,10 @@ the epoch again. `AfterSetup` is a one-process strategy with DeepSpeed's order o
 
 from __future__ import annotations
 
-import lightning as L
 import pytest
 import torch
 
-from helpers.resume_probes import AfterSetup, RecordBatches, SaveAndStopAt
+from helpers.resume_probes import AfterSetup, SaveAndStopAt, recorded_fit
 from lit_retrieval.data import MultiEventDataModule, MultiTaskDataModule
 
 
@@ -22,20 +21,7 @@ def fit(corpus, root, strategy, callbacks=(), ckpt_path=None) -> list[list[int]]
     data = MultiEventDataModule(
         str(corpus / "annotations.json"), num_frames=2, image_size=32, batch_size=4, num_workers=0, val_split=None
     )
-    module = RecordBatches()
-    trainer = L.Trainer(
-        accelerator="cpu",
-        strategy=strategy,
-        max_epochs=2,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=str(root),
-        callbacks=list(callbacks),
-    )
-    trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
-    return module.seen
+    return recorded_fit(data, root, strategy, callbacks, ckpt_path)
 
 
 @pytest.mark.parametrize("restore", ["before_setup", "after_setup"])

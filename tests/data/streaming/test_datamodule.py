@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 
-import lightning as L
 import numpy as np
 import pytest
 import torch
 
-from helpers.resume_probes import AfterSetup, RecordBatches, SaveAndStopAt
+from helpers.resume_probes import AfterSetup, SaveAndStopAt, recorded_fit
 from helpers.shard_runs import assert_same_item, shard
 from lit_retrieval.data import MultiEventDataModule, ShardedDataModule
 from lit_retrieval.data.streaming.manifest import ShardError
@@ -89,20 +88,7 @@ def test_the_order_does_not_follow_the_file_system(shards, monkeypatch):
 
 def fit(shards, root, strategy, workers, callbacks=(), ckpt_path=None) -> list[list[int]]:
     data = ShardedDataModule(str(shards), batch_size=3, num_workers=workers, shuffle_seed=5)
-    module = RecordBatches()
-    trainer = L.Trainer(
-        accelerator="cpu",
-        strategy=strategy,
-        max_epochs=2,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=str(root),
-        callbacks=list(callbacks),
-    )
-    trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
-    return module.seen
+    return recorded_fit(data, root, strategy, callbacks, ckpt_path)
 
 
 @pytest.mark.parametrize(("restore", "workers"), [("before_setup", 0), ("after_setup", 2)])
