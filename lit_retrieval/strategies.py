@@ -15,13 +15,15 @@ lifts Lightning's CUDA-only checks and nothing else:
   views, which NCCL does not go through autograd for) failed the first optimizer step ("Output 0
   of Split is a view and is being modified inplace").
 
-On any device it fixes three things of Lightning's strategy:
+On any device it fixes four things of Lightning's strategy:
 
 - DeepSpeed's `train_micro_batch_size_per_gpu` (DeepSpeed uses it for its throughput log) was read
   from the training loader's `batch_sampler`, which a loader of ready-made batches (GVE's,
   `batch_size=None`) lacks: then it is `logging_batch_size_per_gpu` if given, else 1;
 - ZeRO-3 evaluates a checkpoint directory (`test --ckpt_path DIR`, see `load_checkpoint`);
 - optimizer offload accepts the module's torch optimizer (`_format_config`).
+- `validate`/`test` keep the model's own module hooks (Lightning deletes every hook before its inference
+  engine; `_initialize_deepspeed_inference`).
 
 And on CPU, ZeRO-3 gathers parameters one at a time (`stage3_allgather_sequential`): DeepSpeed's
 coalesced gather of several parameters (`GatheredParameters`, so Lightning's load of full weights)
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -91,8 +94,15 @@ class DeepSpeedStrategy(LightningDeepSpeedStrategy):
             return super()._setup_model_and_optimizer(model, optimizer, lr_scheduler)
 
     def _initialize_deepspeed_inference(self, model: Any) -> None:
+        """Lightning's inference engine set-up, which first deletes every hook of every module (to drop a
+        training engine's DeepSpeed hooks), with the model's own hooks put back first in their order:
+        TS2-Net's and UCoFiA's token shift (a forward pre-hook in the ViT) and the legacy-key renaming of
+        a checkpoint's load were silently gone in `validate`/`test` under DeepSpeed (issue 57)."""
+        own = own_hooks(model)
         with self._cpu_initialize():
             super()._initialize_deepspeed_inference(model)
+        for module, name, hooks in own:
+            setattr(module, name, OrderedDict([*hooks.items(), *getattr(module, name).items()]))
 
     @contextlib.contextmanager
     def _cpu_initialize(self) -> Iterator[None]:
@@ -164,6 +174,25 @@ class DeepSpeedStrategy(LightningDeepSpeedStrategy):
             if sampler is not None:
                 return sampler.batch_size
         return 1
+
+
+# the hook tables Lightning's `remove_module_hooks` empties and a model of ours may fill; backward hooks are
+# left out (their full/partial flag is reset with them, and inference runs no backward)
+HOOK_TABLES = ("_forward_pre_hooks", "_forward_hooks", "_state_dict_hooks", "_load_state_dict_pre_hooks")
+
+
+def is_deepspeeds(hook: Any) -> bool:
+    """Whether a hook table's entry is a function of DeepSpeed's (a wrapped hook is unwrapped first)."""
+    function = getattr(hook, "hook", hook)
+    function = getattr(function, "func", function)
+    return (getattr(function, "__module__", None) or "").startswith("deepspeed")
+
+
+def own_hooks(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, dict]]:
+    """`(module, table, {handle id: hook})` of every hook on `model`'s modules that is not DeepSpeed's."""
+    tables = ((module, name, getattr(module, name)) for module in model.modules() for name in HOOK_TABLES)
+    own = [(module, name, {k: h for k, h in table.items() if not is_deepspeeds(h)}) for module, name, table in tables]
+    return [entry for entry in own if entry[2]]
 
 
 def check_deepspeed_installed() -> None:

@@ -327,10 +327,12 @@ def test_slurm_submits_one_array_of_the_unfinished_runs(plan_dir, tmp_path, monk
     record = json.loads((runs / "slurm" / "submissions.jsonl").read_text().splitlines()[-1])
     assert record["job"] == "777" and record["array"] == "1-2%64"
     # the task process alone runs in the batch step; it starts fit/test through the launcher (srun)
-    assert script.rstrip().endswith(
+    launch = (
         f'lit-retrieval grid "{(work / "plan.yaml").resolve()}" --out "{runs.resolve()}" '
         '--task "$SLURM_ARRAY_TASK_ID" --launcher "srun --kill-on-bad-exit=1"'
     )
+    # its status goes to the requeue rule, with the run folder whose failed.json names this job
+    assert launch in script and script.rstrip().endswith('retry_or_exit "$status" "${failed%/failed.json}"')
     # the task process outlives Slurm's SIGUSR1 (meant for its fit, which saves and requeues)
     finish(runs / "meanp" / "seed1")
     previous = signal.getsignal(signal.SIGUSR1)

@@ -4,9 +4,12 @@ engine (2 CPU ranks, `configs/strategy/deepspeed_zero3.yaml` in fp32, every para
 The engine gathers partitioned weights inside a module's forward; the evaluator scores with
 `head.score_blocks` (and UCoFiA's `calibrate`, PAU's `fit_on_validation`) outside any forward, where
 ZeRO-3 leaves the weights as empty placeholders: X-CLIP's `validate` failed there (`einsum(): ...
-dimensions (1) for operand 1`; issue 57, item 2). Each head validates the quick-start's test split
-(7 videos, one batch per rank) from its seeded initial weights; the metrics must be those of the same
-weights validated in one process without DeepSpeed.
+dimensions (1) for operand 1`; issue 57, item 2). It found two more defects: Lightning's DeepSpeed
+inference set-up deleted every module hook, TS2-Net's and UCoFiA's token shift with them (`strategies.py`
+puts the model's own back), and UATVR's text extras took positions that moved with the batch's padding
+(`uatvr.py`), so a caption scored differently on 2 ranks than in one process. Each head validates the
+quick-start's test split (7 videos, one batch per rank) from its seeded initial weights; the metrics must be
+those of the same weights validated in one process without DeepSpeed.
 """
 
 from __future__ import annotations
@@ -41,22 +44,7 @@ def validation_metrics(run, version: str) -> dict[str, float]:
     return json.loads((run / "logs" / version / "metrics.json").read_text())["val"]
 
 
-# Found by this test, not yet located (issue 57, item 2): these validate under ZeRO-3 without error but
-# not to the single-process metrics of the same seeded weights (TS2-Net t2v R@1 28.6 vs 0.0; UATVR R@5
-# 71.4 vs 42.9; UATVR draws samples at evaluation, so the random streams of 2 ranks may be the cause)
-KNOWN = {
-    "TS2NetHead": "validates under ZeRO-3 to other metrics than in one process (not yet located)",
-    "UATVRHead": "validates under ZeRO-3 to other metrics than in one process (its samples' random streams?)",
-}
-
-
-@pytest.mark.parametrize(
-    "head",
-    [
-        pytest.param(h, marks=pytest.mark.xfail(strict=True, reason=KNOWN[h])) if h in KNOWN else h
-        for h in sorted(HEADS)
-    ],
-)
+@pytest.mark.parametrize("head", sorted(HEADS))
 def test_head_with_weights_validates_under_zero3(head, corpus, tmp_path):
     from lit_retrieval.cli import main
 

@@ -1,8 +1,9 @@
 """UATVR: uncertainty-adaptive text-video retrieval (Fang et al., ICCV 2023, arXiv:2301.06309).
 
 Deterministic matcher ("dynamic semantic adaptation", used for training and inference):
-- E_v = 2 learnable extra video tokens (rows T, T+1 of the frame-position table; no content) and
-  E_t = 2 extra text tokens (from a separate word-position table, N(0, 0.02) init) are appended;
+- E_v = 2 learnable extra video tokens (rows T, T+1 of the frame-position table, T the sampled frames;
+  no content) and E_t = 2 extra text tokens (the last 2 rows of a separate word-position table of
+  max_words rows, N(0, 0.02) init; the words take its first rows) are appended;
 - one *shared* CLIP-style transformer (4 blocks, copied from CLIP's text blocks as CLIP4Clip does)
   processes the video sequence [frames; extras] and the text sequence [words; extras]; the
   residual is added to the original positions only;
@@ -18,7 +19,10 @@ all samples (positives: the paired item's K samples; no temperature) and a KL te
 a *sum* over batch and dimensions as in the reference. Loss weights 0.01 and 1e-4 (reference).
 Inference never touches this branch.
 
-Differences from the reference, each a fix: padded positions are excluded from the max and from
+Differences from the reference, each a fix: the text extras take the word-position table's last rows
+whatever the batch's padding (the reference pads to a fixed max_words, so they follow it; padding to the
+batch's longest caption moved them with the batch, and a caption's score with it: 2 evaluation ranks gave
+other metrics than one, issue 57); padded positions are excluded from the max and from
 the token weights (the reference zeroes their cosines, so a padded position can win the max when
 all real cosines are negative), and the attention pooling of the text PIE head honours the word
 mask (the reference pools over padding too). The reference's KL mixes a log-variance reading of
@@ -157,10 +161,17 @@ class UATVRHead(SimilarityHead):
         return F.normalize(fused, dim=-1), full_mask
 
     def encode_text(self, text: TextFeatures) -> dict[str, torch.Tensor]:
-        length = text.tokens.shape[1] + self.extra_text
-        if length > self.max_words:
-            raise ValueError(f"{length} text positions (words + extras) but max_words is {self.max_words}")
-        tokens, mask = self._fuse(text.tokens, text.mask, self.extra_text, self.word_positions.weight[:length])
+        """Words at rows 0..L-1 of the word-position table, the extras at its last rows, whatever the
+        batch's padding L (the reference pads every caption to its max_words, so its extras always
+        take the rows after it): a caption's tokens do not depend on the captions batched with it."""
+        words = text.tokens.shape[1]
+        if words + self.extra_text > self.max_words:
+            raise ValueError(
+                f"{words + self.extra_text} text positions (words + extras) but max_words is {self.max_words}"
+            )
+        table = self.word_positions.weight
+        positions = torch.cat([table[:words], table[self.max_words - self.extra_text :]])
+        tokens, mask = self._fuse(text.tokens, text.mask, self.extra_text, positions)
         return {"tokens": tokens, "mask": mask}
 
     def encode_video(self, video: VideoFeatures) -> dict[str, torch.Tensor]:

@@ -43,7 +43,7 @@ def run(tmp_path: Path, shards: Path, name: str, devices: int, stop: int = 0, re
     args = [sys.executable, str(script), str(shards), str(out), str(devices), str(stop), str(tmp_path / "mid.ckpt")]
     done = subprocess.run(
         [*args, resume],
-        env=clean_launch_env(str(Path(__file__).resolve().parents[2] / "tests")),
+        env=clean_launch_env(str(Path(__file__).resolve().parents[2])),
         capture_output=True,
         text=True,
         timeout=300,

@@ -177,6 +177,24 @@ def test_uatvr_score_is_the_two_sided_weighted_max_sim(encoder):
                 assert scores[a, b].item() == pytest.approx(expected.item(), abs=1e-5)
 
 
+def test_uatvr_caption_tokens_do_not_depend_on_the_batch_padding(encoder):
+    """A caption padded with 3 more masked words (a longer caption in its batch, or on another rank) keeps
+    its tokens: the extras sit at the word-position table's last rows (max_words 80: rows 78, 79) as in the
+    reference, whose captions are always padded to max_words."""
+    head = bind_seeded(HEADS["uatvr"], encoder).eval()
+    text, _ = features()
+    pad = torch.randn(len(text.tokens), 3, text.tokens.shape[-1])
+    padded = TextFeatures(
+        text.pooled, torch.cat([text.tokens, pad], 1), torch.cat([text.mask, text.mask.new_zeros(len(pad), 3)], 1)
+    )
+    with torch.no_grad():
+        alone, batched = head.encode_text(text), head.encode_text(padded)
+    words = text.tokens.shape[1]
+    kept = torch.cat([torch.arange(words), torch.arange(words + 3, words + 5)])
+    torch.testing.assert_close(batched["tokens"][:, kept], alone["tokens"])
+    assert torch.equal(batched["mask"][:, kept], alone["mask"]) and not batched["mask"][:, words : words + 3].any()
+
+
 def test_uatvr_sampled_branch_leaves_inference_scores_unchanged(encoder):
     head = bind_seeded(HEADS["uatvr"], encoder)
     text, video = features()
