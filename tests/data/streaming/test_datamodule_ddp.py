@@ -1,6 +1,7 @@
 """`ShardedDataModule` under DDP (2 ranks, gloo, loader workers): every training item at most once per epoch
 over both ranks, and a run stopped mid-epoch and resumed through the Trainer gives each rank the batches the
-uninterrupted run gave it next; a resume on 1 rank of a 2-rank mid-epoch checkpoint is refused with the reason."""
+uninterrupted run gave it next, under DDP and under DeepSpeed ZeRO-2 on its CPU engine; a resume on 1 rank of
+a 2-rank mid-epoch checkpoint is refused with the reason."""
 
 from __future__ import annotations
 
@@ -23,10 +24,13 @@ import lightning as L
 from helpers.resume_probes import RecordBatches, SaveAndStopAt, WriteBatches
 from lit_retrieval.data import ShardedDataModule
 
-shards, out, devices, stop, ckpt, resume = sys.argv[1:7]
+shards, out, devices, stop, ckpt, strategy, resume = sys.argv[1:8]
 callbacks = [WriteBatches(out)] + ([SaveAndStopAt(int(stop), ckpt)] if int(stop) else [])
+if strategy == "deepspeed":  # ZeRO-2 on DeepSpeed's CPU accelerator; it restores after the loaders are built
+    from lit_retrieval.strategies import DeepSpeedStrategy
+    strategy = DeepSpeedStrategy(stage=2)
 trainer = L.Trainer(
-    accelerator="cpu", devices=int(devices), strategy="ddp" if int(devices) > 1 else "auto", max_epochs=2,
+    accelerator="cpu", devices=int(devices), strategy=strategy if int(devices) > 1 else "auto", max_epochs=2,
     logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
     default_root_dir=out, callbacks=callbacks,
 )
@@ -35,15 +39,18 @@ trainer.fit(RecordBatches(), datamodule=data, ckpt_path=resume or None)
 """
 
 
-def run(tmp_path: Path, shards: Path, name: str, devices: int, stop: int = 0, resume: str = "") -> dict:
+def run(
+    tmp_path: Path, shards: Path, name: str, devices: int, stop: int = 0, resume: str = "", strategy: str = "ddp"
+) -> dict:
     out = tmp_path / name
     out.mkdir()
     script = tmp_path / "fit_shards.py"
     script.write_text(textwrap.dedent(SCRIPT))
-    args = [sys.executable, str(script), str(shards), str(out), str(devices), str(stop), str(tmp_path / "mid.ckpt")]
+    ckpt = str(tmp_path / f"mid-{strategy}.ckpt")
+    args = [sys.executable, str(script), str(shards), str(out), str(devices), str(stop), ckpt, strategy]
     done = subprocess.run(
         [*args, resume],
-        env=clean_launch_env(str(Path(__file__).resolve().parents[2])),
+        env={**clean_launch_env(str(Path(__file__).resolve().parents[2])), "DS_ACCELERATOR": "cpu"},
         capture_output=True,
         text=True,
         timeout=300,
@@ -64,13 +71,16 @@ def test_two_ranks_resumed_mid_epoch_continue_as_the_uninterrupted_run(corpus, t
     epoch = [i for rank in (0, 1) for b in whole["batches"][rank][:per_epoch] for i in b]
     assert len(epoch) == len(set(epoch)) and 17 - len(epoch) < 2 * 2 * 2  # at most drop_last's tail
     stop = per_epoch + 1
-    first = run(tmp_path, shards, "first", 2, stop=stop)
-    assert first["code"] == 0, first["err"][-2000:]
-    resumed = run(tmp_path, shards, "resumed", 2, resume=str(tmp_path / "mid.ckpt"))
-    assert resumed["code"] == 0, resumed["err"][-2000:]
-    for rank in (0, 1):
-        assert first["batches"][rank] == whole["batches"][rank][:stop]
-        assert resumed["batches"][rank] == whole["batches"][rank][stop:]
-    refused = run(tmp_path, shards, "one_rank", 1, resume=str(tmp_path / "mid.ckpt"))
+    # DDP, and DeepSpeed ZeRO-2, whose strategy restores the checkpoint after the loaders were built
+    for strategy in ("ddp", "deepspeed"):
+        first = run(tmp_path, shards, f"first-{strategy}", 2, stop=stop, strategy=strategy)
+        assert first["code"] == 0, first["err"][-2000:]
+        mid = str(tmp_path / f"mid-{strategy}.ckpt")
+        resumed = run(tmp_path, shards, f"resumed-{strategy}", 2, resume=mid, strategy=strategy)
+        assert resumed["code"] == 0, resumed["err"][-2000:]
+        for rank in (0, 1):
+            assert first["batches"][rank] == whole["batches"][rank][:stop], strategy
+            assert resumed["batches"][rank] == whole["batches"][rank][stop:], strategy
+    refused = run(tmp_path, shards, "one_rank", 1, resume=str(tmp_path / "mid-ddp.ckpt"))
     assert refused["code"] != 0
     assert "another topology (world_size 2 -> 1)" in refused["err"]
