@@ -56,7 +56,7 @@ quickstart-gve: $(STAMP)
 # threads each, plus their subprocesses' ranks, oversubscribed the 2 cores (83 tests timed by hand: 173 s vs 100 s).
 # The 25 slowest tests are listed at the end, to keep the suite within its 20 minutes on 2 cores.
 test: $(STAMP)
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --durations=25
 
 # style and error checks and formatting (ruff, configured in pyproject.toml); CI runs it before the tests
 lint: $(STAMP)

@@ -32,22 +32,6 @@ def _slurm_partition_up() -> str | None:
     return None
 
 
-# a test's rough cost by its heaviest mark (the rest count 1); a file weighs the sum of its tests
-MARK_WEIGHTS = {"slurm": 100, "distributed": 30, "slow": 20}
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The heaviest files first, each file's tests together and in their order: `make test` hands whole files
-    to its two workers (`--dist loadfile --no-loadscope-reorder`: a module's fixtures, such as the local grid's
-    four fits, are built once), and a long file handed out last would run alone at the end."""
-    weight: dict[Path, int] = {}
-    for item in items:
-        cost = max((MARK_WEIGHTS[m.name] for m in item.iter_markers() if m.name in MARK_WEIGHTS), default=1)
-        weight[item.path] = weight.get(item.path, 0) + cost
-    first_seen = {path: i for i, path in enumerate(dict.fromkeys(item.path for item in items))}
-    items.sort(key=lambda item: (-weight[item.path], first_seen[item.path]))
-
-
 @pytest.fixture(scope="session")
 def slurm_cluster() -> None:
     """A real Slurm (slurmctld + slurmd) on this machine, as `tests/launch/local_cluster.sh start` makes it.
