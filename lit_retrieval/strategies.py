@@ -21,7 +21,7 @@ On any device it fixes four things of Lightning's strategy:
   from the training loader's `batch_sampler`, which a loader of ready-made batches (GVE's,
   `batch_size=None`) lacks: then it is `logging_batch_size_per_gpu` if given, else 1;
 - ZeRO-3 evaluates a checkpoint directory (`test --ckpt_path DIR`, see `load_checkpoint`);
-- optimizer offload accepts the module's torch optimizer (`_format_config`).
+- optimizer offload accepts the module's torch optimizer (`_format_config`);
 - `validate`/`test` keep the model's own module hooks (Lightning deletes every hook before its inference
   engine; `_initialize_deepspeed_inference`).
 
@@ -181,7 +181,7 @@ class DeepSpeedStrategy(LightningDeepSpeedStrategy):
 HOOK_TABLES = ("_forward_pre_hooks", "_forward_hooks", "_state_dict_hooks", "_load_state_dict_pre_hooks")
 
 
-def is_deepspeeds(hook: Any) -> bool:
+def from_deepspeed(hook: Any) -> bool:
     """Whether a hook table's entry is a function of DeepSpeed's (a wrapped hook is unwrapped first)."""
     function = getattr(hook, "hook", hook)
     function = getattr(function, "func", function)
@@ -191,7 +191,7 @@ def is_deepspeeds(hook: Any) -> bool:
 def own_hooks(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, dict]]:
     """`(module, table, {handle id: hook})` of every hook on `model`'s modules that is not DeepSpeed's."""
     tables = ((module, name, getattr(module, name)) for module in model.modules() for name in HOOK_TABLES)
-    own = [(module, name, {k: h for k, h in table.items() if not is_deepspeeds(h)}) for module, name, table in tables]
+    own = [(module, name, {k: h for k, h in table.items() if not from_deepspeed(h)}) for module, name, table in tables]
     return [entry for entry in own if entry[2]]
 
 

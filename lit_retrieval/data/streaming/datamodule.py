@@ -38,7 +38,6 @@ from torch.utils.data import DataLoader, Dataset
 from lit_retrieval.data.batching.dataset import collate_items
 from lit_retrieval.data.batching.workers import worker_init_fn
 from lit_retrieval.data.media.normalize import CLIP_MEAN, CLIP_STD, NormalizeFrames
-import lit_retrieval.data.streaming.object_store  # noqa: F401  (s3:// chunks over plain http too)
 from lit_retrieval.data.streaming.manifest import ShardError, check_settings, is_url, read_manifest
 from lit_retrieval.data.streaming.samples import ToItem
 from lit_retrieval.errors import ConfigError, check_at_least

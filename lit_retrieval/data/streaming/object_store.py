@@ -4,8 +4,8 @@ litdata 0.2.76 fetches chunks with obstore, whose store it builds from the boto3
 credentials but with fixed client options that lack `allow_http`: an `http://` endpoint failed at the first
 chunk (`BadScheme`; obstore does not read `AWS_ALLOW_HTTP` there), while the manifest and indexes, read through
 boto3, came down. `PlainHttpS3Downloader` is litdata's S3 downloader whose obstore store also allows plain http
-where the endpoint is `http://` (everything else unchanged); importing this module registers it for `s3://`
-through litdata's `register_downloader`, in every process that unpickles a sharded dataset (loader workers too).
+where the endpoint is `http://` (everything else unchanged); importing this module (the package `__init__`
+does) registers it for `s3://` through litdata's `register_downloader`.
 """
 
 from __future__ import annotations
