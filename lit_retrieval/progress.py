@@ -194,6 +194,13 @@ class Progress:
                 self.counts[name] = self.counts.get(name, 0) + value
             self._show()
 
+    def skip(self, n: int = 1, **counts: int) -> None:
+        """`n` items accounted for without work here (another process holds them): done, but not in the rate,
+        so the ETA is that of the items this process works on."""
+        with self._lock:
+            self.start_done += n
+            self.advance(n, **counts)
+
     def track(self, items: Iterable[T]) -> Iterator[T]:
         """`items`, each counted done once the loop's body for it ends (a `continue` too)."""
         for item in items:

@@ -55,6 +55,19 @@ def test_the_line_counts_rate_and_eta_by_hand():
     assert lines[-1] == "shard 3/16: caching frames 6,250/6,250 videos (100%), done in 2 min; failed 3, in flight 4"
 
 
+def test_items_left_to_another_process_count_done_but_not_in_the_rate():
+    """A grid of 12 runs, 4 finished before; one is held by another process (skipped at once), then one
+    runs for an hour: 1/h here, so the 6 left take 6 h (counting the skipped one, 2/h and 3 h)."""
+    clock = FakeClock()
+    bar, _ = plain("grid", 12, Every(30.0), clock, completed=4, counts={"left_alone": 0})
+    with bar:
+        bar.skip(left_alone=1)
+        assert bar.line() == "grid 5/12 videos (42%); left alone 1"
+        clock.now += 3600.0
+        bar.advance()
+        assert bar.line() == "grid 6/12 videos (50%), 1/h, ETA 6 h 00 min; left alone 1"
+
+
 def test_lines_every_n_seconds_and_every_n_percent():
     clock = FakeClock()
     bar, stream = plain("detecting shots", 100, Every(30.0), clock)

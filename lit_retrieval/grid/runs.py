@@ -431,7 +431,7 @@ def run_locally(runs: list[Run], pending: list[Run], runs_dir: Path, queue: Task
                 code = execute(run_.folder(runs_dir), queue=queue)
             except OutputLocked as locked:
                 print(f"{name}: left alone, {locked}", flush=True)
-                bar.advance(left_alone=1)
+                bar.skip(left_alone=1)
                 continue
             print(f"{name}: {'done' if code == 0 else f'failed ({code})'}", flush=True)
             failures += code != 0
