@@ -11,7 +11,7 @@ from pathlib import Path
 from lit_retrieval.data.annotations import load_annotations
 from lit_retrieval.data.bad_records import RecordCollector
 from lit_retrieval.data.batching.datamodule import VideoTextDataModule
-from lit_retrieval.data.datasets.synthetic import SynthConfig, generate_corpus
+from lit_retrieval.data.datasets.synthetic import SynthConfig, generate_corpus, settings_differences
 from lit_retrieval.data.records import VideoRecord
 
 log = logging.getLogger(__name__)
@@ -39,6 +39,11 @@ class MultiEventDataModule(VideoTextDataModule):
         return self.annotation.parent
 
     def prepare_data(self) -> None:
+        differences = (
+            self.synthetic and self.annotation.exists() and settings_differences(self.annotation.parent, self.synthetic)
+        )
+        if differences:  # the annotation exists, so it is read as it is (a test corpus under a recipe's settings)
+            log.warning("%s; %s is read as it is (delete its folder to rewrite it)", differences, self.annotation)
         if self.synthetic is not None and not self.annotation.exists():
             log.info("creating the synthetic corpus in %s", self.annotation.parent)
             written = generate_corpus(self.annotation.parent, self.synthetic)

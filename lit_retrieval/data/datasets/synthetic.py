@@ -365,16 +365,37 @@ def _alternating_shots(
     return [(views[k % 2], start + a / cfg.fps, start + b / cfg.fps) for k, (a, b) in enumerate(zip(cuts, cuts[1:]))]
 
 
+SETTINGS_FILE = "synthetic.json"
+
+
+def settings_differences(folder: str | Path, cfg: SynthConfig) -> str | None:
+    """How the settings recorded in `folder`'s synthetic.json differ from `cfg` (None when they agree, or when
+    the folder records none: a corpus written before the file existed)."""
+    path = Path(folder) / SETTINGS_FILE
+    if not path.is_file():
+        return None
+    wanted, found = json.loads(json.dumps(asdict(cfg))), json.loads(path.read_text())
+    differing = sorted(k for k in wanted.keys() | found.keys() if wanted.get(k) != found.get(k))
+    shown = ", ".join(f"{k} {found.get(k)!r} there, {wanted.get(k)!r} asked" for k in differing)
+    return f"{path}: written with other settings ({shown})" if differing else None
+
+
 def generate_corpus(
     out: str | Path, cfg: SynthConfig = SynthConfig(), workers: int | None = None, progress: bool = True
 ) -> Path:
     """Write `cfg.num_videos` mp4 files and `annotations.json` / `events.json` under `out`.
 
-    Returns the annotation path. Videos already present (complete files) are not re-encoded, so an
-    interrupted run resumes.
+    Returns the annotation path. The settings go first, to `synthetic.json`: videos already present
+    (complete files) are not re-encoded, so an interrupted run resumes, and a folder written with other
+    settings is refused (the same file name holds another video under other settings, so keeping it would
+    pair one corpus's videos with another's annotations).
     """
     out = Path(out)
+    differences = settings_differences(out, cfg)
+    if differences:
+        raise ValueError(f"{differences}; write the corpus to another folder, or delete {out} to rewrite it")
     (out / "videos").mkdir(parents=True, exist_ok=True)
+    (out / SETTINGS_FILE).write_text(json.dumps(asdict(cfg), indent=1))
     rng = np.random.default_rng(cfg.seed)
     counts = rng.integers(cfg.events_per_video[0], cfg.events_per_video[1] + 1, cfg.num_videos)
     mean_occurrence = sum(cfg.occurrences) / 2

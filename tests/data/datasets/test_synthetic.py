@@ -78,3 +78,18 @@ def test_a_reversed_range_is_refused(flag, tmp_path, capsys):
         run(["--out", str(tmp_path), flag, "6", "5"])
     assert refused.value.code == 2
     assert f"{flag} MIN MAX needs 1 <= MIN <= MAX, got 6 5" in capsys.readouterr().err
+
+
+def test_a_folder_written_with_other_settings_is_refused_and_kept(tmp_path):
+    """A corpus of 3 videos (seed 1), then 4 asked into the same folder: video syn_00000 would be another
+    video under the new settings, so the second call is refused, naming the file and the difference, and
+    writes nothing."""
+    generate_corpus(tmp_path, SynthConfig(num_videos=3, seed=1), workers=1, progress=False)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "videos").iterdir()}
+    with pytest.raises(
+        ValueError, match=r"synthetic.json: written with other settings \(num_videos 3 there, 4 asked\)"
+    ):
+        generate_corpus(tmp_path, SynthConfig(num_videos=4, seed=1), workers=1, progress=False)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "videos").iterdir()} == before
+    assert json.loads((tmp_path / "synthetic.json").read_text())["num_videos"] == 3
+    generate_corpus(tmp_path, SynthConfig(num_videos=3, seed=1), workers=1, progress=False)  # same settings: resumes
