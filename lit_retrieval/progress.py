@@ -184,6 +184,7 @@ class Progress:
         self._stop = threading.Event()
         self._bar: RichProgress | None = None
         self.started: float | None = None
+        self.skipped = 0  # items another process holds (`skip`): out of the rich bar's count, so out of its speed
         self._written: tuple = ()
 
     # ------------------------------------------------------------------ counting
@@ -199,6 +200,7 @@ class Progress:
         so the ETA is that of the items this process works on."""
         with self._lock:
             self.start_done += n
+            self.skipped += n
             self.advance(n, **counts)
 
     def track(self, items: Iterable[T]) -> Iterator[T]:
@@ -267,7 +269,12 @@ class Progress:
     def _show(self) -> None:
         """The bar updated, or a line when one is due (a time or percent step passed)."""
         if self._bar is not None:
-            self._bar.update(self._task, completed=self.done, description=self.label + self._counts_text(" · "))
+            self._bar.update(
+                self._task,
+                completed=self.done - self.skipped,
+                total=self.total - self.skipped,
+                description=self.label + self._counts_text(" · "),
+            )
         elif self.mode == "lines" and self.started is not None and self._due():
             self._write()
 

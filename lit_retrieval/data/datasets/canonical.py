@@ -39,12 +39,11 @@ class MultiEventDataModule(VideoTextDataModule):
         return self.annotation.parent
 
     def prepare_data(self) -> None:
-        differences = (
-            self.synthetic and self.annotation.exists() and settings_differences(self.annotation.parent, self.synthetic)
-        )
-        if differences:  # the annotation exists, so it is read as it is (a test corpus under a recipe's settings)
-            log.warning("%s; %s is read as it is (delete its folder to rewrite it)", differences, self.annotation)
-        if self.synthetic is not None and not self.annotation.exists():
+        if self.synthetic is not None and self.annotation.exists():  # read as it is; say so if made otherwise
+            differences = settings_differences(self.annotation.parent, self.synthetic)
+            if differences:
+                log.warning("%s; %s is read as it is (delete its folder to rewrite it)", differences, self.annotation)
+        elif self.synthetic is not None:
             log.info("creating the synthetic corpus in %s", self.annotation.parent)
             written = generate_corpus(self.annotation.parent, self.synthetic)
             if written != self.annotation:
