@@ -1,7 +1,8 @@
 """Issue 39's error contract for options: a bad test-time evaluation option, a config that adds
 weights to a checkpoint's model, a missing DeepSpeed package, untyped DDP options, a zero
 accumulation and a missing GVE model directory each end as one `lit-retrieval CMD:` line with exit
-status 2 (no traceback), run as the user runs them: `lit-retrieval` in a fresh process. The CLIP
+status 2 (no traceback), run as the user runs them: `lit-retrieval` in a process of its own (forked from a warm
+interpreter with the same environment: tests/helpers/cli_server.py). The CLIP
 `config` dict's dotted flags arrive typed. The expected values are CLIPConfig's documented field
 types and the documented message, not read back from our code."""
 
@@ -10,12 +11,12 @@ from __future__ import annotations
 import ast
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from helpers.cli_server import run_cli
 from helpers.fit_configs import clean_launch_env, clip_fit_config
 from lit_retrieval.errors import ConfigError
 from lit_retrieval.models.encoders.clip import typed_clip_config
@@ -38,14 +39,7 @@ TINY_CONFIG = {  # a CLIP built from its config alone (no weights file): 1 visio
 
 
 def cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "lit_retrieval", *args],
-        cwd=cwd,
-        env=env or clean_launch_env(str(ROOT / "tests")),
-        capture_output=True,
-        text=True,
-        timeout=420,
-    )
+    return run_cli(list(args), cwd, env or clean_launch_env(str(ROOT / "tests")), timeout=420)
 
 
 def one_error_line(out: subprocess.CompletedProcess, command: str) -> str:

@@ -1,13 +1,13 @@
 """Test-time options win over the checkpoint's: `lit-retrieval validate/test --ckpt_path` builds the
 model from the trained config, then applies the user's `--config` files and `--model...` flags in the
 order given (issue: LightningCLI re-parsed the checkpoint's hyper-parameters over them, silently).
-Every case runs the real CLI in a subprocess, as the README and docs/sali.md print the commands."""
+Every case runs the real CLI in a process of its own, as the README and docs/sali.md print the commands
+(forked from a warm interpreter: tests/helpers/cli_server.py)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from lit_retrieval.data.datasets.synthetic import SynthConfig, generate_corpus
+from helpers.cli_server import run_cli
 from helpers.doc_commands import documented_command
 from helpers.fit_configs import clean_launch_env, clip_fit_config
 
@@ -23,14 +24,7 @@ QUIET = {"enable_progress_bar": False, "enable_model_summary": False, "num_sanit
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "lit_retrieval", *args],
-        cwd=cwd,
-        env=clean_launch_env(str(ROOT / "tests")),
-        capture_output=True,
-        text=True,
-        timeout=420,
-    )
+    return run_cli(list(args), cwd, clean_launch_env(str(ROOT / "tests")), timeout=420)
 
 
 def fit(config: dict, folder: Path) -> Path:

@@ -12,6 +12,7 @@ import pytest
 import torch
 import yaml
 
+from helpers.cli_server import run_cli
 from helpers.gve_fit_configs import write_config
 from lit_retrieval.callbacks.modality_pyramid import cap_passes, curriculum_sigma, expected_passes, task_probabilities
 from lit_retrieval.data.batching.samplers import TaskBatchSampler, default_steps
@@ -190,8 +191,6 @@ def test_two_process_ddp_fit_shares_tasks_splits_samples_and_agrees(tmp_path, ti
     same task with different pairs, cross-device negatives and the curriculum probe agree, and both
     ranks compute the same validation metrics."""
     import os
-    import subprocess
-    import sys
 
     from helpers.fit_configs import clean_launch_env
 
@@ -205,14 +204,7 @@ def test_two_process_ddp_fit_shares_tasks_splits_samples_and_agrees(tmp_path, ti
     config.write_text(yaml.safe_dump(raw))
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = clean_launch_env(os.path.join(root, "tests"))
-    done = subprocess.run(
-        [sys.executable, "-m", "lit_retrieval", "fit", "--config", str(config)],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = run_cli(["fit", "--config", str(config)], root, env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     ranks = [json.loads((tmp_path / "record" / f"rank{r}.json").read_text()) for r in range(2)]
     assert len(ranks[0]["batches"]) == len(ranks[1]["batches"]) == 6

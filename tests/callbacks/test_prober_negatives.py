@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from helpers.cli_server import run_cli
 from helpers.brute_force_negatives import NEGATIVES
 from lit_retrieval.cli import main
 from lit_retrieval.data import MultiTaskDataModule
@@ -99,8 +100,6 @@ def test_two_process_ddp_mining_equals_the_brute_force_on_every_rank(tmp_path, t
     """Under DDP (2 CPU processes, gloo) each rank embeds a share of the queries and candidates and the
     shares are gathered: every rank ends up with the brute-force negatives of the whole task."""
     import os
-    import subprocess
-    import sys
 
     from helpers.fit_configs import clean_launch_env
 
@@ -111,14 +110,7 @@ def test_two_process_ddp_mining_equals_the_brute_force_on_every_rank(tmp_path, t
     raw["data"]["init_args"]["tasks"][0]["batch_size"] = 2
     (tmp_path / "gve.yaml").write_text(yaml.safe_dump(raw))
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    done = subprocess.run(
-        [sys.executable, "-m", "lit_retrieval", "fit", "--config", config],
-        cwd=root,
-        env=clean_launch_env(os.path.join(root, "tests")),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = run_cli(["fit", "--config", config], root, clean_launch_env(os.path.join(root, "tests")), timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert sorted((tmp_path / "checked.txt").read_text().split()) == ["0:0", "0:1", "1:0", "1:1"]
 

@@ -6,14 +6,13 @@ module skips the importing test module where DeepSpeed is not installed."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 
+from helpers.cli_server import run_cli
 from helpers.fit_configs import clean_launch_env
 
 pytest.importorskip("deepspeed")
@@ -31,18 +30,10 @@ def strategy(name: str) -> list[str]:
 
 
 def cli(*args: str, ranks: int = 2) -> None:
-    """`lit-retrieval ARGS` in a subprocess on `ranks` CPU processes."""
+    """`lit-retrieval ARGS` on `ranks` CPU processes (rank 0 forked from a warm interpreter: helpers.cli_server)."""
     env = {**clean_launch_env(str(ROOT / "tests")), "DS_ACCELERATOR": "cpu"}
-    done = subprocess.run(
-        [sys.executable, "-m", "lit_retrieval", *args, "--trainer.devices", str(ranks)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout[-5000:]
+    done = run_cli([*args, "--trainer.devices", str(ranks)], ROOT, env, timeout=300)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
 
 
 def convert(directory: Path, out: Path) -> dict[str, torch.Tensor]:

@@ -5,13 +5,12 @@ of them undecodable), each rank's metrics recorded."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import lightning as L
 import yaml
 
+from helpers.cli_server import run_cli
 from helpers.fit_configs import clean_launch_env, clip_fit_config
 from lit_retrieval.callbacks.metrics_report import MetricsReport
 
@@ -70,14 +69,7 @@ def test_metrics(
     )
     path = tmp_path / f"test{devices}.yaml"
     path.write_text(yaml.safe_dump(config))
-    done = subprocess.run(
-        [sys.executable, "-m", "lit_retrieval", "test", "--config", str(path)],
-        cwd=ROOT,
-        env=clean_launch_env(str(ROOT / "tests")),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    done = run_cli(["test", "--config", str(path)], ROOT, clean_launch_env(str(ROOT / "tests")), timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(devices)]
 

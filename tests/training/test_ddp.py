@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from helpers.cli_server import run_cli
 from helpers.fit_configs import clean_launch_env, clip_fit_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,14 +43,7 @@ def test_dual_encoder_ddp_fit_with_mea_and_cross_device_negatives(tmp_path, tiny
     path = tmp_path / "fit.yaml"
     path.write_text(yaml.safe_dump(config))
     env = clean_launch_env(str(ROOT / "tests"))
-    done = subprocess.run(
-        [sys.executable, "-m", "lit_retrieval", "fit", "--config", str(path)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = run_cli(["fit", "--config", str(path)], ROOT, env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     ranks = [json.loads((record / f"rank{r}.json").read_text()) for r in range(2)]
     steps = [[row for row in rank["batches"]] for rank in ranks]

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from helpers.cli_server import run_cli
 from helpers.fit_configs import clean_launch_env
 
 pytest.importorskip("deepspeed")
@@ -42,15 +42,7 @@ def header_commands(config: Path) -> list[list[str]]:
 
 def lit_retrieval(args: list[str], cwd: Path, timeout: int = 400) -> subprocess.CompletedProcess:
     env = {**clean_launch_env(str(ROOT / "tests")), "DS_ACCELERATOR": "cpu"}
-    return subprocess.run(
-        [sys.executable, "-m", "lit_retrieval", *args],
-        cwd=cwd,
-        env=env,
-        text=True,
-        timeout=timeout,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    return run_cli(args, cwd, env, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +53,7 @@ def prepared(tmp_path_factory) -> Path:
     assert fit[1:] == ["fit", "--config", "configs/gve/tiny_cpu.yaml"], fit
     for command in prepare:
         done = lit_retrieval(command[1:], folder)
-        assert done.returncode == 0, (command, done.stdout[-3000:])
+        assert done.returncode == 0, (command, done.stderr[-3000:])
     return folder
 
 
@@ -78,7 +70,7 @@ def test_gve_fits_under_each_shipped_deepspeed_config_as_launched(prepared, stra
     run = workspace(prepared, tmp_path)
     configs = ["--config", str(GVE_CONFIG), "--config", str(ROOT / "configs" / "strategy" / f"{strategy}.yaml")]
     done = lit_retrieval(["fit", *configs, "--trainer.devices", "2", *SHORT], run)
-    assert done.returncode == 0, done.stdout[-6000:]
+    assert done.returncode == 0, done.stderr[-6000:]
     folder = run / "runs" / "gve_tiny"
     columns = (folder / "logs" / "fit" / "metrics.csv").read_text().splitlines()[0].split(",")
     for task in ("syn_t2v", "syn_i2v"):  # both validation tasks, and the curriculum's log

@@ -12,6 +12,7 @@ import pytest
 import torch
 import yaml
 
+from helpers.cli_server import run_cli
 from helpers.fit_configs import clip_fit_config
 from lit_retrieval.cli import main
 
@@ -101,8 +102,6 @@ def test_two_cpu_ranks_train_the_cached_fit_as_the_plain_one(strategy, tmp_path,
     """Lightning's DDP (gloo, 2 ranks) and the real DeepSpeed engine (ZeRO-2 on DeepSpeed's CPU
     accelerator; tests/training/test_deepspeed.py's lane), with MEA and cross-device negatives: the bucketed
     all-reduce and ZeRO's gradient partitioning see one backward per step, as without caching."""
-    import subprocess
-    import sys
 
     from helpers.fit_configs import clean_launch_env
 
@@ -126,14 +125,7 @@ def test_two_cpu_ranks_train_the_cached_fit_as_the_plain_one(strategy, tmp_path,
         config = clip_fit_config(tiny_clip, corpus, trainer=trainer, model=model, data={"num_workers": 0})
         run.mkdir(parents=True)
         (run / "fit.yaml").write_text(yaml.safe_dump(config))
-        done = subprocess.run(
-            [sys.executable, "-m", "lit_retrieval", "fit", "--config", str(run / "fit.yaml"), *launch],
-            cwd=root,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        done = run_cli(["fit", "--config", str(run / "fit.yaml"), *launch], root, env, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
         found[name] = converted_weights(run / "checkpoints" / "last.ckpt", tmp_path / f"{name}.ckpt")
     assert_same_weights(found["cached"], found["plain"], atol=STRATEGY_ATOL[strategy])

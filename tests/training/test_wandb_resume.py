@@ -15,6 +15,7 @@ import pytest
 import torch
 import yaml
 
+from helpers.cli_server import run_cli
 from helpers.fit_configs import clip_fit_config
 
 if importlib.util.find_spec("wandb") is None:
@@ -27,16 +28,11 @@ from lightning.pytorch.loggers import WandbLogger  # noqa: E402
 from lit_retrieval.callbacks.resume_checkpoint import check_configured_wandb_ids, continue_wandb_runs  # noqa: E402
 from lit_retrieval.errors import ConfigError  # noqa: E402
 
+WANDB_OFFLINE_ENV = {**os.environ, "WANDB_SILENT": "true", "WANDB_MODE": "offline"}
+
 
 def fit(config: Path, *args: str) -> None:
-    env = {**os.environ, "WANDB_SILENT": "true", "WANDB_MODE": "offline"}
-    done = subprocess.run(
-        [sys.executable, "-m", "lit_retrieval", "fit", "--config", str(config), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = run_cli(["fit", "--config", str(config), *args], Path.cwd(), WANDB_OFFLINE_ENV, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
 
 
@@ -148,14 +144,7 @@ def test_fit_with_a_refused_wandb_id_is_one_line_exit_2(tmp_path, tiny_clip, cor
     }
     config = tmp_path / "fit.yaml"
     config.write_text(yaml.safe_dump(clip_fit_config(tiny_clip, corpus, trainer)))
-    env = {**os.environ, "WANDB_SILENT": "true", "WANDB_MODE": "offline"}
-    done = subprocess.run(
-        [sys.executable, "-m", "lit_retrieval", "fit", "--config", str(config)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = run_cli(["fit", "--config", str(config)], Path.cwd(), WANDB_OFFLINE_ENV, timeout=600)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert done.stderr.strip().splitlines()[-1].startswith("lit-retrieval fit: ") and "'bad/id?'" in done.stderr
     assert not (tmp_path / "wb" / "wandb").exists()  # wandb.init never ran

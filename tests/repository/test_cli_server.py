@@ -1,0 +1,112 @@
+"""The tests' fork server (`tests/helpers/cli_server.py`) against the reference it stands in for: a fresh
+`python -m lit_retrieval` process given the same arguments, working directory and environment."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from helpers.cli_server import run_cli
+from helpers.fit_configs import clean_launch_env, clip_fit_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_forked_command_answers_as_a_fresh_interpreter(tmp_path):
+    """Exit status, stdout and stderr are a fresh process's, byte for byte: a printed config (relative path,
+    read from the working directory), a refused config (one error line, status 2), a missing file."""
+    env = clean_launch_env(str(ROOT / "tests"))
+    (tmp_path / "configs").mkdir()
+    text = (ROOT / "configs" / "quickstart.yaml").read_text()
+    (tmp_path / "configs" / "quick.yaml").write_text(text)
+    (tmp_path / "bad.yaml").write_text(text.replace("batch_size: 32", "batchsize: 32"))
+    commands = [
+        ["fit", "--config", "configs/quick.yaml", "--print_config"],
+        ["fit", "--config", "bad.yaml", "--print_config"],
+        ["metrics", "nope.npy"],
+    ]
+    for args in commands:
+        forked = run_cli(args, tmp_path, env)
+        fresh = subprocess.run(
+            [sys.executable, "-m", "lit_retrieval", *args], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+        assert (forked.returncode, forked.stdout, forked.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
+    assert [run_cli(args, tmp_path, env).returncode for args in commands] == [0, 2, 2]
+
+
+def test_relative_outputs_land_in_the_working_directory_and_the_environment_is_the_callers(tmp_path):
+    """`synth --out corpus` writes under the request's directory; an environment variable the command reads at
+    run time (LIT_RETRIEVAL_DEBUG: the traceback instead of one line) is the request's."""
+    env = {k: v for k, v in os.environ.items() if k != "LIT_RETRIEVAL_DEBUG"}
+    synth = ["synth", "--out", "corpus", "--num-videos", "2", "--occurrences", "1", "2", "--seed", "1"]
+    done = run_cli(synth, tmp_path, env)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in (tmp_path / "corpus" / "videos").iterdir()) == ["syn_00000.mp4", "syn_00001.mp4"]
+    plain = run_cli(["metrics", "nope.npy"], tmp_path, env)
+    debug = run_cli(["metrics", "nope.npy"], tmp_path, {**env, "LIT_RETRIEVAL_DEBUG": "1"})
+    assert "Traceback" not in plain.stderr and plain.stderr.strip().startswith("lit-retrieval metrics: ")
+    assert "Traceback" in debug.stderr and "FileNotFoundError" in debug.stderr
+
+
+def _processes_in(folder: Path) -> list[int]:
+    """Pids of the processes whose working directory is `folder` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if Path(os.readlink(entry / "cwd")) == folder:
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def test_a_command_past_its_timeout_is_killed_with_its_workers_and_the_server_serves_on(tiny_clip, corpus, tmp_path):
+    """A fit paused after its first step (`PauseAtStep`, with 2 DataLoader workers) outlives its 20 s: the
+    caller gets `subprocess.TimeoutExpired`, no process is left in the run's folder, and the next command runs."""
+    run = tmp_path / "run"
+    run.mkdir()
+    marker = tmp_path / "paused"
+    pause = {"class_path": "helpers.interrupt_callbacks.PauseAtStep", "init_args": {"step": 1, "marker": str(marker)}}
+    trainer = {"max_steps": 3, "logger": False, "enable_checkpointing": False, "callbacks": [pause]}
+    config = clip_fit_config(tiny_clip, corpus, trainer, data={"num_workers": 2})
+    (run / "fit.yaml").write_text(yaml.safe_dump(config))
+    env = clean_launch_env(str(ROOT / "tests"))
+    assert run_cli(["metrics", "nope.npy"], run, env).returncode == 2  # the server is up: the 20 s are the fit's
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_cli(["fit", "--config", "fit.yaml"], run, env, timeout=20)
+    assert marker.read_text() == "1"  # it was in its pause, not still starting
+    assert _processes_in(run) == []
+    assert run_cli(["metrics", "nope.npy"], run, env).returncode == 2
+
+
+def _servers_of_this_process() -> set[int]:
+    """Pids of this process's children that run the fork server (from /proc)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == os.getpid():
+                if b"cli_server.py" in (entry / "cmdline").read_bytes():
+                    found.add(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_servers_are_shared_across_tests_and_at_most_two_stay_up(tmp_path):
+    """Requests that differ only in pytest's per-test variable share one server; a third environment stops the
+    least recently used server (its process ends), so a long suite holds at most two of them (0.5 GB each)."""
+    base = clean_launch_env(str(ROOT / "tests"))
+    for test in ("a", "b"):
+        assert run_cli(["metrics", "nope.npy"], tmp_path, {**base, "PYTEST_CURRENT_TEST": test}).returncode == 2
+    shared = _servers_of_this_process()
+    for marker in ("1", "2"):
+        assert run_cli(["metrics", "nope.npy"], tmp_path, {**base, "LIT_RETRIEVAL_SERVER_TEST": marker}).returncode == 2
+    after = _servers_of_this_process()
+    assert len(shared) <= 2 and len(after) == 2
+    assert len(after - shared) == 2  # both new environments got a server; the two before them ended
