@@ -32,7 +32,7 @@ PRELOAD = ("lightning.pytorch", "torchmetrics", "transformers", "lit_retrieval.r
 # Variables that change from test to test but that no import reads: a server serves every value of them (each
 # child still gets the request's own value).
 PER_REQUEST = frozenset({"PYTEST_CURRENT_TEST"})
-MAX_SERVERS = 2  # each holds about 0.5 GB: the least recently used one stops when a third environment comes
+MAX_SERVERS = 2  # each holds 0.5-0.9 GB resident: the least recently used stops when a third environment comes
 _servers: dict[frozenset, subprocess.Popen] = {}
 
 

@@ -100,7 +100,7 @@ def _servers_of_this_process() -> set[int]:
 
 def test_servers_are_shared_across_tests_and_at_most_two_stay_up(tmp_path):
     """Requests that differ only in pytest's per-test variable share one server; a third environment stops the
-    least recently used server (its process ends), so a long suite holds at most two of them (0.5 GB each)."""
+    least recently used server (its process ends), so a long suite holds at most two of them (0.5-0.9 GB each)."""
     base = clean_launch_env(str(ROOT / "tests"))
     for test in ("a", "b"):
         assert run_cli(["metrics", "nope.npy"], tmp_path, {**base, "PYTEST_CURRENT_TEST": test}).returncode == 2
