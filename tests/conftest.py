@@ -25,6 +25,25 @@ SMALL = SynthConfig(num_videos=24, seed=3)
 SLURM_START = "bash tests/launch/local_cluster.sh start"
 
 
+def _start_rank(item: pytest.Item) -> int:
+    """0 for the two-node cluster's tests, 1 for the other real-Slurm tests, 2 for the rest."""
+    group = item.get_closest_marker("xdist_group")
+    if group is not None and group.args == ("multinode",):
+        return 0
+    return 1 if item.get_closest_marker("slurm") else 2
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The real-Slurm tests first, the two-node cluster's before the others, each group in collected order.
+
+    `make test` runs `--dist worksteal`: each worker starts with a contiguous third of this order and idle workers
+    steal from the end of another's queue, so the first worker keeps the Slurm tests. They spend minutes waiting on
+    the scheduler (the two-node tests one at a time under `cluster_turn`, a requeued job's 2-minute hold), which the
+    other workers' tests fill; collected last, they ran at the end with the CPUs idle (docs/benchmarks.md).
+    """
+    items.sort(key=_start_rank)
+
+
 def _slurm_partition_up() -> str | None:
     """None when a real Slurm takes jobs here, else why not."""
     if shutil.which("sinfo") is None or shutil.which("sbatch") is None:

@@ -3,12 +3,15 @@
 A fresh `python -m lit_retrieval fit|test|validate` spends about 6 s of CPU importing Lightning, torchmetrics and
 transformers (about 8 s of CPU in all, measured from the suite's processes), and a test's tiny command runs in a
 second or two after that. The server (this file run as a script) imports them once; for each command it forks a
-child that is a real process of its own: its own pid and session, working directory, environment, stdin
+child that is a real process of its own: its own pid and process group, working directory, environment, stdin
 (/dev/null), stdout and stderr (files the caller reads), and exit status, running `lit_retrieval.cli.main` as
-`python -m lit_retrieval` does (`__main__` is `lit_retrieval.__main__`, so a DDP launch starts its other ranks as
-`python -m lit_retrieval.__main__ ...`, fresh interpreters, exactly as from a console; sys.path[0] is the working
-directory; atexit handlers run at the end). Only the imports are shared, so one server serves one environment: a
-request with another environment gets its own server (modules read variables such as HF_HUB_OFFLINE at import).
+`python -m lit_retrieval` does (`__main__` is `lit_retrieval.__main__`; sys.path[0] is the working directory;
+atexit handlers run at the end). A DDP or DeepSpeed launch asks for its other ranks as a console's does
+(`python -m lit_retrieval.__main__ ARGV` with LOCAL_RANK set, through Lightning's launcher); the child hands that
+request to the server over a socket, with its stdin, stdout and stderr, and the server forks the rank into the
+child's process group (killing the group ends every rank, as a console's Ctrl-C or a scheduler does). Only the
+imports are shared, so one server serves one environment: a request with another environment gets its own server
+(modules read variables such as HF_HUB_OFFLINE at import).
 
 Use `run_cli` for the trainer commands (and `convert-checkpoint`): the other commands import little and start in
 under a second. Tests whose subject is the process itself stay on a fresh interpreter: signals and their
@@ -18,6 +21,7 @@ handlers, what a command imports, the installed console scripts, sbatch template
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import select
@@ -34,6 +38,7 @@ PRELOAD = ("lightning.pytorch", "torchmetrics", "transformers", "lit_retrieval.r
 PER_REQUEST = frozenset({"PYTEST_CURRENT_TEST"})
 MAX_SERVERS = 2  # each holds 0.5-0.9 GB resident: the least recently used stops when a third environment comes
 _servers: dict[frozenset, subprocess.Popen] = {}
+_rank_socket = ""  # the server's socket for DDP ranks (set in the server; its children inherit it)
 
 
 def run_cli(
@@ -94,9 +99,10 @@ def _stop_servers() -> None:
 
 
 def _serve() -> None:
-    """Import once, then fork a child per request line on stdin (its pid to the request's file) and answer
-    its exit status, one line per request."""
+    """Import once, then fork a child per request: a command per line on stdin (its pid to the request's file,
+    its exit status answered as one line when it ends) and a DDP rank per connection on the ranks' socket."""
     import importlib
+    import shutil
 
     for name in PRELOAD:
         importlib.import_module(name)
@@ -105,25 +111,147 @@ def _serve() -> None:
     # handlers, as they do for every DataLoader worker Lightning forks.
     if threading.active_count() != 1:
         raise SystemExit(f"fork server: the imports started Python threads ({threading.enumerate()}): not forking")
-    for line in sys.stdin:
-        request = json.loads(line)
-        pid = os.fork()
-        if pid == 0:
-            _child(request)
-        Path(request["pid"]).write_text(str(pid))
-        _, status = os.waitpid(pid, 0)
-        print(os.waitstatus_to_exitcode(status), flush=True)
+    # the socket's folder: not a TemporaryDirectory, whose clean-up (an atexit finaliser) every child would run
+    scratch = tempfile.mkdtemp(prefix="lit-cli-server-")
+    try:
+        _serve_requests(os.path.join(scratch, "ranks"))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _child(request: dict) -> None:
-    """Become the command's process (as `python -m lit_retrieval ARGV` in `cwd`) and exit with its status."""
+def _serve_requests(rank_socket: str) -> None:
+    """The server's loop, until its input ends: requests on stdin and on `rank_socket`, and the exit status of
+    each child it forked answered to whoever asked for it."""
+    import selectors
+    import socket
+
+    global _rank_socket
+    _rank_socket = rank_socket
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(rank_socket)
+    listener.listen()
+    events = selectors.DefaultSelector()
+    events.register(sys.stdin, selectors.EVENT_READ)
+    events.register(listener, selectors.EVENT_READ)
+    waiting: dict[int, socket.socket | None] = {}  # child pid -> the rank's connection (None: a command's child)
+    while True:
+        for key, _ in events.select(timeout=0.05):
+            if key.fileobj is sys.stdin:
+                line = sys.stdin.readline()
+                if not line:  # the caller stopped the server: children still running carry on, as orphans
+                    return
+                request = json.loads(line)
+                pid = _fork(request, closing=[listener, *filter(None, waiting.values())])
+                Path(request["pid"]).write_text(str(pid))
+                waiting[pid] = None
+            else:
+                connection, _ = listener.accept()
+                request, fds = _rank_request(connection)
+                pid = _fork(request, closing=[listener, connection, *filter(None, waiting.values())], stdio=fds)
+                for fd in fds:
+                    os.close(fd)
+                connection.sendall(f"{pid}\n".encode())
+                waiting[pid] = connection
+        while waiting and (ended := os.waitpid(-1, os.WNOHANG))[0]:
+            connection, code = waiting.pop(ended[0]), os.waitstatus_to_exitcode(ended[1])
+            if connection is None:
+                print(code, flush=True)
+                continue
+            with contextlib.suppress(OSError), connection:  # the rank's launcher may have ended first
+                connection.sendall(f"{code}\n".encode())
+
+
+def _rank_request(connection) -> tuple[dict, list[int]]:
+    """A rank's request (a JSON line) and the stdin, stdout and stderr its launcher passed along with it."""
+    import socket
+
+    data, fds, _, _ = socket.recv_fds(connection, 1 << 16, 3)
+    while not data.endswith(b"\n"):
+        data += connection.recv(1 << 16)
+    return json.loads(data), fds
+
+
+def _fork(request: dict, closing: list, stdio: list[int] | None = None) -> int:
+    pid = os.fork()
+    if pid == 0:
+        for held in closing:  # the server's sockets: a child holding them would keep a rank's answer open
+            held.close()
+        _child(request, stdio)
+    return pid
+
+
+class _ForkedRank:
+    """`subprocess.Popen` as Lightning's DDP launcher uses it, for a rank the server forked: `pid`, `returncode`,
+    `poll`, `wait`, `send_signal`, `terminate`, `kill` (its exit status comes over the request's connection)."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: str | None) -> None:
+        import socket
+
+        self._connection = socket.socket(socket.AF_UNIX)
+        self._connection.connect(_rank_socket)
+        request = {"argv": argv, "cwd": cwd or os.getcwd(), "env": env, "pgid": os.getpgid(0)}
+        socket.send_fds(self._connection, [json.dumps(request).encode() + b"\n"], [0, 1, 2])
+        self._received = b""
+        self.pid = int(self._line(None))
+        self.returncode: int | None = None
+
+    def _line(self, timeout: float | None) -> str | None:
+        """The server's next answer line, or None if none came within `timeout` seconds."""
+        while b"\n" not in self._received:
+            if not select.select([self._connection], [], [], timeout)[0]:
+                return None
+            self._received += self._connection.recv(64)
+        line, self._received = self._received.split(b"\n", 1)
+        return line.decode()
+
+    def poll(self) -> int | None:
+        if self.returncode is None and (line := self._line(0)) is not None:
+            self.returncode = int(line)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            if (line := self._line(timeout)) is None:
+                raise subprocess.TimeoutExpired(f"rank {self.pid}", timeout)
+            self.returncode = int(line)
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signum)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def _launch_rank(command: list[str], env: dict[str, str] | None = None, cwd: str | None = None):
+    """Lightning's `subprocess.Popen(command, env=..., cwd=...)` for another rank: forked by the server when the
+    command is this entry point's (`python -m lit_retrieval.__main__ ARGV`), else a real subprocess."""
+    entry = [sys.executable, "-m", "lit_retrieval.__main__"]
+    if command[:3] != entry or env is None:
+        return subprocess.Popen(command, env=env, cwd=cwd)
+    return _ForkedRank(command[3:], env, cwd)
+
+
+def _child(request: dict, stdio: list[int] | None = None) -> None:
+    """Become the command's process (as `python -m lit_retrieval ARGV` in `cwd`) and exit with its status: a
+    process group of its own, or a rank's launcher's group (`pgid`), so that killing the group ends every rank."""
     import logging
     import traceback
+    from types import SimpleNamespace
 
-    os.setsid()
-    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-    for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
-        os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
+    from lightning.pytorch.strategies.launchers import subprocess_script
+
+    os.setpgid(0, request.get("pgid", 0))
+    if stdio is None:
+        stdio = [os.open(os.devnull, os.O_RDONLY)]
+        stdio += [os.open(request[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644) for name in ("stdout", "stderr")]
+    for fd, source in enumerate(stdio):
+        os.dup2(source, fd)
+        os.close(source)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
@@ -131,6 +259,7 @@ def _child(request: dict) -> None:
     from lit_retrieval.cli import main
 
     sys.modules["__main__"] = entry  # Lightning's DDP launcher re-runs `-m <__main__.__spec__.name> argv[1:]`
+    subprocess_script.subprocess = SimpleNamespace(Popen=_launch_rank)  # ... through `_launch_rank`
     sys.argv = [entry.__file__, *request["argv"]]
     sys.path[0] = request["cwd"]
     code = 0

@@ -9,10 +9,10 @@ import os
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 from lit_retrieval.losses.contrastive import MultimodalInfoNCE
+from helpers.forked_ranks import run_ranks
 
 
 def hand_loss(q, t, n, tau, shared=False, keys=None):
@@ -109,7 +109,7 @@ def _worker(rank: int, world: int, init: str, out_dir: str, hard: str) -> None:
 @pytest.mark.parametrize("hard", ["own", "shared"])
 def test_cross_device_negatives_give_the_full_batch_gradient(tmp_path, hard):
     init = f"file://{tmp_path / 'rendezvous'}"
-    mp.spawn(_worker, args=(2, init, str(tmp_path), hard), nprocs=2, join=True)
+    run_ranks(_worker, (2, init, str(tmp_path), hard))
     model = _encoder()
     full = _run(model, *_batch(), hard)
     for rank in range(2):
@@ -183,7 +183,7 @@ def _dual_worker(rank: int, world: int, init: str, out_dir: str, tiny_clip: str,
 def test_dual_encoder_cross_device_contrastive_and_mea_match_one_process(tmp_path, tiny_clip, loss):
     """InfoNCE or SigLIP's sigmoid loss (its bias's gradient too) with MEA over 2 ranks' global batch."""
     init = f"file://{tmp_path / 'rendezvous'}"
-    mp.spawn(_dual_worker, args=(2, init, str(tmp_path), str(tiny_clip), loss), nprocs=2, join=True)
+    run_ranks(_dual_worker, (2, init, str(tmp_path), str(tiny_clip), loss))
     module = _dual_encoder(str(tiny_clip), loss)
     out = module.training_step(_video_batch(list(range(8))), 0)
     out["loss"].backward()

@@ -9,12 +9,12 @@ import os
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch._C._profiler import _EventType
 from torch.profiler import ProfilerActivity, profile
 
 from lit_retrieval.metrics.ranking import retrieval_metrics, text_to_video_ranks
 from lit_retrieval.metrics.retrieval import blockwise_metrics
+from helpers.forked_ranks import run_ranks
 
 
 def blocks_of(scores: torch.Tensor, rows: int, calls: list[int]):
@@ -121,7 +121,7 @@ def _rank_worker(rank: int, init: str, out_dir: str) -> None:
 def test_two_ranks_merge_to_the_full_matrix_metrics(tmp_path):
     """Each rank scores its own rows (one repeating two of the other's); both report the metrics of
     the whole matrix, from O(queries + videos) values exchanged."""
-    mp.spawn(_rank_worker, args=(f"file://{tmp_path / 'rendezvous'}", str(tmp_path)), nprocs=2, join=True)
+    run_ranks(_rank_worker, (f"file://{tmp_path / 'rendezvous'}", str(tmp_path)))
     scores, targets = shared_scores()
     expected = retrieval_metrics(scores, targets, "average")
     full_ranks = text_to_video_ranks(scores, targets, "average")

@@ -12,11 +12,11 @@ import os
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from lit_retrieval.models.encoders import CLIPEncoder
 from lit_retrieval.models.heads import MeanPHead
 from lit_retrieval.modules import DualEncoderRetrieval
+from helpers.forked_ranks import run_ranks
 
 EVENTS = [["a red circle moves right", "it stops"], ["a blue square turns"], ["a green star", "falls down"]]
 
@@ -62,7 +62,7 @@ def _worker(rank: int, world: int, init: str, tiny_clip: str, out: str) -> None:
 @pytest.mark.distributed
 def test_one_pair_per_rank_trains_under_cross_device_and_every_rank_skips_together(tmp_path, tiny_clip):
     init = f"file://{tmp_path / 'rendezvous'}"
-    mp.spawn(_worker, args=(2, init, str(tiny_clip), str(tmp_path)), nprocs=2, join=True)
+    run_ranks(_worker, (2, init, str(tiny_clip), str(tmp_path)))
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     whole = step_loss(module(str(tiny_clip), cross_device=False), [0, 1])  # one process holding both pairs
     for results in ranks:

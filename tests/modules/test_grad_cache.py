@@ -21,7 +21,6 @@ import pytest
 import torch
 import yaml
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from PIL import Image
 
 from lit_retrieval.data.items import MediaItem
@@ -47,6 +46,7 @@ from lit_retrieval.modules import grad_cache as grad_cache_module
 from lit_retrieval.modules.grad_cache import GradCacheConfig
 from helpers.media import write_noise_video
 from helpers.gve_embedder import SMALL
+from helpers.forked_ranks import run_ranks
 
 GRAD_REL, GRAD_ABS, LOSS_REL = 5e-5, 1e-6, 1e-6
 
@@ -357,7 +357,7 @@ def _rank_worker(rank: int, world: int, init: str, out_dir: str, model: str, med
 def assert_two_ranks_give(tmp_path, model: str, media: dict | None, want, stat: str) -> None:
     """Runs `_rank_worker` on 2 gloo ranks: each rank's loss, `stat` and averaged gradients equal `want`."""
     init = f"file://{tmp_path / 'rendezvous'}"
-    mp.spawn(_rank_worker, args=(2, init, str(tmp_path), model, media), nprocs=2, join=True)
+    run_ranks(_rank_worker, (2, init, str(tmp_path), model, media))
     for rank in range(2):
         values, grads = torch.load(tmp_path / f"rank{rank}.pt")
         assert values["loss_value"] == pytest.approx(want[0]["loss_value"], rel=1e-5)

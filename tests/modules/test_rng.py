@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from helpers.fake_cuda import FakeCuda
 
 from lit_retrieval.models.encoders import CLIPEncoder
@@ -20,6 +19,7 @@ from lit_retrieval.models.heads import MeanPHead
 from lit_retrieval.modules import DualEncoderRetrieval, EmbedderConfig, GVERetrieval
 from lit_retrieval.modules.rng import rng_states, set_rng_states
 from lit_retrieval.search.loading import load_checkpoint_weights
+from helpers.forked_ranks import run_ranks
 
 
 def legacy_states_of_an_8_gpu_task(monkeypatch) -> dict:
@@ -83,7 +83,7 @@ def _per_rank_worker(rank: int, world: int, init: str, out: str) -> None:
 
 @pytest.mark.distributed
 def test_each_rank_saves_and_restores_its_own_device_and_cpu_states(tmp_path):
-    mp.spawn(_per_rank_worker, args=(2, f"file://{tmp_path / 'rendezvous'}", str(tmp_path)), nprocs=2, join=True)
+    run_ranks(_per_rank_worker, (2, f"file://{tmp_path / 'rendezvous'}", str(tmp_path)))
     results = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
     assert results[0]["saved"]["world_size"] == 2
     for rank, result in enumerate(results):

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from helpers.cli_server import run_cli
@@ -64,6 +66,38 @@ def _processes_in(folder: Path) -> list[int]:
             except OSError:
                 continue
     return found
+
+
+def test_a_ddp_fits_other_rank_is_forked_with_the_command_a_console_launch_gives_it(tiny_clip, corpus, tmp_path):
+    """Lightning's launcher asks for rank 1 as `python -m lit_retrieval.__main__ ARGV` with LOCAL_RANK=1; the
+    server forks it (a sibling of rank 0, not its exec'd child) in rank 0's process group and directory, with
+    rank 0's arguments, entry module and launch variables: the 2-rank fit trains its steps and exits 0."""
+    record = tmp_path / "ranks"
+    callback = {"class_path": "helpers.process_callbacks.RecordProcess", "init_args": {"out": str(record)}}
+    trainer = {"devices": 2, "strategy": "ddp", "max_steps": 2, "logger": False, "callbacks": [callback]}
+    (tmp_path / "fit.yaml").write_text(yaml.safe_dump(clip_fit_config(tiny_clip, corpus, trainer)))
+    done = run_cli(["fit", "--config", "fit.yaml"], tmp_path, clean_launch_env(str(ROOT / "tests")))
+    assert done.returncode == 0, done.stderr[-3000:]
+    rank0, rank1 = (json.loads((record / f"rank{rank}.json").read_text()) for rank in range(2))
+    assert rank1["ppid"] == rank0["ppid"] != rank0["pid"]  # both children of the server
+    assert rank1["pgid"] == rank0["pgid"] == rank0["pid"]  # one group: killing it ends every rank
+    assert rank1["argv"] == rank0["argv"] == ["fit", "--config", "fit.yaml"]
+    assert rank1["main"] == rank0["main"] == "lit_retrieval.__main__" and rank1["cwd"] == rank0["cwd"] == str(tmp_path)
+    assert rank1["env"] == {**rank0["env"], "LOCAL_RANK": "1"} and rank0["env"]["WORLD_SIZE"] == "2"
+    assert max(torch.load(path, weights_only=False)["global_step"] for path in tmp_path.rglob("*.ckpt")) == 2
+
+
+def test_a_forked_rank_that_fails_ends_the_launch_as_lightnings_observer_ends_it(tiny_clip, corpus, tmp_path):
+    """Rank 1 raises before its first step: the launch fails as a console's does (rank 0 ends on gloo's closed
+    connection, or is killed by Lightning's process observer, which polls rank 1's exit status), rank 1's error
+    is in the output, and no process is left."""
+    fail = {"class_path": "helpers.process_callbacks.FailOnRank", "init_args": {"rank": 1}}
+    trainer = {"devices": 2, "strategy": "ddp", "max_steps": 2, "logger": False, "callbacks": [fail]}
+    (tmp_path / "fit.yaml").write_text(yaml.safe_dump(clip_fit_config(tiny_clip, corpus, trainer)))
+    done = run_cli(["fit", "--config", "fit.yaml"], tmp_path, clean_launch_env(str(ROOT / "tests")), timeout=120)
+    assert done.returncode in (1, -9), done.stderr[-3000:]
+    assert "rank 1 fails on purpose" in done.stderr
+    assert _processes_in(tmp_path) == []
 
 
 def test_a_command_past_its_timeout_is_killed_with_its_workers_and_the_server_serves_on(tiny_clip, corpus, tmp_path):

@@ -12,7 +12,6 @@ import lightning as L
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import yaml
 
 from lit_retrieval.checkpoint_io import CorruptCheckpointError, SafeCheckpointIO, read_checkpoint
@@ -24,6 +23,7 @@ from lit_retrieval.models.heads import MeanPHead
 from lit_retrieval.modules import DualEncoderRetrieval
 from lit_retrieval.modules.nonfinite import NonFinitePolicy
 from helpers.fit_configs import clip_fit_config
+from helpers.forked_ranks import run_ranks
 
 
 class NaNOnCall(torch.nn.Module):
@@ -173,7 +173,7 @@ def _metrics_worker(rank: int, world: int, init: str, out: str) -> None:
 
 @pytest.mark.distributed
 def test_metrics_synchronise_to_the_single_process_values(tmp_path):
-    mp.spawn(_metrics_worker, args=(2, f"file://{tmp_path / 'rendezvous'}", str(tmp_path)), nprocs=2, join=True)
+    run_ranks(_metrics_worker, (2, f"file://{tmp_path / 'rendezvous'}", str(tmp_path)))
     g = torch.Generator().manual_seed(0)
     scores, targets = torch.randn(10, 7, generator=g), torch.randint(0, 7, (10,), generator=g)
     single = RetrievalMetrics()
