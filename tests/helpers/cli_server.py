@@ -146,12 +146,19 @@ def _serve_requests(rank_socket: str) -> None:
                 waiting[pid] = None
             else:
                 connection, _ = listener.accept()
-                request, fds = _rank_request(connection)
+                try:
+                    request, fds = _rank_request(connection)
+                except (OSError, ValueError):  # the launcher ended before its request was whole: nothing to fork
+                    connection.close()
+                    continue
                 pid = _fork(request, closing=[listener, connection, *filter(None, waiting.values())], stdio=fds)
                 for fd in fds:
                     os.close(fd)
-                connection.sendall(f"{pid}\n".encode())
                 waiting[pid] = connection
+                try:
+                    connection.sendall(f"{pid}\n".encode())
+                except OSError:  # the launcher ended meanwhile (its group killed): so does the rank it asked for
+                    os.kill(pid, signal.SIGKILL)
         while waiting and (ended := os.waitpid(-1, os.WNOHANG))[0]:
             connection, code = waiting.pop(ended[0]), os.waitstatus_to_exitcode(ended[1])
             if connection is None:
@@ -166,17 +173,34 @@ def _rank_request(connection) -> tuple[dict, list[int]]:
     import socket
 
     data, fds, _, _ = socket.recv_fds(connection, 1 << 16, 3)
-    while not data.endswith(b"\n"):
-        data += connection.recv(1 << 16)
-    return json.loads(data), fds
+    try:
+        while not data.endswith(b"\n"):
+            if not (more := connection.recv(1 << 16)):
+                raise ConnectionError("the rank's launcher closed its connection mid-request")
+            data += more
+        if len(fds) != 3:
+            raise ConnectionError(f"a rank request came with {len(fds)} of its 3 standard streams")
+        return json.loads(data), fds
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
 
 
 def _fork(request: dict, closing: list, stdio: list[int] | None = None) -> int:
+    """Fork a child that becomes the request's process; it never returns into the server's loop, whatever fails."""
     pid = os.fork()
     if pid == 0:
-        for held in closing:  # the server's sockets: a child holding them would keep a rank's answer open
-            held.close()
-        _child(request, stdio)
+        try:
+            for held in closing:  # the server's sockets: a child holding them would keep a rank's answer open
+                held.close()
+            _child(request, stdio)
+        except BaseException:  # noqa: BLE001 - e.g. its rank's launcher gone before `setpgid`: say so, end
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            os._exit(1)
     return pid
 
 
@@ -192,33 +216,42 @@ class _ForkedRank:
         request = {"argv": argv, "cwd": cwd or os.getcwd(), "env": env, "pgid": os.getpgid(0)}
         socket.send_fds(self._connection, [json.dumps(request).encode() + b"\n"], [0, 1, 2])
         self._received = b""
-        self.pid = int(self._line(None))
+        self._reading = threading.Lock()  # Lightning's observer thread polls; a signal handler may too
+        pid = self._line(None)
+        if not pid:
+            raise ChildProcessError(f"the fork server did not start the rank {argv}")
+        self.pid = int(pid)
         self.returncode: int | None = None
 
     def _line(self, timeout: float | None) -> str | None:
-        """The server's next answer line, or None if none came within `timeout` seconds."""
+        """The server's next answer line; None if none came within `timeout` seconds, "" if the server is gone."""
         while b"\n" not in self._received:
             if not select.select([self._connection], [], [], timeout)[0]:
                 return None
-            self._received += self._connection.recv(64)
+            if not (more := self._connection.recv(64)):
+                return ""
+            self._received += more
         line, self._received = self._received.split(b"\n", 1)
         return line.decode()
 
-    def poll(self) -> int | None:
-        if self.returncode is None and (line := self._line(0)) is not None:
-            self.returncode = int(line)
-        return self.returncode
-
     def wait(self, timeout: float | None = None) -> int:
-        if self.returncode is None:
-            if (line := self._line(timeout)) is None:
-                raise subprocess.TimeoutExpired(f"rank {self.pid}", timeout)
-            self.returncode = int(line)
-        return self.returncode
+        with self._reading:
+            if self.returncode is None:
+                if (line := self._line(timeout)) is None:
+                    raise subprocess.TimeoutExpired(f"rank {self.pid}", timeout)
+                self.returncode = int(line) if line else 1  # no answer: the server ended, its status unknown
+            return self.returncode
+
+    def poll(self) -> int | None:
+        try:
+            return self.wait(0)
+        except subprocess.TimeoutExpired:
+            return None
 
     def send_signal(self, signum: int) -> None:
         if self.poll() is None:
-            os.kill(self.pid, signum)
+            with contextlib.suppress(ProcessLookupError):  # as Popen: a rank that just ended is left alone
+                os.kill(self.pid, signum)
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +15,7 @@ import pytest
 import torch
 import yaml
 
+from helpers import cli_server
 from helpers.cli_server import run_cli
 from helpers.fit_configs import clean_launch_env, clip_fit_config
 
@@ -98,6 +101,35 @@ def test_a_forked_rank_that_fails_ends_the_launch_as_lightnings_observer_ends_it
     assert done.returncode in (1, -9), done.stderr[-3000:]
     assert "rank 1 fails on purpose" in done.stderr
     assert _processes_in(tmp_path) == []
+
+
+def _rank_socket_of(pid: int) -> str:
+    """The path of the unix socket the process `pid` listens on for ranks (from /proc)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            if (link := os.readlink(fd)).startswith("socket:["):
+                inodes.add(link[8:-1])
+    for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
+        fields = line.split()
+        if len(fields) == 8 and fields[6] in inodes and "lit-cli-server-" in fields[7]:
+            return fields[7]
+    raise AssertionError(f"no rank socket held by {pid}")
+
+
+def test_broken_rank_requests_are_dropped_and_the_server_serves_on(tmp_path):
+    """A launcher that ends before its rank request is whole (nothing sent, half a request, a request without its
+    3 standard streams) gets no rank, and the server answers the next command at once."""
+    env = clean_launch_env(str(ROOT / "tests"))
+    assert run_cli(["metrics", "nope.npy"], tmp_path, env).returncode == 2
+    path = _rank_socket_of(cli_server._server(env).pid)
+    with open(os.devnull) as null:
+        for message, fds in ((b"", []), (b'{"argv": ["fit"', [0, 1, 2]), (b'{"argv": []}\n', [null.fileno()])):
+            with socket.socket(socket.AF_UNIX) as launcher:
+                launcher.connect(path)
+                if message:
+                    socket.send_fds(launcher, [message], fds)
+    assert run_cli(["metrics", "nope.npy"], tmp_path, env, timeout=30).returncode == 2
 
 
 def test_a_command_past_its_timeout_is_killed_with_its_workers_and_the_server_serves_on(tiny_clip, corpus, tmp_path):

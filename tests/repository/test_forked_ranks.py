@@ -46,3 +46,12 @@ def test_more_than_one_torch_thread_spawns_the_ranks(monkeypatch):
     monkeypatch.setattr(mp, "start_processes", lambda *args, start_method, **kwargs: chosen.append(start_method))
     run_ranks(_fail, ())
     assert chosen == ["spawn"]
+
+
+def test_a_process_group_already_set_up_here_spawns_the_ranks(monkeypatch):
+    chosen = []
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(mp, "start_processes", lambda *args, start_method, **kwargs: chosen.append(start_method))
+    run_ranks(_fail, ())
+    assert chosen == ["spawn"]
