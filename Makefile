@@ -55,7 +55,7 @@ quickstart-gve: $(STAMP)
 # (torch, faiss, and every fit, rank and job the tests start inherit it): 2 workers with 2 spinning threads each,
 # plus their subprocesses' ranks, oversubscribed the 2 cores (83 tests timed by hand: 173 s vs 100 s).
 # Three workers on the 2 cores, stealing work (tests/conftest.py puts the real-Slurm tests first): the CPUs stay busy
-# while one worker waits on Slurm (2026-12-07: 28 min 52 s under `-n 2` with 13 % of the CPU idle, docs/benchmarks.md).
+# while one worker waits on Slurm (2026-12-07: 28 min 52 s under `-n 2` with 12.5 % of the CPU idle, docs/benchmarks.md).
 # The 25 slowest tests are listed at the end, to keep the suite within its 20 minutes on 2 cores.
 test: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 3 --dist worksteal --durations=25

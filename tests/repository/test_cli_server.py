@@ -71,15 +71,20 @@ def _processes_in(folder: Path) -> list[int]:
     return found
 
 
+def _two_rank_fit(tiny_clip, corpus, folder: Path, callback: str, args: dict) -> subprocess.CompletedProcess:
+    """`lit-retrieval fit` of 2 steps on 2 DDP ranks in `folder`, with one `helpers.process_callbacks` callback."""
+    callback = {"class_path": f"helpers.process_callbacks.{callback}", "init_args": args}
+    trainer = {"devices": 2, "strategy": "ddp", "max_steps": 2, "logger": False, "callbacks": [callback]}
+    (folder / "fit.yaml").write_text(yaml.safe_dump(clip_fit_config(tiny_clip, corpus, trainer)))
+    return run_cli(["fit", "--config", "fit.yaml"], folder, clean_launch_env(str(ROOT / "tests")), timeout=120)
+
+
 def test_a_ddp_fits_other_rank_is_forked_with_the_command_a_console_launch_gives_it(tiny_clip, corpus, tmp_path):
     """Lightning's launcher asks for rank 1 as `python -m lit_retrieval.__main__ ARGV` with LOCAL_RANK=1; the
     server forks it (a sibling of rank 0, not its exec'd child) in rank 0's process group and directory, with
     rank 0's arguments, entry module and launch variables: the 2-rank fit trains its steps and exits 0."""
     record = tmp_path / "ranks"
-    callback = {"class_path": "helpers.process_callbacks.RecordProcess", "init_args": {"out": str(record)}}
-    trainer = {"devices": 2, "strategy": "ddp", "max_steps": 2, "logger": False, "callbacks": [callback]}
-    (tmp_path / "fit.yaml").write_text(yaml.safe_dump(clip_fit_config(tiny_clip, corpus, trainer)))
-    done = run_cli(["fit", "--config", "fit.yaml"], tmp_path, clean_launch_env(str(ROOT / "tests")))
+    done = _two_rank_fit(tiny_clip, corpus, tmp_path, "RecordProcess", {"out": str(record)})
     assert done.returncode == 0, done.stderr[-3000:]
     rank0, rank1 = (json.loads((record / f"rank{rank}.json").read_text()) for rank in range(2))
     assert rank1["ppid"] == rank0["ppid"] != rank0["pid"]  # both children of the server
@@ -90,14 +95,11 @@ def test_a_ddp_fits_other_rank_is_forked_with_the_command_a_console_launch_gives
     assert max(torch.load(path, weights_only=False)["global_step"] for path in tmp_path.rglob("*.ckpt")) == 2
 
 
-def test_a_forked_rank_that_fails_ends_the_launch_as_lightnings_observer_ends_it(tiny_clip, corpus, tmp_path):
+def test_a_forked_rank_that_fails_ends_the_launch_with_its_error_and_no_process_left(tiny_clip, corpus, tmp_path):
     """Rank 1 raises before its first step: the launch fails as a console's does (rank 0 ends on gloo's closed
     connection, or is killed by Lightning's process observer, which polls rank 1's exit status), rank 1's error
     is in the output, and no process is left."""
-    fail = {"class_path": "helpers.process_callbacks.FailOnRank", "init_args": {"rank": 1}}
-    trainer = {"devices": 2, "strategy": "ddp", "max_steps": 2, "logger": False, "callbacks": [fail]}
-    (tmp_path / "fit.yaml").write_text(yaml.safe_dump(clip_fit_config(tiny_clip, corpus, trainer)))
-    done = run_cli(["fit", "--config", "fit.yaml"], tmp_path, clean_launch_env(str(ROOT / "tests")), timeout=120)
+    done = _two_rank_fit(tiny_clip, corpus, tmp_path, "FailOnRank", {"rank": 1})
     assert done.returncode in (1, -9), done.stderr[-3000:]
     assert "rank 1 fails on purpose" in done.stderr
     assert _processes_in(tmp_path) == []

@@ -40,18 +40,12 @@ def test_a_failing_rank_raises_its_error_here(monkeypatch):
         run_ranks(_fail, ())
 
 
-def test_more_than_one_torch_thread_spawns_the_ranks(monkeypatch):
+@pytest.mark.parametrize(("threads", "group_set_up"), [(4, False), (1, True)], ids=["threads", "process-group"])
+def test_what_a_fork_would_copy_into_a_rank_spawns_the_ranks(monkeypatch, threads, group_set_up):
+    """More than one torch thread (GNU OpenMP's pool) or a process group set up here: the ranks are spawned."""
     chosen = []
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
-    monkeypatch.setattr(mp, "start_processes", lambda *args, start_method, **kwargs: chosen.append(start_method))
-    run_ranks(_fail, ())
-    assert chosen == ["spawn"]
-
-
-def test_a_process_group_already_set_up_here_spawns_the_ranks(monkeypatch):
-    chosen = []
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
-    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: group_set_up)
     monkeypatch.setattr(mp, "start_processes", lambda *args, start_method, **kwargs: chosen.append(start_method))
     run_ranks(_fail, ())
     assert chosen == ["spawn"]
