@@ -19,6 +19,7 @@ import pytest
 import torch
 from rich.console import Console
 
+from helpers.cli_server import run_logged
 from helpers.terminal import ESCAPE
 from lit_retrieval.progress import Every, Progress, format_duration, format_rate, parse_every
 
@@ -179,7 +180,7 @@ def test_a_terminal_gets_richs_bar_and_no_lines():
 def run_to_file(argv: list[str], log: Path, cwd: Path, env: dict[str, str] | None = None) -> str:
     """`lit-retrieval ARGV` with stdout (and stderr) written to `log`, as under Slurm."""
     with open(log, "w") as handle:
-        result = subprocess.run(
+        result = run_logged(  # forked from the fork server, with the log as its stdout and stderr
             [sys.executable, "-m", "lit_retrieval", *argv],
             stdout=handle,
             stderr=subprocess.STDOUT,

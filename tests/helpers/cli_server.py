@@ -31,14 +31,16 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 PRELOAD = ("lightning.pytorch", "torchmetrics", "transformers", "lit_retrieval.retrieval_cli", "lit_retrieval.cli")
-# Variables that change from test to test but that no import reads: a server serves every value of them (each
-# child still gets the request's own value).
-PER_REQUEST = frozenset({"PYTEST_CURRENT_TEST"})
+# Variables that change from test to test but that no import reads (the progress interval is read when a command
+# starts): a server serves every value of them (each child still gets the request's own value).
+PER_REQUEST = frozenset({"PYTEST_CURRENT_TEST", "LIT_RETRIEVAL_PROGRESS_EVERY"})
 MAX_SERVERS = 2  # each holds 0.5-0.9 GB resident: the least recently used stops when a third environment comes
 _servers: dict[frozenset, subprocess.Popen] = {}
 _rank_socket = ""  # the server's socket for DDP ranks (set in the server; its children inherit it)
+_script = ""  # in a child running a script: its path (a rank Lightning asks for as `python SCRIPT` is forked)
 
 
 def run_cli(
@@ -46,21 +48,83 @@ def run_cli(
 ) -> subprocess.CompletedProcess:
     """`subprocess.run([sys.executable, "-m", "lit_retrieval", *args], cwd=cwd, env=env, capture_output=True,
     text=True, timeout=timeout)`, run in a child of the warm server for `env` (default: this process's)."""
+    return _captured({"argv": list(args)}, ["lit-retrieval", *args], cwd, env, timeout)
+
+
+def run_script(
+    script: Path | str, args: list[str], cwd: Path | str, env: dict[str, str] | None = None, timeout: float = 420
+) -> subprocess.CompletedProcess:
+    """`subprocess.run([sys.executable, script, *args], cwd=cwd, env=env, capture_output=True, text=True,
+    timeout=timeout)` for a script that uses Lightning, run in a child of the warm server for `env`; a DDP or
+    DeepSpeed launch in it forks its other ranks from the server too (`python SCRIPT ARGV`, as Lightning asks)."""
+    script = str(Path(script).resolve())
+    return _captured({"argv": list(args), "script": script}, [script, *args], cwd, env, timeout)
+
+
+def run_logged(
+    command: list[str],
+    stdout: Any = None,
+    stderr: Any = None,
+    cwd: Path | str | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float | None = None,
+    **options: Any,
+) -> subprocess.CompletedProcess:
+    """`subprocess.run(command, stdout=LOG, stderr=subprocess.STDOUT, cwd=..., env=..., timeout=...)` for
+    `python -m lit_retrieval ARGS` writing both streams to one open file, as the grid's local steps run
+    (`lit_retrieval.grid.runs`) and as a Slurm log is written: run in a child of the warm server for `env`
+    (default: this process's), appending to the file itself. Any other call is `subprocess.run`'s own."""
+    entry = [sys.executable, "-m", "lit_retrieval"]
+    if command[: len(entry)] != entry or stderr != subprocess.STDOUT or options or not hasattr(stdout, "name"):
+        return subprocess.run(command, stdout=stdout, stderr=stderr, cwd=cwd, env=env, timeout=timeout, **options)
+    stdout.flush()
+    request = {"argv": command[len(entry) :], "output": str(Path(stdout.name).resolve())}
     env = dict(os.environ if env is None else env)
-    server = _server(env)
     with tempfile.TemporaryDirectory() as scratch:
-        out, err, pid = (Path(scratch) / name for name in ("stdout", "stderr", "pid"))
-        request = {"argv": list(args), "cwd": str(Path(cwd).resolve()), "env": env}
-        request |= {"stdout": str(out), "stderr": str(err), "pid": str(pid)}
-        server.stdin.write(json.dumps(request) + "\n")
-        server.stdin.flush()
+        code = _request(request, scratch, cwd or os.getcwd(), env, 900 if timeout is None else timeout)
+    return subprocess.CompletedProcess(command, code)
+
+
+@contextlib.contextmanager
+def grid_steps_forked():
+    """While in the block, the grid's local steps (`lit_retrieval.grid.runs`) run through `run_logged`."""
+    from types import SimpleNamespace
+    from unittest import mock
+
+    from lit_retrieval.grid import runs
+
+    with mock.patch.object(runs, "subprocess", SimpleNamespace(run=run_logged, STDOUT=subprocess.STDOUT)):
+        yield
+
+
+def _captured(
+    request: dict, command: list[str], cwd: Path | str, env: dict[str, str] | None, timeout: float
+) -> subprocess.CompletedProcess:
+    """Run `request` in a child of the warm server, its stdout and stderr captured as `subprocess.run` does."""
+    with tempfile.TemporaryDirectory() as scratch:
+        out, err = Path(scratch) / "stdout", Path(scratch) / "stderr"
+        request = {**request, "stdout": str(out), "stderr": str(err)}
         try:
-            code = _reply(server, timeout)
+            code = _request(request, scratch, cwd, dict(os.environ if env is None else env), timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(int(pid.read_text()), signal.SIGKILL)  # the child and every process it started
-            _reply(server, 60)
-            raise subprocess.TimeoutExpired(["lit-retrieval", *args], timeout, out.read_text(), err.read_text())
-        return subprocess.CompletedProcess(["lit-retrieval", *args], code, out.read_text(), err.read_text())
+            raise subprocess.TimeoutExpired(command, timeout, out.read_text(), err.read_text()) from None
+        return subprocess.CompletedProcess(command, code, out.read_text(), err.read_text())
+
+
+def _request(request: dict, scratch: str, cwd: Path | str, env: dict[str, str], timeout: float) -> int:
+    """Send `request` (run in `cwd` with `env`) to the warm server for `env` and return its child's exit status;
+    past `timeout` seconds the child and every process it started are killed."""
+    server = _server(env)
+    pid = Path(scratch) / "pid"
+    request = {**request, "cwd": str(Path(cwd).resolve()), "env": env, "pid": str(pid)}
+    server.stdin.write(json.dumps(request) + "\n")
+    server.stdin.flush()
+    try:
+        return _reply(server, timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(int(pid.read_text()), signal.SIGKILL)  # the child and every process it started
+        _reply(server, 60)
+        raise
 
 
 def _server(env: dict[str, str]) -> subprocess.Popen:
@@ -208,18 +272,18 @@ class _ForkedRank:
     """`subprocess.Popen` as Lightning's DDP launcher uses it, for a rank the server forked: `pid`, `returncode`,
     `poll`, `wait`, `send_signal`, `terminate`, `kill` (its exit status comes over the request's connection)."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], cwd: str | None) -> None:
+    def __init__(self, program: dict, env: dict[str, str], cwd: str | None) -> None:
         import socket
 
         self._connection = socket.socket(socket.AF_UNIX)
         self._connection.connect(_rank_socket)
-        request = {"argv": argv, "cwd": cwd or os.getcwd(), "env": env, "pgid": os.getpgid(0)}
+        request = {**program, "cwd": cwd or os.getcwd(), "env": env, "pgid": os.getpgid(0)}
         socket.send_fds(self._connection, [json.dumps(request).encode() + b"\n"], [0, 1, 2])
         self._received = b""
         self._reading = threading.Lock()  # Lightning's observer thread polls; a signal handler may too
         pid = self._line(None)
         if not pid:
-            raise ChildProcessError(f"the fork server did not start the rank {argv}")
+            raise ChildProcessError(f"the fork server did not start the rank {program}")
         self.pid = int(pid)
         self.returncode: int | None = None
 
@@ -262,11 +326,13 @@ class _ForkedRank:
 
 def _launch_rank(command: list[str], env: dict[str, str] | None = None, cwd: str | None = None):
     """Lightning's `subprocess.Popen(command, env=..., cwd=...)` for another rank: forked by the server when the
-    command is this entry point's (`python -m lit_retrieval.__main__ ARGV`), else a real subprocess."""
-    entry = [sys.executable, "-m", "lit_retrieval.__main__"]
-    if command[:3] != entry or env is None:
-        return subprocess.Popen(command, env=env, cwd=cwd)
-    return _ForkedRank(command[3:], env, cwd)
+    command is this process's own program (`python -m lit_retrieval.__main__ ARGV`, or `python SCRIPT ARGV` for
+    the script this child runs), else a real subprocess."""
+    if env is not None and command[:3] == [sys.executable, "-m", "lit_retrieval.__main__"]:
+        return _ForkedRank({"argv": command[3:]}, env, cwd)
+    if env is not None and _script and command[:2] == [sys.executable, _script]:
+        return _ForkedRank({"argv": command[2:], "script": _script}, env, cwd)
+    return subprocess.Popen(command, env=env, cwd=cwd)
 
 
 def _child(request: dict, stdio: list[int] | None = None) -> None:
@@ -281,23 +347,23 @@ def _child(request: dict, stdio: list[int] | None = None) -> None:
     os.setpgid(0, request.get("pgid", 0))
     if stdio is None:
         stdio = [os.open(os.devnull, os.O_RDONLY)]
-        stdio += [os.open(request[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644) for name in ("stdout", "stderr")]
+        if "output" in request:  # stdout and stderr appended to one file, as `stdout=LOG, stderr=STDOUT`
+            log = os.open(request["output"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            stdio += [log, os.dup(log)]
+        else:
+            stdio += [
+                os.open(request[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644) for name in ("stdout", "stderr")
+            ]
     for fd, source in enumerate(stdio):
         os.dup2(source, fd)
         os.close(source)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    from lit_retrieval import __main__ as entry
-    from lit_retrieval.cli import main
-
-    sys.modules["__main__"] = entry  # Lightning's DDP launcher re-runs `-m <__main__.__spec__.name> argv[1:]`
-    subprocess_script.subprocess = SimpleNamespace(Popen=_launch_rank)  # ... through `_launch_rank`
-    sys.argv = [entry.__file__, *request["argv"]]
-    sys.path[0] = request["cwd"]
+    subprocess_script.subprocess = SimpleNamespace(Popen=_launch_rank)  # Lightning's launcher's other ranks
     code = 0
     try:
-        main(request["argv"])
+        _run_main(request)
     except SystemExit as stop:  # as the interpreter: an int is the status, None 0, anything else printed and 1
         code = stop.code if isinstance(stop.code, int) else 0 if stop.code is None else 1
         if not isinstance(stop.code, int | None):
@@ -312,6 +378,28 @@ def _child(request: dict, stdio: list[int] | None = None) -> None:
         sys.stderr.flush()
     finally:
         os._exit(code)
+
+
+def _run_main(request: dict) -> None:
+    """Run the request's program as the interpreter runs `python SCRIPT ARGV` or `python -m lit_retrieval ARGV`
+    (`sys.argv`, `sys.path[0]`, `__main__`); Lightning's DDP launcher reads `__main__` to start the other ranks
+    the same way (`python SCRIPT ARGV`, or `-m <__main__.__spec__.name> ARGV`)."""
+    global _script
+    if script := request.get("script"):
+        import runpy
+
+        _script = script
+        sys.argv = [script, *request["argv"]]
+        sys.path[0] = os.path.dirname(script)
+        runpy.run_path(script, run_name="__main__")  # `__main__` is the script's module while it runs
+        return
+    from lit_retrieval import __main__ as entry
+    from lit_retrieval.cli import main
+
+    sys.modules["__main__"] = entry
+    sys.argv = [entry.__file__, *request["argv"]]
+    sys.path[0] = request["cwd"]
+    main(request["argv"])
 
 
 if __name__ == "__main__":

@@ -92,9 +92,11 @@ def base_trainer(devices: int, max_epochs: int, train_batches: int) -> dict:
 
 def run_grid_here(work: Path, args: list[str]) -> int:
     """`lit-retrieval grid ARGS` in-process, in the folder `work` and in the clean launch environment
-    (its fit/test subprocesses then start as from a user's shell); cwd and environment restored after."""
+    (its fit/test steps then start as from a user's shell, forked by the fork server: `grid_steps_forked`);
+    cwd and environment restored after."""
     import os
 
+    from helpers.cli_server import grid_steps_forked
     from lit_retrieval.commands import run_command
 
     previous, env = os.getcwd(), os.environ.copy()
@@ -103,7 +105,8 @@ def run_grid_here(work: Path, args: list[str]) -> int:
     os.environ.clear()
     os.environ.update(launch)
     try:
-        return run_command("grid", args)
+        with grid_steps_forked():
+            return run_command("grid", args)
     finally:
         os.chdir(previous)
         os.environ.clear()

@@ -15,7 +15,7 @@ LAUNCH_KEYS = ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_P
 
 class RecordProcess(L.Callback):
     """At the start of fit writes `<out>/rank<global rank>.json`: pid, parent pid, process group, working
-    directory, `sys.argv[1:]`, the `__main__` module's name and the launch variables Lightning sets."""
+    directory, `sys.argv[1:]`, the `__main__` module's name and file, and the launch variables Lightning sets."""
 
     def __init__(self, out: str) -> None:
         self.out = out
@@ -27,7 +27,8 @@ class RecordProcess(L.Callback):
             "pgid": os.getpgid(0),
             "cwd": os.getcwd(),
             "argv": sys.argv[1:],
-            "main": sys.modules["__main__"].__spec__.name,
+            "main": getattr(sys.modules["__main__"].__spec__, "name", None),  # None for `python SCRIPT`
+            "main_file": getattr(sys.modules["__main__"], "__file__", None),
             "env": {key: os.environ.get(key) for key in LAUNCH_KEYS},
         }
         Path(self.out).mkdir(parents=True, exist_ok=True)

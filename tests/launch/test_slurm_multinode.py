@@ -37,7 +37,8 @@ import pytest
 import torch
 import yaml
 
-from helpers.fit_configs import base_trainer, clip_fit_config
+from helpers.cli_server import run_cli
+from helpers.fit_configs import base_trainer, clean_launch_env, clip_fit_config
 from helpers.slurm_jobs import (
     ENDED,
     assert_index_as_one_process,
@@ -364,11 +365,8 @@ def deepspeed_args(stage: int, run: Path, tiny_clip: Path, corpus: Path, epochs:
 
 
 def convert_checkpoint(directory: Path, out: Path) -> dict[str, torch.Tensor]:
-    """`lit-retrieval convert-checkpoint DIRECTORY OUT`, the command as users run it."""
-    done = subprocess.run(
-        [sys.executable, "-m", "lit_retrieval", "convert-checkpoint", str(directory), str(out)],
-        cwd=ROOT, env=job_env(), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    """`lit-retrieval convert-checkpoint DIRECTORY OUT`, the command as users run it (forked by the fork server)."""
+    done = run_cli(["convert-checkpoint", str(directory), str(out)], ROOT, clean_launch_env(str(ROOT / "tests")), 300)
     assert done.returncode == 0, done.stderr[-3000:]
     return torch.load(out, map_location="cpu", weights_only=False)["state_dict"]
 

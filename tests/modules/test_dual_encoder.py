@@ -9,12 +9,13 @@ import pytest
 import torch
 import yaml
 
+from helpers.cli_server import run_cli
+from helpers.fit_configs import clean_launch_env, clip_fit_config
 from lit_retrieval.cli import main
 from lit_retrieval.data import MultiEventDataModule, VideoDecodeError
 from lit_retrieval.models.encoders import CLIPEncoder
 from lit_retrieval.models.heads import MeanPHead
 from lit_retrieval.modules import DualEncoderRetrieval, OptimConfig
-from helpers.fit_configs import clip_fit_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -161,12 +162,7 @@ def test_mistyped_key_and_class_list_the_valid_choices(tmp_path):
     for wrong, expected in (("batch_size: 32", "valid: batch_size"), ("MeanPHead", "available: MeanPHead")):
         bad = tmp_path / "bad.yaml"
         bad.write_text(text.replace(wrong, wrong.replace("batch_size", "batchsize").replace("MeanPHead", "MeanHead")))
-        out = subprocess.run(
-            [sys.executable, "-m", "lit_retrieval", "fit", "--config", str(bad), "--print_config"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        )
+        out = run_cli(["fit", "--config", str(bad), "--print_config"], ROOT, clean_launch_env(str(ROOT / "tests")))
         assert out.returncode != 0 and "Traceback" not in out.stderr
         assert expected in out.stderr
 

@@ -178,3 +178,84 @@ def test_servers_are_shared_across_tests_and_at_most_two_stay_up(tmp_path):
     after = _servers_of_this_process()
     assert len(shared) <= 2 and len(after) == 2
     assert len(after - shared) == 2  # both new environments got a server; the two before them ended
+
+
+SCRIPT = """
+import os
+import sys
+
+print(__name__, sys.argv[1:], sys.path[0] == os.path.dirname(os.path.abspath(__file__)), os.getcwd())
+print("to stderr", file=sys.stderr)
+sys.exit(int(sys.argv[1]))
+"""
+
+
+def test_a_forked_script_answers_as_a_fresh_interpreter(tmp_path):
+    """`run_script` stands in for `python SCRIPT ARGS`: the same stdout, stderr and exit status, the script run as
+    `__main__` with its arguments and its own folder first on sys.path, in the caller's directory."""
+    script = tmp_path / "scripts" / "probe.py"
+    script.parent.mkdir()
+    script.write_text(SCRIPT)
+    env = clean_launch_env(str(ROOT / "tests"))
+    for code in ("0", "3"):
+        forked = cli_server.run_script(script, [code, "x y"], tmp_path, env)
+        fresh = subprocess.run(
+            [sys.executable, str(script), code, "x y"], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+        assert (forked.returncode, forked.stdout, forked.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
+        assert forked.returncode == int(code) and forked.stdout == f"__main__ ['{code}', 'x y'] True {tmp_path}\n"
+
+
+RANKS_SCRIPT = """
+import sys
+
+import lightning as L
+from lightning.pytorch.demos.boring_classes import BoringModel
+
+from helpers.process_callbacks import RecordProcess
+
+trainer = L.Trainer(
+    accelerator="cpu", devices=2, strategy="ddp", max_steps=2, logger=False, enable_checkpointing=False,
+    enable_progress_bar=False, enable_model_summary=False, callbacks=[RecordProcess(sys.argv[1])],
+)
+trainer.fit(BoringModel())
+"""
+
+
+def test_a_scripts_ddp_rank_is_forked_as_python_script_argv(tmp_path):
+    """A script's 2-rank fit: Lightning asks for rank 1 as `python SCRIPT ARGV` (the script has no module spec);
+    the server forks it beside rank 0, in rank 0's process group, running the same file with the same arguments."""
+    script = tmp_path / "fit_two_ranks.py"
+    script.write_text(RANKS_SCRIPT)
+    record = tmp_path / "ranks"
+    done = cli_server.run_script(script, [str(record)], tmp_path, clean_launch_env(str(ROOT / "tests")), timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rank0, rank1 = (json.loads((record / f"rank{rank}.json").read_text()) for rank in range(2))
+    assert rank1["ppid"] == rank0["ppid"] != rank0["pid"] and rank1["pgid"] == rank0["pgid"] == rank0["pid"]
+    assert rank1["argv"] == rank0["argv"] == [str(record)] and rank1["main"] is rank0["main"] is None
+    assert rank1["main_file"] == rank0["main_file"] == str(script.resolve())
+    assert rank1["env"] == {**rank0["env"], "LOCAL_RANK": "1"} and rank0["env"]["WORLD_SIZE"] == "2"
+
+
+def test_a_logged_command_appends_to_its_log_as_the_subprocess_it_stands_in_for(tmp_path):
+    """`run_logged` as `subprocess.run(command, stdout=LOG, stderr=STDOUT, cwd=..., env=...)`: the log's earlier
+    lines kept, the step's stdout and stderr appended in order, the same exit status; other calls are
+    subprocess.run's own."""
+    (tmp_path / "quick.yaml").write_text((ROOT / "configs" / "quickstart.yaml").read_text())
+    entry, env = [sys.executable, "-m", "lit_retrieval"], clean_launch_env(str(ROOT / "tests"))
+    steps = [[*entry, "fit", "--config", "quick.yaml", "--print_config"], [*entry, "metrics", "nope.npy"]]
+    logs, codes = {}, {}
+    for name, run in (("forked", cli_server.run_logged), ("fresh", subprocess.run)):
+        log = tmp_path / f"{name}.log"
+        with log.open("a") as out:
+            out.write("$ header\n")
+            out.flush()
+            codes[name] = [
+                run(step, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path, env=env).returncode for step in steps
+            ]
+            out.write("$ after\n")
+        logs[name] = log.read_text()
+    assert codes["forked"] == codes["fresh"] == [0, 2] and logs["forked"] == logs["fresh"]
+    assert logs["fresh"].startswith("$ header\n") and logs["fresh"].endswith("$ after\n")
+    other = cli_server.run_logged([sys.executable, "-c", "print(7)"], stdout=subprocess.PIPE, text=True)
+    assert other.stdout == "7\n"

@@ -6,13 +6,12 @@ a 2-rank mid-epoch checkpoint is refused with the reason."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from helpers.cli_server import run_script
 from helpers.fit_configs import clean_launch_env
 from helpers.shard_runs import shard
 
@@ -47,14 +46,9 @@ def run(
     script = tmp_path / "fit_shards.py"
     script.write_text(textwrap.dedent(SCRIPT))
     ckpt = str(tmp_path / f"mid-{strategy}.ckpt")
-    args = [sys.executable, str(script), str(shards), str(out), str(devices), str(stop), ckpt, strategy]
-    done = subprocess.run(
-        [*args, resume],
-        env={**clean_launch_env(str(Path(__file__).resolve().parents[2])), "DS_ACCELERATOR": "cpu"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    args = [str(shards), str(out), str(devices), str(stop), ckpt, strategy, resume]
+    env = {**clean_launch_env(str(Path(__file__).resolve().parents[2])), "DS_ACCELERATOR": "cpu"}
+    done = run_script(script, args, tmp_path, env, timeout=300)  # `python SCRIPT ARGS`, its ranks as Lightning's
     batches = {
         int(p.stem[4:]): [json.loads(line) for line in p.read_text().splitlines()] for p in out.glob("rank*.jsonl")
     }
