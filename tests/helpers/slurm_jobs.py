@@ -107,11 +107,19 @@ def preempt_once(job_id: str, paused: Path) -> dict[str, str]:
     the job's record after it ran again to its end."""
     wait_for(f"the fit to write {paused.name}", paused.exists, job_id)
     subprocess.run(["scancel", "--signal=USR1", job_id], check=True)
-    # Slurm holds a requeued job back about 2 minutes (its begin time); start it as soon as it is pending again
     requeued = {"JobState": "PENDING", "Restarts": "1"}
     wait_for("the requeue", lambda: requeued.items() <= job(job_id).items(), job_id)
-    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], capture_output=True)
+    start_requeued(job_id)
     return wait_for_end(job_id, restarts=1)
+
+
+def start_requeued(job_id: str) -> None:
+    """Start a job seen pending after its requeue now, not after Slurm's hold of about 2 minutes (its begin
+    time), but 2 s after it was seen: slurmd refuses a launch whose credential dates from the second its previous
+    run's credential was revoked ("Killing non-startable batch JobId=38: Job credential revoked", the job FAILED;
+    seen once on a loaded machine, released 0.7 s after the requeue)."""
+    time.sleep(2)
+    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], capture_output=True)
 
 
 def output(run: Path) -> str:

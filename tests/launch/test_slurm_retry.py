@@ -18,7 +18,7 @@ import torch
 import yaml
 
 from helpers.fit_configs import clip_fit_config
-from helpers.slurm_jobs import ENDED, fit_job, job, output, submit, wait_for, wait_for_end
+from helpers.slurm_jobs import ENDED, fit_job, job, output, start_requeued, submit, wait_for, wait_for_end
 from lit_retrieval.cli import main
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -87,9 +87,8 @@ def test_a_rank_killed_past_a_checkpoint_requeues_the_job_which_completes_with_e
         assert info.get("JobState") not in ENDED, f"job {job_id} ended, not requeued: {output(run)[-3000:]}"
         return {"JobState": "PENDING", "Restarts": "1"}.items() <= info.items()
 
-    # Slurm holds a requeued job back about 2 minutes (its begin time); start it once it is pending again
     wait_for("the requeue", requeued, job_id)
-    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], capture_output=True)
+    start_requeued(job_id)
     info = wait_for_end(job_id, restarts=1)
     log = output(run)
     assert info["JobState"] == "COMPLETED" and info["Restarts"] == "1", log[-3000:]
