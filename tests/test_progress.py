@@ -179,7 +179,7 @@ def test_a_terminal_gets_richs_bar_and_no_lines():
 
 def run_to_file(argv: list[str], log: Path, cwd: Path, env: dict[str, str] | None = None) -> str:
     """`lit-retrieval ARGV` with stdout (and stderr) written to `log`, as under Slurm."""
-    with open(log, "w") as handle:
+    with open(log, "a") as handle:  # a new file
         result = run_logged(  # forked from the fork server, with the log as its stdout and stderr
             [sys.executable, "-m", "lit_retrieval", *argv],
             stdout=handle,

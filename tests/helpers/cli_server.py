@@ -1,21 +1,25 @@
-"""`lit-retrieval` trainer commands in processes forked from a warm interpreter (a fork server, tests only).
+"""`lit-retrieval` commands and Lightning scripts in processes forked from a warm interpreter (a fork server, tests
+only).
 
 A fresh `python -m lit_retrieval fit|test|validate` spends about 6 s of CPU importing Lightning, torchmetrics and
 transformers (about 8 s of CPU in all, measured from the suite's processes), and a test's tiny command runs in a
-second or two after that. The server (this file run as a script) imports them once; for each command it forks a
+second or two after that. The server (this file run as a script) imports them once; for each request it forks a
 child that is a real process of its own: its own pid and process group, working directory, environment, stdin
-(/dev/null), stdout and stderr (files the caller reads), and exit status, running `lit_retrieval.cli.main` as
-`python -m lit_retrieval` does (`__main__` is `lit_retrieval.__main__`; sys.path[0] is the working directory;
-atexit handlers run at the end). A DDP or DeepSpeed launch asks for its other ranks as a console's does
-(`python -m lit_retrieval.__main__ ARGV` with LOCAL_RANK set, through Lightning's launcher); the child hands that
-request to the server over a socket, with its stdin, stdout and stderr, and the server forks the rank into the
-child's process group (killing the group ends every rank, as a console's Ctrl-C or a scheduler does). Only the
-imports are shared, so one server serves one environment: a request with another environment gets its own server
-(modules read variables such as HF_HUB_OFFLINE at import).
+(/dev/null), stdout and stderr (files the caller reads, or one log file both append to), and exit status, running
+`lit_retrieval.cli.main` as `python -m lit_retrieval` does (`__main__` is `lit_retrieval.__main__`; sys.path[0] is
+the working directory) or a script as `python SCRIPT` does (`runpy`, the script's folder first on sys.path); its
+threads are joined and its atexit handlers run at the end. A DDP or DeepSpeed launch asks for its other ranks as a
+console's does (`python -m lit_retrieval.__main__ ARGV`, or `python SCRIPT ARGV`, with LOCAL_RANK set, through
+Lightning's launcher); the child hands that request to the server over a socket, with its stdin, stdout and
+stderr, and the server forks the rank into the child's process group (killing the group ends every rank, as a
+console's Ctrl-C or a scheduler does). Only the imports are shared, so one server serves one environment: a
+request with another environment gets its own server (modules read variables such as HF_HUB_OFFLINE at import).
+Servers start in the repository root, so the empty PYTHONPATH entry `clean_launch_env` leaves names one folder.
 
-Use `run_cli` for the trainer commands (and `convert-checkpoint`): the other commands import little and start in
-under a second. Tests whose subject is the process itself stay on a fresh interpreter: signals and their
-handlers, what a command imports, the installed console scripts, sbatch templates.
+`run_cli` (output captured), `run_logged` (output to a log file) and `run_script` are for commands and scripts that
+import Lightning or transformers: the others start in under a second. Tests whose subject is the process itself
+stay on a fresh interpreter: signals and their handlers, what a command imports, the installed console scripts,
+sbatch templates, real-Slurm jobs.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ PRELOAD = ("lightning.pytorch", "torchmetrics", "transformers", "lit_retrieval.r
 PER_REQUEST = frozenset({"PYTEST_CURRENT_TEST", "LIT_RETRIEVAL_PROGRESS_EVERY"})
 MAX_SERVERS = 2  # each holds 0.5-0.9 GB resident: the least recently used stops when a third environment comes
 _servers: dict[frozenset, subprocess.Popen] = {}
+ROOT = Path(__file__).resolve().parents[2]  # the repository: where servers start
 _rank_socket = ""  # the server's socket for DDP ranks (set in the server; its children inherit it)
 _script = ""  # in a child running a script: its path (a rank Lightning asks for as `python SCRIPT` is forked)
 
@@ -57,12 +62,13 @@ def run_script(
     """`subprocess.run([sys.executable, script, *args], cwd=cwd, env=env, capture_output=True, text=True,
     timeout=timeout)` for a script that uses Lightning, run in a child of the warm server for `env`; a DDP or
     DeepSpeed launch in it forks its other ranks from the server too (`python SCRIPT ARGV`, as Lightning asks)."""
-    script = str(Path(script).resolve())
-    return _captured({"argv": list(args), "script": script}, [script, *args], cwd, env, timeout)
+    script = os.path.abspath(os.path.join(cwd, script))
+    return _captured({"argv": list(args), "script": script}, [sys.executable, script, *args], cwd, env, timeout)
 
 
 def run_logged(
     command: list[str],
+    *,
     stdout: Any = None,
     stderr: Any = None,
     cwd: Path | str | None = None,
@@ -71,18 +77,39 @@ def run_logged(
     **options: Any,
 ) -> subprocess.CompletedProcess:
     """`subprocess.run(command, stdout=LOG, stderr=subprocess.STDOUT, cwd=..., env=..., timeout=...)` for
-    `python -m lit_retrieval ARGS` writing both streams to one open file, as the grid's local steps run
-    (`lit_retrieval.grid.runs`) and as a Slurm log is written: run in a child of the warm server for `env`
-    (default: this process's), appending to the file itself. Any other call is `subprocess.run`'s own."""
+    `python -m lit_retrieval ARGS` writing both streams to a log file opened for appending, as the grid's local
+    steps run (`lit_retrieval.grid.runs`) and as a Slurm log is written: run in a child of the warm server for
+    `env` (default: this process's), appending to the same file (what the caller has not flushed lands after the
+    child's output, as with a real child). Without a timeout, 420 s apply. Any other call is `subprocess.run`'s."""
     entry = [sys.executable, "-m", "lit_retrieval"]
-    if command[: len(entry)] != entry or stderr != subprocess.STDOUT or options or not hasattr(stdout, "name"):
+    log = _appended_file(stdout)
+    if command[: len(entry)] != entry or stderr != subprocess.STDOUT or options or log is None:
         return subprocess.run(command, stdout=stdout, stderr=stderr, cwd=cwd, env=env, timeout=timeout, **options)
-    stdout.flush()
-    request = {"argv": command[len(entry) :], "output": str(Path(stdout.name).resolve())}
-    env = dict(os.environ if env is None else env)
+    timeout = 420 if timeout is None else timeout
     with tempfile.TemporaryDirectory() as scratch:
-        code = _request(request, scratch, cwd or os.getcwd(), env, 900 if timeout is None else timeout)
+        try:
+            code = _request({"argv": command[len(entry) :], "output": log}, scratch, cwd or os.getcwd(), env, timeout)
+        except subprocess.TimeoutExpired:
+            raise subprocess.TimeoutExpired(command, timeout) from None
     return subprocess.CompletedProcess(command, code)
+
+
+def _appended_file(handle: Any) -> str | None:
+    """The path of `handle` if it is an open regular file in append mode that its name still names, else None."""
+    import fcntl
+    import stat
+
+    name = getattr(handle, "name", None)
+    if not isinstance(name, str) or not hasattr(handle, "fileno"):
+        return None
+    try:
+        opened, named = os.fstat(handle.fileno()), os.stat(name)
+        appends = fcntl.fcntl(handle.fileno(), fcntl.F_GETFL) & os.O_APPEND
+    except OSError:
+        return None
+    if not (appends and stat.S_ISREG(opened.st_mode) and os.path.samestat(opened, named)):
+        return None
+    return os.path.abspath(name)
 
 
 @contextlib.contextmanager
@@ -93,7 +120,8 @@ def grid_steps_forked():
 
     from lit_retrieval.grid import runs
 
-    with mock.patch.object(runs, "subprocess", SimpleNamespace(run=run_logged, STDOUT=subprocess.STDOUT)):
+    forked = SimpleNamespace(**{**vars(subprocess), "run": run_logged})  # the rest of `subprocess` as it is
+    with mock.patch.object(runs, "subprocess", forked):
         yield
 
 
@@ -105,15 +133,16 @@ def _captured(
         out, err = Path(scratch) / "stdout", Path(scratch) / "stderr"
         request = {**request, "stdout": str(out), "stderr": str(err)}
         try:
-            code = _request(request, scratch, cwd, dict(os.environ if env is None else env), timeout)
+            code = _request(request, scratch, cwd, env, timeout)
         except subprocess.TimeoutExpired:
             raise subprocess.TimeoutExpired(command, timeout, out.read_text(), err.read_text()) from None
         return subprocess.CompletedProcess(command, code, out.read_text(), err.read_text())
 
 
-def _request(request: dict, scratch: str, cwd: Path | str, env: dict[str, str], timeout: float) -> int:
-    """Send `request` (run in `cwd` with `env`) to the warm server for `env` and return its child's exit status;
-    past `timeout` seconds the child and every process it started are killed."""
+def _request(request: dict, scratch: str, cwd: Path | str, env: dict[str, str] | None, timeout: float) -> int:
+    """Send `request` (run in `cwd` with `env`, default this process's) to the warm server for `env` and return its
+    child's exit status; past `timeout` seconds the child and every process it started are killed."""
+    env = dict(os.environ if env is None else env)
     server = _server(env)
     pid = Path(scratch) / "pid"
     request = {**request, "cwd": str(Path(cwd).resolve()), "env": env, "pid": str(pid)}
@@ -121,10 +150,23 @@ def _request(request: dict, scratch: str, cwd: Path | str, env: dict[str, str], 
     server.stdin.flush()
     try:
         return _reply(server, timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(int(pid.read_text()), signal.SIGKILL)  # the child and every process it started
-        _reply(server, 60)
+    except BaseException:  # its timeout, or the caller's (pytest-timeout): its status must not answer the next one
+        _abandon(server, pid)
         raise
+
+
+def _abandon(server: subprocess.Popen, pid: Path) -> None:
+    """Kill a request's child and every process it started, and read its exit status off the server's answers; a
+    server that cannot give it (the child's pid not written, no answer in 60 s) is stopped instead."""
+    try:
+        with contextlib.suppress(ProcessLookupError):  # it may have just ended
+            os.killpg(int(pid.read_text()), signal.SIGKILL)
+        _reply(server, 60)
+    except BaseException:  # noqa: BLE001 - whatever stopped the read, this server's answers are out of step
+        for key in [key for key, running in _servers.items() if running is server]:
+            del _servers[key]
+        server.kill()
+        server.wait()
 
 
 def _server(env: dict[str, str]) -> subprocess.Popen:
@@ -132,7 +174,7 @@ def _server(env: dict[str, str]) -> subprocess.Popen:
     server = _servers.pop(key, None)
     if server is None or server.poll() is not None:
         server = subprocess.Popen(
-            [sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True
+            [sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True, cwd=ROOT
         )
     _servers[key] = server  # last: the dict's order is the order of use
     while len(_servers) > MAX_SERVERS:
@@ -336,8 +378,9 @@ def _launch_rank(command: list[str], env: dict[str, str] | None = None, cwd: str
 
 
 def _child(request: dict, stdio: list[int] | None = None) -> None:
-    """Become the command's process (as `python -m lit_retrieval ARGV` in `cwd`) and exit with its status: a
-    process group of its own, or a rank's launcher's group (`pgid`), so that killing the group ends every rank."""
+    """Become the request's process (`python -m lit_retrieval ARGV` or `python SCRIPT ARGV` in `cwd`) and exit with
+    its status: a process group of its own, or a rank's launcher's group (`pgid`), so that killing the group ends
+    every rank."""
     import logging
     import traceback
     from types import SimpleNamespace
@@ -372,6 +415,7 @@ def _child(request: dict, stdio: list[int] | None = None) -> None:
         traceback.print_exc()
         code = 1
     try:
+        threading._shutdown()  # as the interpreter at its end: wait for the non-daemon threads
         atexit._run_exitfuncs()
         logging.shutdown()
         sys.stdout.flush()
@@ -390,7 +434,7 @@ def _run_main(request: dict) -> None:
 
         _script = script
         sys.argv = [script, *request["argv"]]
-        sys.path[0] = os.path.dirname(script)
+        sys.path[0] = os.path.dirname(os.path.realpath(script))  # as the interpreter: symlinks resolved
         runpy.run_path(script, run_name="__main__")  # `__main__` is the script's module while it runs
         return
     from lit_retrieval import __main__ as entry

@@ -114,10 +114,10 @@ def preempt_once(job_id: str, paused: Path) -> dict[str, str]:
 
 
 def start_requeued(job_id: str) -> None:
-    """Start a job seen pending after its requeue now, not after Slurm's hold of about 2 minutes (its begin
-    time), but 2 s after it was seen: slurmd refuses a launch whose credential dates from the second its previous
-    run's credential was revoked ("Killing non-startable batch JobId=38: Job credential revoked", the job FAILED;
-    seen once on a loaded machine, released 0.7 s after the requeue)."""
+    """Release a job seen pending after its requeue 2 s after it was seen, rather than after Slurm's hold of about 2
+    minutes (its begin time). Released at once, slurmd may refuse the launch: its credential dates from the second
+    in which the previous run's credential was revoked ("Killing non-startable batch JobId=38: Job credential
+    revoked", the job FAILED; seen once on a loaded machine, released 0.7 s after the requeue)."""
     time.sleep(2)
     subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], capture_output=True)
 

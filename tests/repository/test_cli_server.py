@@ -1,5 +1,6 @@
 """The tests' fork server (`tests/helpers/cli_server.py`) against the reference it stands in for: a fresh
-`python -m lit_retrieval` process given the same arguments, working directory and environment."""
+`python -m lit_retrieval` (or `python SCRIPT`) process given the same arguments, working directory and environment,
+its output captured or appended to a log file."""
 
 from __future__ import annotations
 
@@ -233,29 +234,34 @@ def test_a_scripts_ddp_rank_is_forked_as_python_script_argv(tmp_path):
     rank0, rank1 = (json.loads((record / f"rank{rank}.json").read_text()) for rank in range(2))
     assert rank1["ppid"] == rank0["ppid"] != rank0["pid"] and rank1["pgid"] == rank0["pgid"] == rank0["pid"]
     assert rank1["argv"] == rank0["argv"] == [str(record)] and rank1["main"] is rank0["main"] is None
-    assert rank1["main_file"] == rank0["main_file"] == str(script.resolve())
+    assert rank1["main_file"] == rank0["main_file"] == str(script)
     assert rank1["env"] == {**rank0["env"], "LOCAL_RANK": "1"} and rank0["env"]["WORLD_SIZE"] == "2"
 
 
 def test_a_logged_command_appends_to_its_log_as_the_subprocess_it_stands_in_for(tmp_path):
     """`run_logged` as `subprocess.run(command, stdout=LOG, stderr=STDOUT, cwd=..., env=...)`: the log's earlier
-    lines kept, the step's stdout and stderr appended in order, the same exit status; other calls are
-    subprocess.run's own."""
+    lines kept, the step's stdout and stderr appended in order, what the caller had not flushed after them, the same
+    exit status; a log not opened for appending, and other calls, are subprocess.run's own."""
     (tmp_path / "quick.yaml").write_text((ROOT / "configs" / "quickstart.yaml").read_text())
     entry, env = [sys.executable, "-m", "lit_retrieval"], clean_launch_env(str(ROOT / "tests"))
     steps = [[*entry, "fit", "--config", "quick.yaml", "--print_config"], [*entry, "metrics", "nope.npy"]]
     logs, codes = {}, {}
-    for name, run in (("forked", cli_server.run_logged), ("fresh", subprocess.run)):
+    cases = [
+        ("forked", cli_server.run_logged, "a"),
+        ("fresh", subprocess.run, "a"),
+        ("written", cli_server.run_logged, "w"),
+    ]
+    for name, run, mode in cases:
         log = tmp_path / f"{name}.log"
-        with log.open("a") as out:
+        with log.open(mode) as out:
             out.write("$ header\n")
             out.flush()
-            codes[name] = [
-                run(step, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path, env=env).returncode for step in steps
-            ]
-            out.write("$ after\n")
+            codes[name] = [run(steps[0], stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path, env=env).returncode]
+            out.write("$ not flushed\n")
+            codes[name] += [run(steps[1], stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path, env=env).returncode]
         logs[name] = log.read_text()
-    assert codes["forked"] == codes["fresh"] == [0, 2] and logs["forked"] == logs["fresh"]
-    assert logs["fresh"].startswith("$ header\n") and logs["fresh"].endswith("$ after\n")
+    assert codes["forked"] == codes["fresh"] == codes["written"] == [0, 2]
+    assert logs["forked"] == logs["fresh"] == logs["written"]
+    assert logs["fresh"].startswith("$ header\n") and logs["fresh"].endswith("$ not flushed\n")
     other = cli_server.run_logged([sys.executable, "-c", "print(7)"], stdout=subprocess.PIPE, text=True)
     assert other.stdout == "7\n"
