@@ -184,16 +184,20 @@ def test_servers_are_shared_across_tests_and_at_most_two_stay_up(tmp_path):
 SCRIPT = """
 import os
 import sys
+import threading
+import time
 
-print(__name__, sys.argv[1:], sys.path[0] == os.path.dirname(os.path.abspath(__file__)), os.getcwd())
+print(__name__, sys.argv[1:], sys.path[0] == os.path.dirname(os.path.abspath(__file__)), os.getcwd(), flush=True)
 print("to stderr", file=sys.stderr)
+threading.Thread(target=lambda: (time.sleep(0.3), print("joined", flush=True))).start()  # the interpreter waits
 sys.exit(int(sys.argv[1]))
 """
 
 
 def test_a_forked_script_answers_as_a_fresh_interpreter(tmp_path):
     """`run_script` stands in for `python SCRIPT ARGS`: the same stdout, stderr and exit status, the script run as
-    `__main__` with its arguments and its own folder first on sys.path, in the caller's directory."""
+    `__main__` with its arguments and its own folder first on sys.path, in the caller's directory, and its
+    non-daemon thread joined before the process ends."""
     script = tmp_path / "scripts" / "probe.py"
     script.parent.mkdir()
     script.write_text(SCRIPT)
@@ -204,7 +208,9 @@ def test_a_forked_script_answers_as_a_fresh_interpreter(tmp_path):
             [sys.executable, str(script), code, "x y"], cwd=tmp_path, env=env, capture_output=True, text=True
         )
         assert (forked.returncode, forked.stdout, forked.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
-        assert forked.returncode == int(code) and forked.stdout == f"__main__ ['{code}', 'x y'] True {tmp_path}\n"
+        assert (
+            forked.returncode == int(code) and forked.stdout == f"__main__ ['{code}', 'x y'] True {tmp_path}\njoined\n"
+        )
 
 
 RANKS_SCRIPT = """
