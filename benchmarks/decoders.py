@@ -7,8 +7,10 @@ uniform frames at the original size and at 224 px (the dual encoders' input), an
 (`linspace_frames`, multiples of 2). Prints ONE JSON line: best-of-3 wall-clock and CPU seconds of
 each decoder, the ratio PyAV / torchcodec (> 1: torchcodec faster), whether the frames are identical
 (np.array_equal; at 224 px the mean absolute pixel difference, since torchcodec resizes after the RGB
-conversion), with the decoders' threading: PyAV as the sampler opens it (FFmpeg's automatic thread
-count, slice threading), torchcodec with one FFmpeg thread (its default, what DataLoader workers want).
+conversion), with the decoders' threading: both with one FFmpeg thread (the sampler's `FFMPEG_THREADS`,
+torchcodec's default: what DataLoader workers want). PyAV is also timed on FFmpeg's own pool
+(`FFMPEG_THREADS = 0`: a thread per core and one more, slice threading), the sampler's threading before
+2026-12-07, and `ratio_one_thread_over_pool` says what one thread costs a process decoding alone.
 
 The videos are written under `--work` (default: a temporary folder, removed at the end), never into
 the source tree; pass a folder to keep them between runs.
@@ -32,6 +34,7 @@ from pathlib import Path
 import numpy as np
 from frame_sampling import LONG, Geometry, best_of, video
 
+from lit_retrieval.data.media import video as sampler
 from lit_retrieval.data.media.torchcodec_decoder import frames_played_at, require
 from lit_retrieval.data.media.video import sample_frames
 
@@ -72,15 +75,19 @@ def compare(path: Path, settings: dict, device: str | None) -> dict:
     torchcodec = sample_frames(path, decoder="torchcodec", **settings)
     t_pyav = best_of(lambda: sample_frames(path, **settings))
     t_torchcodec = best_of(lambda: sample_frames(path, decoder="torchcodec", **settings))
+    t_pool = best_of(lambda: sample_on_ffmpegs_pool(path, settings))
     same_times = bool(np.allclose(pyav.times, torchcodec.times, atol=1e-9, equal_nan=True))
     row = {
         "frames": int(pyav.mask.sum()),
         "pyav_s": round(t_pyav[0], 3),
         "torchcodec_s": round(t_torchcodec[0], 3),
+        "pyav_pool_s": round(t_pool[0], 3),
         "pyav_cpu_s": round(t_pyav[1], 3),
         "torchcodec_cpu_s": round(t_torchcodec[1], 3),
+        "pyav_pool_cpu_s": round(t_pool[1], 3),
         "ratio_pyav_over_torchcodec": round(t_pyav[0] / t_torchcodec[0], 2),
         "cpu_ratio": round(t_pyav[1] / t_torchcodec[1], 2),
+        "ratio_one_thread_over_pool": round(t_pyav[0] / t_pool[0], 2),
         "same_times": same_times,
         "identical_frames": same_times and bool(np.array_equal(pyav.frames, torchcodec.frames)),
     }
@@ -90,6 +97,15 @@ def compare(path: Path, settings: dict, device: str | None) -> dict:
         row.update(nvdec(path, pyav, device))
         row["ratio_pyav_over_nvdec"] = round(t_pyav[0] / row["nvdec_s"], 2)
     return row
+
+
+def sample_on_ffmpegs_pool(path: Path, settings: dict) -> None:
+    """PyAV's sample with FFmpeg's automatic thread count instead of the sampler's one thread."""
+    threads, sampler.FFMPEG_THREADS = sampler.FFMPEG_THREADS, 0
+    try:
+        sample_frames(path, **settings)
+    finally:
+        sampler.FFMPEG_THREADS = threads
 
 
 def nvdec(path: Path, pyav, device: str) -> dict:

@@ -135,8 +135,13 @@ def _captured(
         try:
             code = _request(request, scratch, cwd, env, timeout)
         except subprocess.TimeoutExpired:
-            raise subprocess.TimeoutExpired(command, timeout, out.read_text(), err.read_text()) from None
+            raise subprocess.TimeoutExpired(command, timeout, _text(out), _text(err)) from None
         return subprocess.CompletedProcess(command, code, out.read_text(), err.read_text())
+
+
+def _text(path: Path) -> str:
+    """What a child wrote to `path`; "" if it never opened it (the server did not get to fork it in time)."""
+    return path.read_text() if path.exists() else ""
 
 
 def _request(request: dict, scratch: str, cwd: Path | str, env: dict[str, str] | None, timeout: float) -> int:
@@ -194,14 +199,36 @@ def _reply(server: subprocess.Popen, timeout: float) -> int:
 
 
 def _stop(server: subprocess.Popen) -> None:
-    server.stdin.close()  # the server ends at the end of its input
-    server.wait(timeout=30)
+    """End a server at the end of its input; one that is still up 10 s later is killed (it only waits)."""
+    with contextlib.suppress(OSError):
+        server.stdin.close()
+    try:
+        server.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
 
 
 @atexit.register
 def _stop_servers() -> None:
     for server in _servers.values():
         _stop(server)
+
+
+def _forget_servers() -> None:
+    """In a process forked from a caller (a DataLoader worker, a forked rank): close its copies of the servers'
+    pipes, or a server would not see the end of its input while the child lives, and leave the servers to the
+    caller."""
+    for server in _servers.values():
+        for pipe in (server.stdin, server.stdout):
+            with contextlib.suppress(OSError, ValueError):
+                pipe.close()
+    _inherited.extend(_servers.values())  # kept, not freed: a Popen freed here would warn of a running child
+    _servers.clear()
+
+
+_inherited: list[subprocess.Popen] = []
+os.register_at_fork(after_in_child=_forget_servers)
 
 
 def _serve() -> None:
@@ -278,6 +305,7 @@ def _rank_request(connection) -> tuple[dict, list[int]]:
     """A rank's request (a JSON line) and the stdin, stdout and stderr its launcher passed along with it."""
     import socket
 
+    connection.settimeout(30)  # a launcher stopped mid-request must not stall the server (socket.timeout: OSError)
     data, fds, _, _ = socket.recv_fds(connection, 1 << 16, 3)
     try:
         while not data.endswith(b"\n"):

@@ -7,9 +7,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -136,8 +138,9 @@ def test_broken_rank_requests_are_dropped_and_the_server_serves_on(tmp_path):
 
 
 def test_a_command_past_its_timeout_is_killed_with_its_workers_and_the_server_serves_on(tiny_clip, corpus, tmp_path):
-    """A fit paused after its first step (`PauseAtStep`, with 2 DataLoader workers) outlives its 20 s: the
-    caller gets `subprocess.TimeoutExpired`, no process is left in the run's folder, and the next command runs."""
+    """A fit paused after its first step (`PauseAtStep`, for up to 60 s, with 2 DataLoader workers) outlives its
+    45 s (which leave a loaded machine time to reach the pause): the caller gets `subprocess.TimeoutExpired`, no
+    process is left in the run's folder, and the next command runs."""
     run = tmp_path / "run"
     run.mkdir()
     marker = tmp_path / "paused"
@@ -146,9 +149,9 @@ def test_a_command_past_its_timeout_is_killed_with_its_workers_and_the_server_se
     config = clip_fit_config(tiny_clip, corpus, trainer, data={"num_workers": 2})
     (run / "fit.yaml").write_text(yaml.safe_dump(config))
     env = clean_launch_env(str(ROOT / "tests"))
-    assert run_cli(["metrics", "nope.npy"], run, env).returncode == 2  # the server is up: the 20 s are the fit's
+    assert run_cli(["metrics", "nope.npy"], run, env).returncode == 2  # the server is up: the 45 s are the fit's
     with pytest.raises(subprocess.TimeoutExpired):
-        run_cli(["fit", "--config", "fit.yaml"], run, env, timeout=20)
+        run_cli(["fit", "--config", "fit.yaml"], run, env, timeout=45)
     assert marker.read_text() == "1"  # it was in its pause, not still starting
     assert _processes_in(run) == []
     assert run_cli(["metrics", "nope.npy"], run, env).returncode == 2
@@ -179,6 +182,26 @@ def test_servers_are_shared_across_tests_and_at_most_two_stay_up(tmp_path):
     after = _servers_of_this_process()
     assert len(shared) <= 2 and len(after) == 2
     assert len(after - shared) == 2  # both new environments got a server; the two before them ended
+
+
+def test_a_process_forked_from_the_caller_does_not_keep_a_server_from_ending(tmp_path):
+    """A DataLoader worker or a rank forked from the test process inherits its pipes to the servers. While one
+    such child still runs, a stopped server sees the end of its input and exits by itself (status 0), rather than
+    waiting for the child and being killed."""
+    env = {**clean_launch_env(str(ROOT / "tests")), "LIT_RETRIEVAL_SERVER_TEST": "forked-caller"}
+    assert run_cli(["metrics", "nope.npy"], tmp_path, env).returncode == 2
+    server = cli_server._server(env)  # the one that answered
+    child = os.fork()
+    if child == 0:
+        time.sleep(60)
+        os._exit(0)
+    try:
+        del cli_server._servers[next(key for key, running in cli_server._servers.items() if running is server)]
+        cli_server._stop(server)
+        assert server.returncode == 0
+    finally:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
 
 
 SCRIPT = """

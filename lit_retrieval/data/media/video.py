@@ -32,6 +32,15 @@ Seeking lands on the key frame whose *decode* time precedes the target; with B-f
 that frame may be presented after the target, so the sampler then seeks further back. Frames are
 indexed by their timestamps, never by `frame.index` (PyAV issue #1158). Containers are opened per
 call, so the sampler is safe inside DataLoader workers.
+
+Threads. Each stream decodes on one FFmpeg thread (`FFMPEG_THREADS`, torchcodec's default too), for two
+reasons. DataLoader workers already decode in parallel: FFmpeg's own pool (a thread per core) in each of
+them oversubscribes the node. And a codec context's threads are not fork-safe: they live until the Python
+object that holds the context is freed, which for one caught in a reference cycle (an exception's traceback,
+say) is whenever the garbage collector runs; a DataLoader worker or DDP rank forked meanwhile inherits that
+garbage without the threads, and its own collector's free then waits forever for them (a hang, reproduced
+in tests/data/media/test_video_threads.py). On one process without workers, FFmpeg's slice threads decode
+a 720p H.264 file up to 1.8x faster (docs/datasets.md, "Decoder threads").
 """
 
 from __future__ import annotations
@@ -60,6 +69,7 @@ from lit_retrieval.errors import ConfigError
 Targets = Literal["bin_centres", "linspace_frames"]
 Sampling = Literal["exact", "keyframe"]
 TRUNCATION_TOLERANCE_S = 1.0  # a declared end this far (or 2 frame intervals) past the last frame: truncated
+FFMPEG_THREADS = 1  # per decoding stream: no FFmpeg thread pool to outlive it (module docstring, "Threads")
 
 
 __all__ = ["Decoder", "FrameSample", "SamplingSpec", "VideoDecodeError", "decoder_backend", "sample_frames"]
@@ -153,7 +163,9 @@ def _opened(path: Path, failure: str) -> Iterator[_Stream]:
         with av.open(str(path)) as container:
             if not container.streams.video:
                 raise VideoDecodeError(path, "no video stream")
-            stream = _Stream(container, container.streams.video[0])
+            video = container.streams.video[0]
+            video.codec_context.thread_count = FFMPEG_THREADS  # before the decoder opens at the first decode
+            stream = _Stream(container, video)
             try:
                 yield stream
             finally:
