@@ -9,8 +9,9 @@ each decoder, the ratio PyAV / torchcodec (> 1: torchcodec faster), whether the 
 (np.array_equal; at 224 px the mean absolute pixel difference, since torchcodec resizes after the RGB
 conversion), with the decoders' threading: both with one FFmpeg thread (the sampler's `FFMPEG_THREADS`,
 torchcodec's default: what DataLoader workers want). PyAV is also timed on FFmpeg's own pool
-(`FFMPEG_THREADS = 0`: a thread per core and one more, slice threading), the sampler's threading before
-2026-12-07, and `ratio_one_thread_over_pool` says what one thread costs a process decoding alone.
+(decoders and PyAV's cached reformatter on FFmpeg's automatic thread count: a thread per core and one
+more), the sampler's threading before 2026-12-07; `ratio_one_thread_over_pool` says what one thread costs a
+process decoding alone.
 
 The videos are written under `--work` (default: a temporary folder, removed at the end), never into
 the source tree; pass a folder to keep them between runs.
@@ -30,6 +31,7 @@ import argparse
 import json
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 from frame_sampling import LONG, Geometry, best_of, video
@@ -100,12 +102,14 @@ def compare(path: Path, settings: dict, device: str | None) -> dict:
 
 
 def sample_on_ffmpegs_pool(path: Path, settings: dict) -> None:
-    """PyAV's sample with FFmpeg's automatic thread count instead of the sampler's one thread."""
-    threads, sampler.FFMPEG_THREADS = sampler.FFMPEG_THREADS, 0
-    try:
+    """PyAV's sample as the sampler took it before 2026-12-07: decoders on FFmpeg's automatic thread count, frames
+    converted by PyAV's cached reformatter (the same, automatic)."""
+
+    def pyav_rgb(frame, width: int | None = None, height: int | None = None) -> np.ndarray:
+        return frame.reformat(width=width, height=height, format="rgb24").to_ndarray()
+
+    with mock.patch.object(sampler, "FFMPEG_THREADS", 0), mock.patch.object(sampler, "to_rgb", pyav_rgb):
         sample_frames(path, **settings)
-    finally:
-        sampler.FFMPEG_THREADS = threads
 
 
 def nvdec(path: Path, pyav, device: str) -> dict:

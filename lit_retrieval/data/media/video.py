@@ -33,14 +33,9 @@ that frame may be presented after the target, so the sampler then seeks further 
 indexed by their timestamps, never by `frame.index` (PyAV issue #1158). Containers are opened per
 call, so the sampler is safe inside DataLoader workers.
 
-Threads. Each stream decodes on one FFmpeg thread (`FFMPEG_THREADS`, torchcodec's default too), for two
-reasons. DataLoader workers already decode in parallel: FFmpeg's own pool (a thread per core) in each of
-them oversubscribes the node. And a codec context's threads are not fork-safe: they live until the Python
-object that holds the context is freed, which for one caught in a reference cycle (an exception's traceback,
-say) is whenever the garbage collector runs; a DataLoader worker or DDP rank forked meanwhile inherits that
-garbage without the threads, and its own collector's free then waits forever for them (a hang, reproduced
-in tests/data/media/test_video_threads.py). On one process without workers, FFmpeg's slice threads decode
-a 720p H.264 file up to 1.8x faster (docs/datasets.md, "Decoder threads").
+Threads. Decoding and conversion run on one FFmpeg thread each (`pyav_threads`): FFmpeg's thread pools do
+not survive a fork, and DataLoader workers are the parallelism. On one process without workers, FFmpeg's pool
+decodes faster (docs/datasets.md, "Decoder threads").
 """
 
 from __future__ import annotations
@@ -56,6 +51,7 @@ from typing import Literal, cast
 import av
 import numpy as np
 
+from lit_retrieval.data.media.pyav_threads import FFMPEG_THREADS, to_rgb
 from lit_retrieval.data.media.decoding import (
     BUILTIN_DECODER,
     BACKENDS,
@@ -69,7 +65,6 @@ from lit_retrieval.errors import ConfigError
 Targets = Literal["bin_centres", "linspace_frames"]
 Sampling = Literal["exact", "keyframe"]
 TRUNCATION_TOLERANCE_S = 1.0  # a declared end this far (or 2 frame intervals) past the last frame: truncated
-FFMPEG_THREADS = 1  # per decoding stream: no FFmpeg thread pool to outlive it (module docstring, "Threads")
 
 
 __all__ = ["Decoder", "FrameSample", "SamplingSpec", "VideoDecodeError", "decoder_backend", "sample_frames"]
@@ -194,10 +189,10 @@ def _declared_span(
 def _resize_rgb(frame: av.VideoFrame, size: int | None) -> np.ndarray:
     """RGB array of a frame, short side scaled to `size` and centre-cropped to `size x size`."""
     if size is None:
-        return frame.to_ndarray(format="rgb24")
+        return to_rgb(frame)
     scale = size / min(frame.width, frame.height)
     width, height = max(size, round(frame.width * scale)), max(size, round(frame.height * scale))
-    rgb = frame.reformat(width=width, height=height, format="rgb24").to_ndarray()
+    rgb = to_rgb(frame, width, height)
     top, left = (height - size) // 2, (width - size) // 2
     return rgb[top : top + size, left : left + size]
 

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from lit_retrieval.data.media.normalize import NormalizeFrames
-from lit_retrieval.data.media.video import FFMPEG_THREADS
+from lit_retrieval.data.media.pyav_threads import FFMPEG_THREADS, to_rgb
 
 Encoding = Literal["frames", "mp4"]
 ENCODINGS: tuple[str, ...] = ("frames", "mp4")
@@ -44,8 +44,8 @@ def decode_mp4(data: bytes | memoryview) -> np.ndarray:
 
     with av.open(io.BytesIO(bytes(data))) as container:
         stream = container.streams.video[0]
-        stream.codec_context.thread_count = FFMPEG_THREADS  # no decoder threads to outlive it in a forked worker
-        return np.stack([frame.to_ndarray(format="rgb24") for frame in container.decode(stream)])
+        stream.codec_context.thread_count = FFMPEG_THREADS  # no FFmpeg pool for a forked worker to inherit
+        return np.stack([to_rgb(frame) for frame in container.decode(stream)])
 
 
 def to_sample(item: dict[str, Any], encoding: Encoding) -> dict[str, Any]:
