@@ -34,8 +34,8 @@ indexed by their timestamps, never by `frame.index` (PyAV issue #1158). Containe
 call, so the sampler is safe inside DataLoader workers.
 
 Threads. Decoding and conversion run on one FFmpeg thread each (`pyav_threads`): FFmpeg's thread pools do
-not survive a fork, and DataLoader workers are the parallelism. On one process without workers, FFmpeg's pool
-decodes faster (docs/datasets.md, "Decoder threads").
+not survive a fork, and DataLoader workers are the parallelism. A process decoding alone waited up to 1.9x
+longer on 720p than with FFmpeg's pool (docs/datasets.md, "Decoder threads").
 """
 
 from __future__ import annotations
