@@ -51,7 +51,6 @@ from typing import Literal, cast
 import av
 import numpy as np
 
-from lit_retrieval.data.media.pyav_threads import FFMPEG_THREADS, to_rgb
 from lit_retrieval.data.media.decoding import (
     BUILTIN_DECODER,
     BACKENDS,
@@ -60,6 +59,7 @@ from lit_retrieval.data.media.decoding import (
     VideoDecodeError,
     check_decoder,
 )
+from lit_retrieval.data.media.pyav_threads import FFMPEG_THREADS, to_rgb
 from lit_retrieval.errors import ConfigError
 
 Targets = Literal["bin_centres", "linspace_frames"]
