@@ -36,6 +36,7 @@ from unittest import mock
 import numpy as np
 from frame_sampling import LONG, Geometry, best_of, video
 
+from lit_retrieval.data.media import pyav_threads
 from lit_retrieval.data.media import video as sampler
 from lit_retrieval.data.media.torchcodec_decoder import frames_played_at, require
 from lit_retrieval.data.media.video import sample_frames
@@ -108,7 +109,7 @@ def sample_on_ffmpegs_pool(path: Path, settings: dict) -> None:
     def pyav_rgb(frame, width: int | None = None, height: int | None = None) -> np.ndarray:
         return frame.reformat(width=width, height=height, format="rgb24").to_ndarray()
 
-    with mock.patch.object(sampler, "FFMPEG_THREADS", 0), mock.patch.object(sampler, "to_rgb", pyav_rgb):
+    with mock.patch.object(pyav_threads, "FFMPEG_THREADS", 0), mock.patch.object(sampler, "to_rgb", pyav_rgb):
         sample_frames(path, **settings)
 
 

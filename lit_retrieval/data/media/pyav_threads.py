@@ -10,13 +10,13 @@ the child that hands work to such a pool, or frees it, waits forever. Two such p
   it, PyAV's encoder too when it converts a frame), on FFmpeg's automatic thread count: the child's first
   conversion runs on the parent's pool.
 
-So the sampler decodes (`FFMPEG_THREADS` on each codec context) and converts (`to_rgb`, a reformatter of its
-own) on one thread: no pool at all, which is also what DataLoader workers want, being the parallelism
-themselves (torchcodec's default is one thread too). And every process forked once this module is imported
-sets aside what it inherited, whoever made it (`_set_aside_inherited_pools`): PyAV's cached reformatter (kept,
-never freed; the child makes its own) and the parent's objects (`gc.freeze`: the child's collector never frees
-them, which also keeps their memory pages shared). Both hangs are reproduced in
-tests/data/media/test_pyav_threads.py.
+So the sampler decodes (`decode_on_one_thread`: `FFMPEG_THREADS` on each codec context) and converts
+(`to_rgb`, a reformatter of its own) on one thread: no pool at all, which is also what DataLoader workers
+want, being the parallelism themselves (torchcodec's default is one thread too). And every process forked
+once this module is imported sets aside what it inherited, whoever made it (`_set_aside_inherited_pools`):
+PyAV's cached reformatter (kept, never freed; the child makes its own) and the parent's objects (`gc.freeze`:
+the child's collector never frees them, which also keeps their memory pages shared). Both hangs are reproduced
+in tests/data/media/test_pyav_threads.py.
 """
 
 from __future__ import annotations
@@ -26,11 +26,18 @@ import os
 
 import av
 import av.video.frame
+import av.video.stream
 import numpy as np
 from av.video.reformatter import VideoReformatter
 
 FFMPEG_THREADS = 1  # per codec context and per conversion: no FFmpeg thread pool in the sampler's processes
 _inherited: list[object] = []  # reformatters a forked child inherited: never freed (freeing one waits forever)
+
+
+def decode_on_one_thread(stream: av.video.stream.VideoStream) -> av.video.stream.VideoStream:
+    """`stream` with its decoder on `FFMPEG_THREADS` threads (set before its first decode opens the decoder)."""
+    stream.codec_context.thread_count = FFMPEG_THREADS
+    return stream
 
 
 def to_rgb(frame: av.VideoFrame, width: int | None = None, height: int | None = None) -> np.ndarray:

@@ -59,7 +59,7 @@ from lit_retrieval.data.media.decoding import (
     VideoDecodeError,
     check_decoder,
 )
-from lit_retrieval.data.media.pyav_threads import FFMPEG_THREADS, to_rgb
+from lit_retrieval.data.media.pyav_threads import decode_on_one_thread, to_rgb
 from lit_retrieval.errors import ConfigError
 
 Targets = Literal["bin_centres", "linspace_frames"]
@@ -158,9 +158,7 @@ def _opened(path: Path, failure: str) -> Iterator[_Stream]:
         with av.open(str(path)) as container:
             if not container.streams.video:
                 raise VideoDecodeError(path, "no video stream")
-            video = container.streams.video[0]
-            video.codec_context.thread_count = FFMPEG_THREADS  # before the decoder opens at the first decode
-            stream = _Stream(container, video)
+            stream = _Stream(container, decode_on_one_thread(container.streams.video[0]))
             try:
                 yield stream
             finally:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from lit_retrieval.data.media.normalize import NormalizeFrames
-from lit_retrieval.data.media.pyav_threads import FFMPEG_THREADS, to_rgb
+from lit_retrieval.data.media.pyav_threads import decode_on_one_thread, to_rgb
 
 Encoding = Literal["frames", "mp4"]
 ENCODINGS: tuple[str, ...] = ("frames", "mp4")
@@ -43,8 +43,7 @@ def decode_mp4(data: bytes | memoryview) -> np.ndarray:
     import av
 
     with av.open(io.BytesIO(bytes(data))) as container:
-        stream = container.streams.video[0]
-        stream.codec_context.thread_count = FFMPEG_THREADS  # no FFmpeg pool for a forked worker to inherit
+        stream = decode_on_one_thread(container.streams.video[0])  # no FFmpeg pool for a forked worker to inherit
         return np.stack([to_rgb(frame) for frame in container.decode(stream)])
 
 
