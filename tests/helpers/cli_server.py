@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -164,14 +165,28 @@ def _abandon(server: subprocess.Popen, pid: Path) -> None:
     """Kill a request's child and every process it started, and read its exit status off the server's answers; a
     server that cannot give it (the child's pid not written, no answer in 60 s) is stopped instead."""
     try:
+        group = int(pid.read_text())
         with contextlib.suppress(ProcessLookupError):  # it may have just ended
-            os.killpg(int(pid.read_text()), signal.SIGKILL)
+            os.killpg(group, signal.SIGKILL)
         _reply(server, 60)
+        _wait_gone(group)
     except BaseException:  # noqa: BLE001 - whatever stopped the read, this server's answers are out of step
         for key in [key for key, running in _servers.items() if running is server]:
             del _servers[key]
         server.kill()
         server.wait()
+
+
+def _wait_gone(group: int, timeout: float = 30) -> None:
+    """Wait until no process of `group` is left (a killed DataLoader worker, orphaned, is reaped by init a moment
+    after the command's own status comes back)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
 
 
 def _server(env: dict[str, str]) -> subprocess.Popen:
